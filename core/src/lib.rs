@@ -1,0 +1,33 @@
+//! # tandem-core
+//!
+//! The protocol core of tandem: `#![no_std]`, no `alloc`, no I/O, no clock.
+//! Everything here is a plain data structure driven by method calls, so the
+//! same code runs over a shared-memory mapping, a registered RDMA region, or
+//! loom's model-checked memory (`--cfg loom`, see `tandem-verify`).
+//!
+//! * [`slot_ring`]: NCCL "Simple"-style ring of `steps` slots with monotonic
+//!   head/tail counters; the consumer's head is the credit return.
+//! * [`line_ring`]: NCCL "LL"-style ring of 64-byte lines that each carry
+//!   their own sequence flag, so a small message costs one cache line.
+//! * [`credit`]: the monotonic credit window later protocols build on.
+//! * [`wire`]: the fixed-size wire header, validated on decode.
+//! * [`sync`]: the only place atomics and shared cells come from.
+//!
+//! Memory the core does not own (a mapping shared with another process) is
+//! reached through [`line_ring::LineRing`] and [`slot_ring::SlotRing`]
+//! views, whose unsafe constructors check size and alignment once.
+#![cfg_attr(not(loom), no_std)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod credit;
+pub mod line_ring;
+pub mod slot_ring;
+pub mod sync;
+pub mod wire;
+
+/// The size of a cache line as tandem lays memory out (x86-64, most Arm).
+pub const CACHE_LINE: usize = 64;
+
+/// Counters that two agents write are kept this far apart (two lines, so the
+/// adjacent-line prefetcher does not drag a neighbour's counter along).
+pub const COUNTER_PAD: usize = 128;

@@ -1,0 +1,353 @@
+//! Line ring: 64-byte lines that carry their own sequence flag.
+//!
+//! The NCCL "LL" idea at cache-line size. Each [`Line`] holds
+//! [`LINE_PAYLOAD`] (56) payload bytes and an 8-byte flag in the same cache
+//! line. The writer of global line number `n` fills the payload, then stores
+//! `flag = n + 1` with `Release`; the reader polls *the line itself* until
+//! its flag reads `n + 1` (`Acquire`). A small message therefore costs one
+//! cache-line transfer: when the reader sees the flag, the payload came in
+//! the same line. Stale lines from the previous lap carry `n + 1 - lines`
+//! and never look ready.
+//!
+//! Lines are reused, so the reader still returns them: it publishes a
+//! monotonic `head` (lines consumed) on its own 128-byte span, which the
+//! writer reloads only when its cached copy says the ring is full.
+//!
+//! Messages are framed as a `prefix` (e.g. a [`crate::wire::Header`])
+//! followed by the payload, packed into consecutive lines.
+//!
+//! ```
+//! use tandem_core::line_ring::{Line, LineRing};
+//! use tandem_core::slot_ring::PaddedCounter;
+//! let head = PaddedCounter::default();
+//! let lines: Vec<Line> = (0..8).map(|_| Line::default()).collect();
+//! let ring = LineRing::new(&head, &lines).unwrap();
+//! let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+//! assert!(tx.try_write(b"HDR", b"payload"));
+//! let mut prefix = [0u8; 3];
+//! let mut body = [0u8; 7];
+//! assert!(rx.peek_prefix(&mut prefix));
+//! assert!(rx.try_read(3, 7, &mut body));
+//! assert_eq!(&body, b"payload");
+//! ```
+
+use crate::slot_ring::{LayoutError, PaddedCounter};
+use crate::sync::{AtomicU64, Ordering, SharedCell};
+use crate::{CACHE_LINE, COUNTER_PAD};
+
+/// Payload bytes per line.
+pub const LINE_PAYLOAD: usize = CACHE_LINE - 8;
+
+/// One 64-byte line: payload then its sequence flag.
+#[repr(C, align(64))]
+pub struct Line {
+    data: SharedCell<[u8; LINE_PAYLOAD]>,
+    flag: AtomicU64,
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Self { data: SharedCell::new([0; LINE_PAYLOAD]), flag: AtomicU64::new(0) }
+    }
+}
+
+#[cfg(not(loom))]
+static_assertions::assert_eq_size!(Line, [u8; CACHE_LINE]);
+
+/// Lines needed for a message of `total` bytes (prefix + payload); a
+/// zero-length message still takes one line.
+pub const fn lines_for(total: usize) -> usize {
+    if total == 0 {
+        1
+    } else {
+        total.div_ceil(LINE_PAYLOAD)
+    }
+}
+
+/// A view of one line ring: the consumer's head counter and the lines.
+#[derive(Clone, Copy)]
+pub struct LineRing<'a> {
+    head: &'a PaddedCounter,
+    lines: &'a [Line],
+}
+
+impl<'a> LineRing<'a> {
+    /// Bytes of shared memory a ring of `lines` lines occupies (head first).
+    pub const fn bytes_needed(lines: usize) -> usize {
+        COUNTER_PAD + lines * CACHE_LINE
+    }
+
+    /// A ring over `head` and `lines` (`lines.len()` a power of two).
+    pub fn new(head: &'a PaddedCounter, lines: &'a [Line]) -> Result<Self, LayoutError> {
+        if lines.is_empty() || !lines.len().is_power_of_two() {
+            return Err(LayoutError::Steps(lines.len() as u64));
+        }
+        Ok(Self { head, lines })
+    }
+
+    /// A ring laid over raw memory: the head counter at `ptr`, `count`
+    /// lines right after it.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay mapped and readable/writable for `'a` and be
+    /// accessed by other agents only through this ring protocol.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize, count: usize) -> Result<Self, LayoutError> {
+        if ptr.is_null() || (ptr as usize) % COUNTER_PAD != 0 {
+            return Err(LayoutError::Misaligned);
+        }
+        let needed = Self::bytes_needed(count);
+        if len < needed {
+            return Err(LayoutError::TooSmall { needed, got: len });
+        }
+        // SAFETY: size and alignment checked above; any bit pattern is a
+        // valid counter, flag or payload byte.
+        let (head, lines) = unsafe {
+            (
+                &*(ptr as *const PaddedCounter),
+                core::slice::from_raw_parts(ptr.add(COUNTER_PAD) as *const Line, count),
+            )
+        };
+        Self::new(head, lines)
+    }
+
+    /// Number of lines.
+    pub fn capacity(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Largest prefix + payload one message may carry (the whole ring).
+    pub fn max_message(&self) -> usize {
+        self.lines.len() * LINE_PAYLOAD
+    }
+
+    fn line(&self, n: u64) -> &'a Line {
+        &self.lines[(n & (self.lines.len() as u64 - 1)) as usize]
+    }
+
+    /// The writer end. Create exactly one per ring.
+    pub fn producer(&self) -> LineProducer<'a> {
+        let head = self.head.value.load(Ordering::Acquire);
+        LineProducer { ring: *self, tail: head, head_cache: head }
+    }
+
+    /// The reader end. Create exactly one per ring.
+    pub fn consumer(&self) -> LineConsumer<'a> {
+        LineConsumer { ring: *self, tail: self.head.value.load(Ordering::Relaxed) }
+    }
+}
+
+/// Writer end of a [`LineRing`].
+pub struct LineProducer<'a> {
+    ring: LineRing<'a>,
+    tail: u64,
+    head_cache: u64,
+}
+
+impl LineProducer<'_> {
+    fn free_cached(&self) -> u64 {
+        let cap = self.ring.lines.len() as u64;
+        self.head_cache.saturating_add(cap).saturating_sub(self.tail).min(cap)
+    }
+
+    /// Lines free for writing (reloads the reader's head if needed).
+    pub fn free(&mut self, want: u64) -> u64 {
+        if self.free_cached() < want {
+            self.head_cache = self.ring.head.value.load(Ordering::Acquire);
+        }
+        self.free_cached()
+    }
+
+    /// Writes `prefix` then `payload` into consecutive lines and publishes
+    /// them, or returns `false` (writing nothing) if not enough lines are
+    /// free.
+    ///
+    /// # Panics
+    /// If the message is larger than the whole ring
+    /// ([`LineRing::max_message`]) or `prefix` is longer than a line.
+    pub fn try_write(&mut self, prefix: &[u8], payload: &[u8]) -> bool {
+        assert!(prefix.len() <= LINE_PAYLOAD, "prefix longer than a line");
+        let total = prefix.len() + payload.len();
+        assert!(total <= self.ring.max_message(), "message larger than the line ring");
+        let n = lines_for(total) as u64;
+        if self.free(n) < n {
+            return false;
+        }
+        let mut rest = payload;
+        for i in 0..n {
+            let seq = self.tail + i;
+            let line = self.ring.line(seq);
+            let mut buf = [0u8; LINE_PAYLOAD];
+            let mut at = 0;
+            if i == 0 {
+                buf[..prefix.len()].copy_from_slice(prefix);
+                at = prefix.len();
+            }
+            let take = rest.len().min(LINE_PAYLOAD - at);
+            buf[at..at + take].copy_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            // SAFETY: the reader has returned this line (free() checked its
+            // head), so nobody else accesses the payload until the flag below.
+            line.data.with_mut(|p| unsafe { *p = buf });
+            line.flag.store(seq + 1, Ordering::Release);
+        }
+        self.tail += n;
+        true
+    }
+
+    /// Lines written so far.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+}
+
+/// Reader end of a [`LineRing`].
+pub struct LineConsumer<'a> {
+    ring: LineRing<'a>,
+    tail: u64,
+}
+
+impl LineConsumer<'_> {
+    #[inline]
+    fn ready(&self, k: u64) -> bool {
+        let seq = self.tail + k;
+        self.ring.line(seq).flag.load(Ordering::Acquire) == seq + 1
+    }
+
+    /// Copies the first `dst.len()` bytes of the next message's first line
+    /// (its prefix) into `dst` without consuming anything; `false` if no
+    /// message has arrived.
+    #[inline]
+    pub fn peek_prefix(&self, dst: &mut [u8]) -> bool {
+        assert!(dst.len() <= LINE_PAYLOAD);
+        if !self.ready(0) {
+            return false;
+        }
+        self.ring.line(self.tail).data.with(|p| {
+            // SAFETY: the flag (Acquire) shows the writer is done with it.
+            dst.copy_from_slice(unsafe { &(&*p)[..dst.len()] })
+        });
+        true
+    }
+
+    /// Consumes the next message, whose prefix is `prefix_len` bytes and
+    /// payload `payload_len` bytes (as its prefix announced), copying the
+    /// first `dst.len().min(payload_len)` payload bytes into `dst`. Returns
+    /// `false` (consuming nothing) until every line of it has arrived.
+    ///
+    /// Returns `false` forever for a message longer than the ring; callers
+    /// validate lengths first.
+    pub fn try_read(&mut self, prefix_len: usize, payload_len: usize, dst: &mut [u8]) -> bool {
+        let total = match prefix_len.checked_add(payload_len) {
+            Some(t) if prefix_len <= LINE_PAYLOAD && t <= self.ring.max_message() => t,
+            _ => return false,
+        };
+        let n = lines_for(total) as u64;
+        // The last line is written last; checking every flag still gives
+        // each line its own Acquire edge.
+        if !self.ready(n - 1) || !(0..n - 1).all(|k| self.ready(k)) {
+            return false;
+        }
+        let want = dst.len().min(payload_len);
+        let mut done = 0;
+        for k in 0..n {
+            if done >= want {
+                break;
+            }
+            let at = if k == 0 { prefix_len } else { 0 };
+            let take = (want - done).min(LINE_PAYLOAD - at);
+            self.ring.line(self.tail + k).data.with(|p| {
+                // SAFETY: the flag (Acquire) shows the writer is done with it.
+                dst[done..done + take].copy_from_slice(unsafe { &(&*p)[at..at + take] })
+            });
+            done += take;
+        }
+        self.tail += n;
+        self.ring.head.value.store(self.tail, Ordering::Release);
+        true
+    }
+
+    /// Lines consumed so far.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    fn ring_mem(n: usize) -> (PaddedCounter, Vec<Line>) {
+        (PaddedCounter::default(), (0..n).map(|_| Line::default()).collect())
+    }
+
+    #[test]
+    fn lines_for_boundaries() {
+        assert_eq!(lines_for(0), 1);
+        assert_eq!(lines_for(1), 1);
+        assert_eq!(lines_for(56), 1);
+        assert_eq!(lines_for(57), 2);
+        assert_eq!(lines_for(112), 2);
+        assert_eq!(lines_for(113), 3);
+    }
+
+    #[test]
+    fn messages_of_every_small_size_round_trip_across_wraps() {
+        let (head, lines) = ring_mem(8);
+        let ring = LineRing::new(&head, &lines).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        let src: Vec<u8> = (0..=255u8).collect();
+        for len in 0..=200usize {
+            let body = &src[..len % 256];
+            let prefix = (len as u32).to_le_bytes();
+            let body = &body[..len.min(8 * LINE_PAYLOAD - 4)];
+            assert!(tx.try_write(&prefix, body));
+            let mut p = [0u8; 4];
+            assert!(rx.peek_prefix(&mut p));
+            assert_eq!(u32::from_le_bytes(p) as usize, len);
+            let mut out = std::vec![0u8; body.len()];
+            assert!(rx.try_read(4, body.len(), &mut out));
+            assert_eq!(out, body);
+            assert!(!rx.peek_prefix(&mut p), "nothing left");
+        }
+    }
+
+    #[test]
+    fn full_ring_refuses_and_reader_sees_nothing_partial() {
+        let (head, lines) = ring_mem(4);
+        let ring = LineRing::new(&head, &lines).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        assert!(tx.try_write(&[], &[7u8; 3 * LINE_PAYLOAD]));
+        assert!(!tx.try_write(&[], &[1u8; 2 * LINE_PAYLOAD]), "only one line free");
+        let mut out = [0u8; 3 * LINE_PAYLOAD];
+        assert!(rx.try_read(0, out.len(), &mut out));
+        assert!(out.iter().all(|&b| b == 7));
+        assert!(tx.try_write(&[], &[1u8; 2 * LINE_PAYLOAD]));
+    }
+
+    #[test]
+    fn truncated_read_consumes_whole_message() {
+        let (head, lines) = ring_mem(8);
+        let ring = LineRing::new(&head, &lines).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        assert!(tx.try_write(b"h", &[9u8; 150]));
+        assert!(tx.try_write(b"h", &[5u8; 3]));
+        let mut small = [0u8; 10];
+        assert!(rx.try_read(1, 150, &mut small));
+        assert_eq!(small, [9u8; 10]);
+        let mut next = [0u8; 3];
+        assert!(rx.try_read(1, 3, &mut next));
+        assert_eq!(next, [5u8; 3]);
+    }
+
+    #[test]
+    fn oversized_length_from_a_corrupt_prefix_is_refused() {
+        let (head, lines) = ring_mem(4);
+        let ring = LineRing::new(&head, &lines).unwrap();
+        let mut rx = ring.consumer();
+        let mut out = [0u8; 4];
+        assert!(!rx.try_read(16, usize::MAX / 2, &mut out));
+        assert!(!rx.try_read(100, 0, &mut out));
+    }
+}

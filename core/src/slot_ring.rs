@@ -1,0 +1,365 @@
+//! Slot ring: `steps` fixed-size slots with monotonic head/tail counters.
+//!
+//! The NCCL "Simple" protocol on a CPU: the producer owns `tail`, the
+//! consumer owns `head`, both are monotonic `u64` step counts on their own
+//! 128-byte lines. Step `s` lives in slot `s % steps`.
+//!
+//! * The producer may fill step `s` only while `s < head + steps`; it
+//!   publishes the step by storing `tail = s + 1` with `Release`.
+//! * The consumer may read step `s` only while `s < tail` (`Acquire`), and
+//!   returns the slot by storing `head = s + 1` with `Release`.
+//!
+//! The consumer's head therefore *is* the credit return: a slot is never
+//! overwritten before it is consumed. Each side caches the other's counter
+//! and reloads it only when the cached value says "full" or "empty", so the
+//! steady state costs one remote cache-line read per batch, not per step.
+//!
+//! Exactly one producer and one consumer may exist per ring; the driver
+//! guarantees that (one directed pair of ranks per ring).
+//!
+//! ```
+//! use tandem_core::slot_ring::{SlotRing, SlotRingCtrl};
+//! use tandem_core::sync::Block;
+//! let ctrl = SlotRingCtrl::default();
+//! let blocks: Vec<Block> = (0..4 * 2).map(|_| Block::default()).collect();
+//! let ring = SlotRing::new(&ctrl, &blocks, 4, 128).unwrap();
+//! let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+//! assert!(tx.try_push(b"hello"));
+//! let mut out = [0u8; 5];
+//! assert!(rx.try_pop(&mut out));
+//! assert_eq!(&out, b"hello");
+//! ```
+
+use crate::sync::{spin_hint, AtomicU64, Block, Ordering};
+use crate::{CACHE_LINE, COUNTER_PAD};
+
+/// A monotonic counter alone on its own 128-byte span.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct PaddedCounter {
+    /// The counter value.
+    pub value: AtomicU64,
+}
+
+static_assertions::const_assert_eq!(core::mem::size_of::<PaddedCounter>(), COUNTER_PAD);
+
+/// The two counters of a slot ring, as laid out in shared memory.
+#[repr(C)]
+#[derive(Default)]
+pub struct SlotRingCtrl {
+    /// Steps published by the producer.
+    pub tail: PaddedCounter,
+    /// Steps consumed (and so returned) by the consumer.
+    pub head: PaddedCounter,
+}
+
+/// Why a ring layout was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutError {
+    /// `steps` must be a power of two, at least 1.
+    Steps(u64),
+    /// Slot or line sizes must be non-zero multiples of 64 bytes.
+    SlotBytes(usize),
+    /// The memory given is smaller than the layout needs.
+    TooSmall {
+        /// Bytes the layout needs.
+        needed: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The memory given is not aligned as the layout needs.
+    Misaligned,
+}
+
+impl core::fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Steps(s) => write!(f, "ring steps must be a power of two, got {s}"),
+            Self::SlotBytes(b) => write!(f, "slot size must be a non-zero multiple of 64, got {b}"),
+            Self::TooSmall { needed, got } => {
+                write!(f, "ring memory too small: need {needed} bytes, got {got}")
+            }
+            Self::Misaligned => write!(f, "ring memory misaligned"),
+        }
+    }
+}
+
+/// A view of one slot ring: control counters plus `steps * slot_bytes`
+/// payload bytes.
+#[derive(Clone, Copy)]
+pub struct SlotRing<'a> {
+    ctrl: &'a SlotRingCtrl,
+    blocks: &'a [Block],
+    steps: u64,
+    slot_blocks: usize,
+}
+
+impl<'a> SlotRing<'a> {
+    /// Bytes of shared memory a ring of this shape occupies
+    /// (counters first, then the slots).
+    pub const fn bytes_needed(steps: u64, slot_bytes: usize) -> usize {
+        core::mem::size_of::<SlotRingCtrl>() + steps as usize * slot_bytes
+    }
+
+    /// A ring over `ctrl` and `blocks`; `steps` a power of two, `slot_bytes`
+    /// a multiple of 64, `blocks` at least `steps * slot_bytes / 64` long.
+    pub fn new(
+        ctrl: &'a SlotRingCtrl,
+        blocks: &'a [Block],
+        steps: u64,
+        slot_bytes: usize,
+    ) -> Result<Self, LayoutError> {
+        if steps == 0 || !steps.is_power_of_two() || steps > u32::MAX as u64 {
+            return Err(LayoutError::Steps(steps));
+        }
+        if slot_bytes == 0 || slot_bytes % CACHE_LINE != 0 {
+            return Err(LayoutError::SlotBytes(slot_bytes));
+        }
+        let slot_blocks = slot_bytes / CACHE_LINE;
+        let needed = steps as usize * slot_blocks;
+        if blocks.len() < needed {
+            return Err(LayoutError::TooSmall {
+                needed: needed * CACHE_LINE,
+                got: blocks.len() * CACHE_LINE,
+            });
+        }
+        Ok(Self { ctrl, blocks: &blocks[..needed], steps, slot_blocks })
+    }
+
+    /// A ring laid over raw memory: the counters at `ptr`, the slots right
+    /// after them.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay mapped and readable/writable for `'a`, be
+    /// accessed by other agents only through this ring protocol, and the
+    /// bytes must be valid for `AtomicU64` (any bit pattern is).
+    pub unsafe fn from_raw(
+        ptr: *mut u8,
+        len: usize,
+        steps: u64,
+        slot_bytes: usize,
+    ) -> Result<Self, LayoutError> {
+        if ptr.is_null() || (ptr as usize) % COUNTER_PAD != 0 {
+            return Err(LayoutError::Misaligned);
+        }
+        if steps == 0 || !steps.is_power_of_two() {
+            return Err(LayoutError::Steps(steps));
+        }
+        if slot_bytes == 0 || slot_bytes % CACHE_LINE != 0 {
+            return Err(LayoutError::SlotBytes(slot_bytes));
+        }
+        let needed = Self::bytes_needed(steps, slot_bytes);
+        if len < needed {
+            return Err(LayoutError::TooSmall { needed, got: len });
+        }
+        let ctrl_len = core::mem::size_of::<SlotRingCtrl>();
+        // SAFETY: alignment and size were checked above; the caller promises
+        // the memory lives for 'a and is shared only through this protocol.
+        // Atomics and UnsafeCell-wrapped bytes accept any bit pattern.
+        let (ctrl, blocks) = unsafe {
+            (
+                &*(ptr as *const SlotRingCtrl),
+                core::slice::from_raw_parts(
+                    ptr.add(ctrl_len) as *const Block,
+                    (needed - ctrl_len) / CACHE_LINE,
+                ),
+            )
+        };
+        Self::new(ctrl, blocks, steps, slot_bytes)
+    }
+
+    /// Number of slots.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_blocks * CACHE_LINE
+    }
+
+    fn slot(&self, step: u64) -> &'a [Block] {
+        let i = (step & (self.steps - 1)) as usize * self.slot_blocks;
+        &self.blocks[i..i + self.slot_blocks]
+    }
+
+    /// The producer end. Create exactly one per ring.
+    pub fn producer(&self) -> SlotProducer<'a> {
+        let tail = self.ctrl.tail.value.load(Ordering::Relaxed);
+        SlotProducer { ring: *self, tail, head_cache: self.ctrl.head.value.load(Ordering::Acquire) }
+    }
+
+    /// The consumer end. Create exactly one per ring.
+    pub fn consumer(&self) -> SlotConsumer<'a> {
+        let head = self.ctrl.head.value.load(Ordering::Relaxed);
+        SlotConsumer { ring: *self, head, tail_cache: self.ctrl.tail.value.load(Ordering::Acquire) }
+    }
+}
+
+/// Producer end of a [`SlotRing`].
+pub struct SlotProducer<'a> {
+    ring: SlotRing<'a>,
+    tail: u64,
+    head_cache: u64,
+}
+
+impl SlotProducer<'_> {
+    /// Slots free for writing, reloading the consumer's head only if the
+    /// cached value shows none.
+    #[inline]
+    pub fn free(&mut self) -> u64 {
+        let mut free = self.free_cached();
+        if free == 0 {
+            self.head_cache = self.ring.ctrl.head.value.load(Ordering::Acquire);
+            free = self.free_cached();
+        }
+        free
+    }
+
+    #[inline]
+    fn free_cached(&self) -> u64 {
+        // A corrupt head (ahead of tail) is clamped: it can never let us
+        // write more than `steps` slots past what we published.
+        self.head_cache.saturating_add(self.ring.steps).saturating_sub(self.tail).min(self.ring.steps)
+    }
+
+    /// Copies `src` into the next slot and publishes it, or returns `false`
+    /// if every slot still holds unconsumed data.
+    ///
+    /// # Panics
+    /// If `src` is longer than a slot (callers cut messages into chunks).
+    #[inline]
+    pub fn try_push(&mut self, src: &[u8]) -> bool {
+        assert!(src.len() <= self.ring.slot_bytes(), "chunk larger than a slot");
+        if self.free() == 0 {
+            return false;
+        }
+        crate::sync::copy_to_blocks(self.ring.slot(self.tail), src);
+        self.tail += 1;
+        self.ring.ctrl.tail.value.store(self.tail, Ordering::Release);
+        true
+    }
+
+    /// Like [`try_push`](Self::try_push) but spins until a slot frees up.
+    pub fn push_spin(&mut self, src: &[u8]) {
+        while !self.try_push(src) {
+            spin_hint();
+        }
+    }
+
+    /// Steps published so far.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+}
+
+/// Consumer end of a [`SlotRing`].
+pub struct SlotConsumer<'a> {
+    ring: SlotRing<'a>,
+    head: u64,
+    tail_cache: u64,
+}
+
+impl SlotConsumer<'_> {
+    /// Slots ready to read, reloading the producer's tail only if the
+    /// cached value shows none.
+    #[inline]
+    pub fn available(&mut self) -> u64 {
+        if self.tail_cache <= self.head {
+            self.tail_cache = self.ring.ctrl.tail.value.load(Ordering::Acquire);
+        }
+        // Clamped for the same reason as `SlotProducer::free`.
+        self.tail_cache.saturating_sub(self.head).min(self.ring.steps)
+    }
+
+    /// Copies the next slot's first `dst.len()` bytes into `dst` and returns
+    /// the slot, or returns `false` if nothing is published yet.
+    ///
+    /// # Panics
+    /// If `dst` is longer than a slot.
+    #[inline]
+    pub fn try_pop(&mut self, dst: &mut [u8]) -> bool {
+        assert!(dst.len() <= self.ring.slot_bytes(), "chunk larger than a slot");
+        if self.available() == 0 {
+            return false;
+        }
+        crate::sync::copy_from_blocks(self.ring.slot(self.head), dst);
+        self.release_one();
+        true
+    }
+
+    /// Returns the next slot without reading it (used to drain the rest of
+    /// a truncated message), or `false` if nothing is published yet.
+    #[inline]
+    pub fn try_skip(&mut self) -> bool {
+        if self.available() == 0 {
+            return false;
+        }
+        self.release_one();
+        true
+    }
+
+    #[inline]
+    fn release_one(&mut self) {
+        self.head += 1;
+        self.ring.ctrl.head.value.store(self.head, Ordering::Release);
+    }
+
+    /// Steps consumed so far.
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    fn blocks(n: usize) -> Vec<Block> {
+        (0..n).map(|_| Block::default()).collect()
+    }
+
+    #[test]
+    fn rejects_bad_layouts() {
+        let ctrl = SlotRingCtrl::default();
+        let b = blocks(8);
+        assert_eq!(SlotRing::new(&ctrl, &b, 3, 64).err(), Some(LayoutError::Steps(3)));
+        assert_eq!(SlotRing::new(&ctrl, &b, 0, 64).err(), Some(LayoutError::Steps(0)));
+        assert_eq!(SlotRing::new(&ctrl, &b, 2, 65).err(), Some(LayoutError::SlotBytes(65)));
+        assert!(matches!(SlotRing::new(&ctrl, &b, 8, 128), Err(LayoutError::TooSmall { .. })));
+    }
+
+    #[test]
+    fn fills_then_refuses_until_consumed_and_wraps() {
+        let ctrl = SlotRingCtrl::default();
+        let b = blocks(4);
+        let ring = SlotRing::new(&ctrl, &b, 4, 64).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        let mut out = [0u8; 8];
+        for round in 0u64..10 {
+            for i in 0..4u64 {
+                assert!(tx.try_push(&(round * 4 + i).to_le_bytes()));
+            }
+            assert!(!tx.try_push(&[0; 8]), "a full ring must refuse");
+            for i in 0..4u64 {
+                assert!(rx.try_pop(&mut out));
+                assert_eq!(u64::from_le_bytes(out), round * 4 + i);
+            }
+            assert!(!rx.try_pop(&mut out), "an empty ring must refuse");
+        }
+        assert_eq!(tx.tail(), 40);
+        assert_eq!(rx.head(), 40);
+    }
+
+    #[test]
+    fn corrupt_head_cannot_open_more_than_steps() {
+        let ctrl = SlotRingCtrl::default();
+        let b = blocks(2);
+        let ring = SlotRing::new(&ctrl, &b, 2, 64).unwrap();
+        let mut tx = ring.producer();
+        ctrl.head.value.store(u64::MAX / 2, Ordering::Relaxed);
+        assert_eq!(tx.free(), 2);
+    }
+}

@@ -1,0 +1,209 @@
+//! The wire header every message starts with.
+//!
+//! 16 bytes, little-endian, `#[repr(C)]` with its size and alignment fixed
+//! at compile time. [`Header::decode`] validates every field against the
+//! receiver's [`Limits`] and returns a [`WireError`]; no byte pattern can
+//! make it panic (a property test feeds it random bytes).
+//!
+//! ```
+//! use tandem_core::wire::{Header, Kind, Limits};
+//! let h = Header::new(Kind::Eager, 0, 42, 8);
+//! let limits = Limits { eager_max: 1024, msg_max: 1 << 40, contexts: 1 };
+//! assert_eq!(Header::decode(&h.encode(), &limits), Ok(h));
+//! assert!(Header::decode(&[0xff; 16], &limits).is_err());
+//! ```
+
+/// First byte of every header: catches a peer writing garbage or a
+/// mismatched build.
+pub const MAGIC: u8 = 0x7d;
+
+/// Encoded size of a [`Header`].
+pub const HEADER_LEN: usize = 16;
+
+/// Message kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// The payload follows the header in the same (line) ring.
+    Eager = 1,
+    /// The payload follows in the bulk (slot) ring, in slot-sized chunks.
+    Bulk = 2,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::Eager),
+            2 => Some(Self::Bulk),
+            _ => None,
+        }
+    }
+}
+
+/// A message header.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Always [`MAGIC`].
+    pub magic: u8,
+    /// A [`Kind`], as a byte.
+    pub kind: u8,
+    /// Communication context (communicator id); 0 is the world.
+    pub context: u16,
+    /// The user's tag.
+    pub tag: u32,
+    /// Payload length in bytes.
+    pub len: u64,
+}
+
+static_assertions::assert_eq_size!(Header, [u8; HEADER_LEN]);
+static_assertions::const_assert_eq!(core::mem::align_of::<Header>(), 8);
+
+/// What the receiver accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest payload an [`Kind::Eager`] message may carry.
+    pub eager_max: u64,
+    /// Longest payload of any message.
+    pub msg_max: u64,
+    /// Number of contexts in use (valid contexts are `0..contexts`).
+    pub contexts: u16,
+}
+
+/// Why a header was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireError {
+    /// Fewer than [`HEADER_LEN`] bytes.
+    Short(usize),
+    /// The first byte is not [`MAGIC`].
+    BadMagic(u8),
+    /// Unknown kind byte.
+    BadKind(u8),
+    /// Context outside `0..contexts`.
+    BadContext(u16),
+    /// An eager payload longer than `eager_max`.
+    EagerTooLong {
+        /// Announced length.
+        len: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// A payload longer than `msg_max`.
+    TooLong {
+        /// Announced length.
+        len: u64,
+        /// Limit.
+        max: u64,
+    },
+}
+
+impl core::fmt::Display for WireError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Short(n) => write!(f, "header too short: {n} bytes"),
+            Self::BadMagic(b) => write!(f, "bad header magic {b:#04x}"),
+            Self::BadKind(k) => write!(f, "unknown message kind {k}"),
+            Self::BadContext(c) => write!(f, "unknown context {c}"),
+            Self::EagerTooLong { len, max } => {
+                write!(f, "eager message of {len} bytes exceeds limit {max}")
+            }
+            Self::TooLong { len, max } => write!(f, "message of {len} bytes exceeds limit {max}"),
+        }
+    }
+}
+
+impl Header {
+    /// A header of `kind` for a `len`-byte payload.
+    pub const fn new(kind: Kind, context: u16, tag: u32, len: u64) -> Self {
+        Self { magic: MAGIC, kind: kind as u8, context, tag, len }
+    }
+
+    /// The kind; valid on any header that came from [`decode`](Self::decode).
+    pub fn kind(&self) -> Kind {
+        Kind::from_u8(self.kind).unwrap_or(Kind::Eager)
+    }
+
+    /// Little-endian encoding.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = self.magic;
+        b[1] = self.kind;
+        b[2..4].copy_from_slice(&self.context.to_le_bytes());
+        b[4..8].copy_from_slice(&self.tag.to_le_bytes());
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// Parses and validates a header; never panics.
+    pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, WireError> {
+        let b: &[u8; HEADER_LEN] = bytes
+            .get(..HEADER_LEN)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(WireError::Short(bytes.len()))?;
+        if b[0] != MAGIC {
+            return Err(WireError::BadMagic(b[0]));
+        }
+        let kind = Kind::from_u8(b[1]).ok_or(WireError::BadKind(b[1]))?;
+        let context = u16::from_le_bytes([b[2], b[3]]);
+        if context >= limits.contexts {
+            return Err(WireError::BadContext(context));
+        }
+        let tag = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let mut l = [0u8; 8];
+        l.copy_from_slice(&b[8..16]);
+        let len = u64::from_le_bytes(l);
+        if len > limits.msg_max {
+            return Err(WireError::TooLong { len, max: limits.msg_max });
+        }
+        if kind == Kind::Eager && len > limits.eager_max {
+            return Err(WireError::EagerTooLong { len, max: limits.eager_max });
+        }
+        Ok(Self::new(kind, context, tag, len))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: Limits = Limits { eager_max: 1024, msg_max: 1 << 32, contexts: 4 };
+
+    #[test]
+    fn each_field_is_validated() {
+        let good = Header::new(Kind::Bulk, 3, 7, 1 << 20).encode();
+        assert!(Header::decode(&good, &LIMITS).is_ok());
+        let mut b = good;
+        b[0] = 0;
+        assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::BadMagic(0)));
+        let mut b = good;
+        b[1] = 9;
+        assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::BadKind(9)));
+        let mut b = good;
+        b[2] = 4;
+        assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::BadContext(4)));
+        let big = Header::new(Kind::Bulk, 0, 0, (1 << 32) + 1).encode();
+        assert!(matches!(Header::decode(&big, &LIMITS), Err(WireError::TooLong { .. })));
+        let eager = Header::new(Kind::Eager, 0, 0, 1025).encode();
+        assert!(matches!(Header::decode(&eager, &LIMITS), Err(WireError::EagerTooLong { .. })));
+        assert_eq!(Header::decode(&good[..15], &LIMITS), Err(WireError::Short(15)));
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            if let Ok(h) = Header::decode(&bytes, &LIMITS) {
+                // Whatever decodes re-encodes to the same bytes.
+                prop_assert_eq!(&h.encode()[..], &bytes[..HEADER_LEN]);
+                prop_assert!(h.len <= LIMITS.msg_max);
+            }
+        }
+
+        #[test]
+        fn round_trip(kind in prop_oneof![Just(Kind::Eager), Just(Kind::Bulk)],
+                      ctx in 0u16..4, tag: u32, len in 0u64..1024) {
+            let h = Header::new(kind, ctx, tag, len);
+            prop_assert_eq!(Header::decode(&h.encode(), &LIMITS), Ok(h));
+        }
+    }
+}
