@@ -43,7 +43,11 @@ impl CreditWindow {
     /// A window that starts with `initial` credits, the most the receiver
     /// has buffers for; grants may never open it wider.
     pub const fn new(initial: u64) -> Self {
-        Self { granted: initial, used: 0, window: initial }
+        Self {
+            granted: initial,
+            used: 0,
+            window: initial,
+        }
     }
 
     /// Credits available now.
@@ -70,7 +74,11 @@ impl CreditWindow {
             return Ok(());
         }
         if total - self.used > self.window {
-            return Err(CreditError { granted: total, used: self.used, window: self.window });
+            return Err(CreditError {
+                granted: total,
+                used: self.used,
+                window: self.window,
+            });
         }
         self.granted = total;
         Ok(())
@@ -96,7 +104,12 @@ impl CreditReturn {
     /// message is due once `threshold` (at least 1) credits are owed.
     pub const fn new(initial: u64, threshold: u64) -> Self {
         let threshold = if threshold == 0 { 1 } else { threshold };
-        Self { initial, consumed: 0, returned: 0, threshold }
+        Self {
+            initial,
+            consumed: 0,
+            returned: 0,
+            threshold,
+        }
     }
 
     /// Records that `n` buffers were consumed and may be reused.

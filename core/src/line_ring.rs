@@ -47,7 +47,10 @@ pub struct Line {
 
 impl Default for Line {
     fn default() -> Self {
-        Self { data: SharedCell::new([0; LINE_PAYLOAD]), flag: AtomicU64::new(0) }
+        Self {
+            data: SharedCell::new([0; LINE_PAYLOAD]),
+            flag: AtomicU64::new(0),
+        }
     }
 }
 
@@ -127,12 +130,19 @@ impl<'a> LineRing<'a> {
     /// The writer end. Create exactly one per ring.
     pub fn producer(&self) -> LineProducer<'a> {
         let head = self.head.value.load(Ordering::Acquire);
-        LineProducer { ring: *self, tail: head, head_cache: head }
+        LineProducer {
+            ring: *self,
+            tail: head,
+            head_cache: head,
+        }
     }
 
     /// The reader end. Create exactly one per ring.
     pub fn consumer(&self) -> LineConsumer<'a> {
-        LineConsumer { ring: *self, tail: self.head.value.load(Ordering::Relaxed) }
+        LineConsumer {
+            ring: *self,
+            tail: self.head.value.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -146,7 +156,10 @@ pub struct LineProducer<'a> {
 impl LineProducer<'_> {
     fn free_cached(&self) -> u64 {
         let cap = self.ring.lines.len() as u64;
-        self.head_cache.saturating_add(cap).saturating_sub(self.tail).min(cap)
+        self.head_cache
+            .saturating_add(cap)
+            .saturating_sub(self.tail)
+            .min(cap)
     }
 
     /// Lines free for writing (reloads the reader's head if needed).
@@ -167,7 +180,10 @@ impl LineProducer<'_> {
     pub fn try_write(&mut self, prefix: &[u8], payload: &[u8]) -> bool {
         assert!(prefix.len() <= LINE_PAYLOAD, "prefix longer than a line");
         let total = prefix.len() + payload.len();
-        assert!(total <= self.ring.max_message(), "message larger than the line ring");
+        assert!(
+            total <= self.ring.max_message(),
+            "message larger than the line ring"
+        );
         let n = lines_for(total) as u64;
         if self.free(n) < n {
             return false;
@@ -279,7 +295,10 @@ mod tests {
     use std::vec::Vec;
 
     fn ring_mem(n: usize) -> (PaddedCounter, Vec<Line>) {
-        (PaddedCounter::default(), (0..n).map(|_| Line::default()).collect())
+        (
+            PaddedCounter::default(),
+            (0..n).map(|_| Line::default()).collect(),
+        )
     }
 
     #[test]
@@ -319,7 +338,10 @@ mod tests {
         let ring = LineRing::new(&head, &lines).unwrap();
         let (mut tx, mut rx) = (ring.producer(), ring.consumer());
         assert!(tx.try_write(&[], &[7u8; 3 * LINE_PAYLOAD]));
-        assert!(!tx.try_write(&[], &[1u8; 2 * LINE_PAYLOAD]), "only one line free");
+        assert!(
+            !tx.try_write(&[], &[1u8; 2 * LINE_PAYLOAD]),
+            "only one line free"
+        );
         let mut out = [0u8; 3 * LINE_PAYLOAD];
         assert!(rx.try_read(0, out.len(), &mut out));
         assert!(out.iter().all(|&b| b == 7));

@@ -123,7 +123,12 @@ impl<'a> SlotRing<'a> {
                 got: blocks.len() * CACHE_LINE,
             });
         }
-        Ok(Self { ctrl, blocks: &blocks[..needed], steps, slot_blocks })
+        Ok(Self {
+            ctrl,
+            blocks: &blocks[..needed],
+            steps,
+            slot_blocks,
+        })
     }
 
     /// A ring laid over raw memory: the counters at `ptr`, the slots right
@@ -186,13 +191,21 @@ impl<'a> SlotRing<'a> {
     /// The producer end. Create exactly one per ring.
     pub fn producer(&self) -> SlotProducer<'a> {
         let tail = self.ctrl.tail.value.load(Ordering::Relaxed);
-        SlotProducer { ring: *self, tail, head_cache: self.ctrl.head.value.load(Ordering::Acquire) }
+        SlotProducer {
+            ring: *self,
+            tail,
+            head_cache: self.ctrl.head.value.load(Ordering::Acquire),
+        }
     }
 
     /// The consumer end. Create exactly one per ring.
     pub fn consumer(&self) -> SlotConsumer<'a> {
         let head = self.ctrl.head.value.load(Ordering::Relaxed);
-        SlotConsumer { ring: *self, head, tail_cache: self.ctrl.tail.value.load(Ordering::Acquire) }
+        SlotConsumer {
+            ring: *self,
+            head,
+            tail_cache: self.ctrl.tail.value.load(Ordering::Acquire),
+        }
     }
 }
 
@@ -220,7 +233,10 @@ impl SlotProducer<'_> {
     fn free_cached(&self) -> u64 {
         // A corrupt head (ahead of tail) is clamped: it can never let us
         // write more than `steps` slots past what we published.
-        self.head_cache.saturating_add(self.ring.steps).saturating_sub(self.tail).min(self.ring.steps)
+        self.head_cache
+            .saturating_add(self.ring.steps)
+            .saturating_sub(self.tail)
+            .min(self.ring.steps)
     }
 
     /// Copies `src` into the next slot and publishes it, or returns `false`
@@ -230,13 +246,20 @@ impl SlotProducer<'_> {
     /// If `src` is longer than a slot (callers cut messages into chunks).
     #[inline]
     pub fn try_push(&mut self, src: &[u8]) -> bool {
-        assert!(src.len() <= self.ring.slot_bytes(), "chunk larger than a slot");
+        assert!(
+            src.len() <= self.ring.slot_bytes(),
+            "chunk larger than a slot"
+        );
         if self.free() == 0 {
             return false;
         }
         crate::sync::copy_to_blocks(self.ring.slot(self.tail), src);
         self.tail += 1;
-        self.ring.ctrl.tail.value.store(self.tail, Ordering::Release);
+        self.ring
+            .ctrl
+            .tail
+            .value
+            .store(self.tail, Ordering::Release);
         true
     }
 
@@ -269,7 +292,9 @@ impl SlotConsumer<'_> {
             self.tail_cache = self.ring.ctrl.tail.value.load(Ordering::Acquire);
         }
         // Clamped for the same reason as `SlotProducer::free`.
-        self.tail_cache.saturating_sub(self.head).min(self.ring.steps)
+        self.tail_cache
+            .saturating_sub(self.head)
+            .min(self.ring.steps)
     }
 
     /// Copies the next slot's first `dst.len()` bytes into `dst` and returns
@@ -279,7 +304,10 @@ impl SlotConsumer<'_> {
     /// If `dst` is longer than a slot.
     #[inline]
     pub fn try_pop(&mut self, dst: &mut [u8]) -> bool {
-        assert!(dst.len() <= self.ring.slot_bytes(), "chunk larger than a slot");
+        assert!(
+            dst.len() <= self.ring.slot_bytes(),
+            "chunk larger than a slot"
+        );
         if self.available() == 0 {
             return false;
         }
@@ -302,7 +330,11 @@ impl SlotConsumer<'_> {
     #[inline]
     fn release_one(&mut self) {
         self.head += 1;
-        self.ring.ctrl.head.value.store(self.head, Ordering::Release);
+        self.ring
+            .ctrl
+            .head
+            .value
+            .store(self.head, Ordering::Release);
     }
 
     /// Steps consumed so far.
@@ -325,10 +357,22 @@ mod tests {
     fn rejects_bad_layouts() {
         let ctrl = SlotRingCtrl::default();
         let b = blocks(8);
-        assert_eq!(SlotRing::new(&ctrl, &b, 3, 64).err(), Some(LayoutError::Steps(3)));
-        assert_eq!(SlotRing::new(&ctrl, &b, 0, 64).err(), Some(LayoutError::Steps(0)));
-        assert_eq!(SlotRing::new(&ctrl, &b, 2, 65).err(), Some(LayoutError::SlotBytes(65)));
-        assert!(matches!(SlotRing::new(&ctrl, &b, 8, 128), Err(LayoutError::TooSmall { .. })));
+        assert_eq!(
+            SlotRing::new(&ctrl, &b, 3, 64).err(),
+            Some(LayoutError::Steps(3))
+        );
+        assert_eq!(
+            SlotRing::new(&ctrl, &b, 0, 64).err(),
+            Some(LayoutError::Steps(0))
+        );
+        assert_eq!(
+            SlotRing::new(&ctrl, &b, 2, 65).err(),
+            Some(LayoutError::SlotBytes(65))
+        );
+        assert!(matches!(
+            SlotRing::new(&ctrl, &b, 8, 128),
+            Err(LayoutError::TooSmall { .. })
+        ));
     }
 
     #[test]

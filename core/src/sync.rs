@@ -125,7 +125,11 @@ pub fn copy_from_blocks(blocks: &[Block], dst: &mut [u8]) {
         // blocks (Acquire on its counter/flag) and will not touch them again
         // until this agent returns them.
         unsafe {
-            core::ptr::copy_nonoverlapping(blocks[0].0.get().cast::<u8>(), dst.as_mut_ptr(), dst.len())
+            core::ptr::copy_nonoverlapping(
+                blocks[0].0.get().cast::<u8>(),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         }
     }
     #[cfg(loom)]

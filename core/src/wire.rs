@@ -115,7 +115,13 @@ impl core::fmt::Display for WireError {
 impl Header {
     /// A header of `kind` for a `len`-byte payload.
     pub const fn new(kind: Kind, context: u16, tag: u32, len: u64) -> Self {
-        Self { magic: MAGIC, kind: kind as u8, context, tag, len }
+        Self {
+            magic: MAGIC,
+            kind: kind as u8,
+            context,
+            tag,
+            len,
+        }
     }
 
     /// The kind; valid on any header that came from [`decode`](Self::decode).
@@ -153,10 +159,16 @@ impl Header {
         l.copy_from_slice(&b[8..16]);
         let len = u64::from_le_bytes(l);
         if len > limits.msg_max {
-            return Err(WireError::TooLong { len, max: limits.msg_max });
+            return Err(WireError::TooLong {
+                len,
+                max: limits.msg_max,
+            });
         }
         if kind == Kind::Eager && len > limits.eager_max {
-            return Err(WireError::EagerTooLong { len, max: limits.eager_max });
+            return Err(WireError::EagerTooLong {
+                len,
+                max: limits.eager_max,
+            });
         }
         Ok(Self::new(kind, context, tag, len))
     }
@@ -167,7 +179,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const LIMITS: Limits = Limits { eager_max: 1024, msg_max: 1 << 32, contexts: 4 };
+    const LIMITS: Limits = Limits {
+        eager_max: 1024,
+        msg_max: 1 << 32,
+        contexts: 4,
+    };
 
     #[test]
     fn each_field_is_validated() {
@@ -183,10 +199,19 @@ mod tests {
         b[2] = 4;
         assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::BadContext(4)));
         let big = Header::new(Kind::Bulk, 0, 0, (1 << 32) + 1).encode();
-        assert!(matches!(Header::decode(&big, &LIMITS), Err(WireError::TooLong { .. })));
+        assert!(matches!(
+            Header::decode(&big, &LIMITS),
+            Err(WireError::TooLong { .. })
+        ));
         let eager = Header::new(Kind::Eager, 0, 0, 1025).encode();
-        assert!(matches!(Header::decode(&eager, &LIMITS), Err(WireError::EagerTooLong { .. })));
-        assert_eq!(Header::decode(&good[..15], &LIMITS), Err(WireError::Short(15)));
+        assert!(matches!(
+            Header::decode(&eager, &LIMITS),
+            Err(WireError::EagerTooLong { .. })
+        ));
+        assert_eq!(
+            Header::decode(&good[..15], &LIMITS),
+            Err(WireError::Short(15))
+        );
     }
 
     proptest! {

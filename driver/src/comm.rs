@@ -1,0 +1,596 @@
+//! The communicator: blocking and scoped non-blocking point-to-point calls.
+
+use crate::config::{debug_level, Config, DebugLevel, Layout};
+use crate::engine::{Engine, OpId, Status};
+use crate::error::{Error, Result};
+use crate::launch::Children;
+use crate::shm::JobMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
+
+/// A message tag.
+pub type Tag = u32;
+
+struct Shared {
+    engine: Mutex<Engine>,
+    rank: usize,
+    size: usize,
+    cfg: Config,
+    next_scope: AtomicU32,
+    proxy_stop: Arc<AtomicBool>,
+    proxy: Mutex<Option<std::thread::JoinHandle<()>>>,
+    children: Mutex<Option<Children>>,
+}
+
+/// A communicator: `size` ranks that exchange messages by rank and tag.
+///
+/// Blocking calls borrow their buffer for the call. Non-blocking calls live
+/// in a [`Comm::scope`], which does not return before every operation
+/// started in it has finished, so a buffer can never be freed or reused
+/// while a transfer into it may still run, even if a [`Request`] is leaked
+/// with `mem::forget`.
+///
+/// ```no_run
+/// use tandem_driver::Comm;
+/// // Started by `tandem-run -n 2 ./prog`:
+/// let comm = Comm::from_env()?;
+/// let peer = 1 - comm.rank();
+/// let mut got = [0u8; 5];
+/// comm.scope(|s| {
+///     let r = s.irecv(&mut got, peer, 7)?;
+///     s.isend(b"hello", peer, 7)?.wait()?;
+///     r.wait()
+/// })??;
+/// assert_eq!(&got, b"hello");
+/// # Ok::<(), tandem_driver::Error>(())
+/// ```
+pub struct Comm {
+    sh: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("rank", &self.sh.rank)
+            .field("size", &self.sh.size)
+            .finish()
+    }
+}
+
+fn env_usize(name: &str) -> Result<usize> {
+    let v = std::env::var(name).map_err(|_| {
+        Error::NotLaunched(format!(
+            "{name} is not set (start the program with tandem-run, or use Comm::local)"
+        ))
+    })?;
+    v.parse()
+        .map_err(|_| Error::NotLaunched(format!("{name}={v:?} is not a number")))
+}
+
+impl Comm {
+    /// Joins the job this process was started in by `tandem-run` (or by
+    /// [`Comm::local`]), with configuration from `TANDEM_*` variables.
+    pub fn from_env() -> Result<Self> {
+        Self::from_env_with(Config::from_env()?)
+    }
+
+    /// Like [`from_env`](Self::from_env) with an explicit configuration.
+    pub fn from_env_with(cfg: Config) -> Result<Self> {
+        let rank = env_usize("TANDEM_RANK")?;
+        let size = env_usize("TANDEM_SIZE")?;
+        let fd = env_usize("TANDEM_SHM_FD")? as i32;
+        let job_s = std::env::var("TANDEM_JOB")
+            .map_err(|_| Error::NotLaunched("TANDEM_JOB is not set".into()))?;
+        let job = u64::from_str_radix(&job_s, 16)
+            .map_err(|_| Error::NotLaunched(format!("TANDEM_JOB={job_s:?} is not a job id")))?;
+        if rank >= size {
+            return Err(Error::InvalidRank { rank, size });
+        }
+        // SAFETY: F_GETFD only inspects the descriptor table.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(Error::NotLaunched(format!(
+                "TANDEM_SHM_FD={fd} is not an open descriptor (stale environment?)"
+            )));
+        }
+        // SAFETY: the descriptor is open (checked above) and was handed to
+        // this process by the launcher for exactly this use; we take it over.
+        let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // Keep it from leaking into programs this rank may start.
+        // SAFETY: plain fcntl on our descriptor.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        let map = JobMap::open(&file, job, size)?;
+        Self::with_map(Arc::new(map), rank, cfg)
+    }
+
+    /// Creates a local world of `n` ranks on this machine by starting `n-1`
+    /// more copies of the running program (same arguments); the original
+    /// process becomes rank 0 and each copy returns its own rank from this
+    /// same call. Rank 0 waits for the copies when the communicator is
+    /// dropped or [`finish`](Self::finish)ed.
+    ///
+    /// Call it before starting threads whose work the copies must not redo.
+    pub fn local(n: usize) -> Result<Self> {
+        Self::local_with(n, Config::from_env()?)
+    }
+
+    /// [`local`](Self::local) with an explicit configuration.
+    pub fn local_with(n: usize, cfg: Config) -> Result<Self> {
+        if std::env::var_os("TANDEM_RANK").is_some() {
+            let c = Self::from_env_with(cfg)?;
+            if c.size() != n {
+                return Err(Error::JobMismatch {
+                    expected: format!("a local world of {n} ranks"),
+                    found: format!("a job of {} ranks in the environment", c.size()),
+                });
+            }
+            return Ok(c);
+        }
+        let exe = std::env::current_exe()?;
+        let args: Vec<_> = std::env::args_os().skip(1).collect();
+        let layout = Layout::from_env()?;
+        let (map, children) = crate::launch::spawn_world(n, &layout, &exe, &args)?;
+        let c = Self::with_map(Arc::new(map), 0, cfg)?;
+        *c.sh.children.lock().unwrap_or_else(|e| e.into_inner()) = Some(children);
+        Ok(c)
+    }
+
+    /// Runs `f` on `n` threads of this process, each with the communicator
+    /// of its rank, over anonymous shared memory; returns their results in
+    /// rank order. Handy for tests and examples; for separate processes use
+    /// [`Comm::local`] or `tandem-run`.
+    ///
+    /// ```
+    /// use tandem_driver::{Comm, Config, Layout};
+    /// let out = Comm::threads(2, &Layout::default(), Config::default(), |comm| {
+    ///     let peer = 1 - comm.rank();
+    ///     let mut buf = [0u8; 4];
+    ///     if comm.rank() == 0 {
+    ///         comm.send(b"ping", peer, 1)?;
+    ///     } else {
+    ///         comm.recv(&mut buf, peer, 1)?;
+    ///     }
+    ///     Ok(buf)
+    /// });
+    /// assert_eq!(out[1].as_ref().unwrap(), b"ping");
+    /// ```
+    pub fn threads<R: Send>(
+        n: usize,
+        layout: &Layout,
+        cfg: Config,
+        f: impl Fn(Comm) -> Result<R> + Sync,
+    ) -> Vec<Result<R>> {
+        let map = match JobMap::anon(n, layout) {
+            Ok(m) => Arc::new(m),
+            Err(e) => return (0..n.max(1)).map(|_| Err(e.clone())).collect(),
+        };
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let (map, cfg, f) = (map.clone(), cfg.clone(), &f);
+                    s.spawn(move || f(Comm::with_map(map, r, cfg)?))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Io("rank thread panicked".into())))
+                })
+                .collect()
+        })
+    }
+
+    fn with_map(map: Arc<JobMap>, rank: usize, cfg: Config) -> Result<Self> {
+        if let Some(core) = cfg.pin_core {
+            pin_to(core)?;
+        }
+        map.attach(rank, std::process::id());
+        let size = map.nranks();
+        let engine = Engine::new(map.clone(), rank, &cfg);
+        if debug_level() >= DebugLevel::Info {
+            eprintln!(
+                "tandem[{rank}/{size}] job {:016x} layout {:?} config {:?}",
+                map.job(),
+                map.layout(),
+                cfg
+            );
+        }
+        let sh = Arc::new(Shared {
+            engine: Mutex::new(engine),
+            rank,
+            size,
+            cfg,
+            next_scope: AtomicU32::new(1),
+            proxy_stop: Arc::new(AtomicBool::new(false)),
+            proxy: Mutex::new(None),
+            children: Mutex::new(None),
+        });
+        if let Some(core) = sh.cfg.proxy_core {
+            let weak = Arc::downgrade(&sh);
+            let stop = sh.proxy_stop.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("tandem-proxy-{rank}"))
+                .spawn(move || proxy_loop(weak, stop, core))?;
+            *sh.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
+        Ok(Self { sh })
+    }
+
+    /// This process's rank, `0..size()`.
+    pub fn rank(&self) -> usize {
+        self.sh.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.sh.size
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> &Config {
+        &self.sh.cfg
+    }
+
+    fn engine(&self) -> MutexGuard<'_, Engine> {
+        self.sh.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends `buf` to rank `dst` with `tag`; returns once `buf` may be
+    /// reused (small messages: copied into the channel; large ones: fully
+    /// streamed into the peer's ring).
+    pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
+        let id = self.engine().post_send(buf, dst, tag, 0)?;
+        self.wait_one(id).map(|_| ())
+    }
+
+    /// Receives the next message from rank `src` with `tag` into `buf`.
+    /// A message longer than `buf` fills it and fails with
+    /// [`Error::Truncated`]; the next message is unaffected.
+    pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
+        let id = self.engine().post_recv(buf, src, tag, 0)?;
+        self.wait_one(id)
+    }
+
+    /// Runs `f` with a [`Scope`] in which non-blocking operations may
+    /// borrow buffers that outlive the scope. Before returning, waits for
+    /// every operation started in the scope (requests dropped unwaited
+    /// included); if that wait fails, the error is returned instead of
+    /// `f`'s result. If `f` panics, the scope's operations are withdrawn
+    /// before the panic continues, so no buffer is touched afterwards.
+    pub fn scope<'env, R>(
+        &'env self,
+        f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R,
+    ) -> Result<R> {
+        let id = self.sh.next_scope.fetch_add(1, Ordering::Relaxed).max(1);
+        let scope = Scope {
+            comm: self,
+            id,
+            _s: PhantomData,
+            _e: PhantomData,
+        };
+        let guard = ScopeGuard { comm: self, id };
+        let r = f(&scope);
+        std::mem::forget(guard);
+        self.finish_scope(id)?;
+        Ok(r)
+    }
+
+    fn finish_scope(&self, id: u32) -> Result<()> {
+        let mut ids = Vec::new();
+        self.engine().scope_ops(id, &mut ids);
+        let mut first = Ok(());
+        for op in ids {
+            if let Err(e) = self.wait_one(op) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Drives progress until `id` finishes, under the wait policy, the
+    /// no-progress timeout and peer-death checks.
+    fn wait_one(&self, id: OpId) -> Result<Status> {
+        let mut w = Waiter::new(&self.sh.cfg);
+        loop {
+            {
+                let mut e = self.engine();
+                if let Some(r) = e.take(id) {
+                    return r;
+                }
+                e.progress();
+                if let Some(r) = e.take(id) {
+                    return r;
+                }
+                if w.slow_path_due() {
+                    if let Err(err) = w.check(&mut e, id) {
+                        e.cancel(id, &err);
+                        return Err(err);
+                    }
+                }
+            }
+            w.pause();
+        }
+    }
+
+    /// Waits for rank 0's copies started by [`Comm::local`] and reports the
+    /// first that failed. A no-op on other ranks.
+    pub fn finish(self) -> Result<()> {
+        let children = self
+            .sh
+            .children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(self);
+        match children {
+            Some(c) => c.wait(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.proxy_stop.store(true, Ordering::Release);
+        if let Some(h) = self
+            .proxy
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+        if let Some(c) = self
+            .children
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            if let Err(e) = c.wait() {
+                eprintln!("tandem: {e}");
+            }
+        }
+    }
+}
+
+fn pin_to(core: usize) -> Result<()> {
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let id = ids.into_iter().find(|c| c.id == core).ok_or_else(|| {
+        Error::Config(format!(
+            "cannot pin to core {core}: not available to this process"
+        ))
+    })?;
+    if core_affinity::set_for_current(id) {
+        Ok(())
+    } else {
+        Err(Error::Config(format!("pinning to core {core} failed")))
+    }
+}
+
+fn proxy_loop(weak: std::sync::Weak<Shared>, stop: Arc<AtomicBool>, core: usize) {
+    if let Err(e) = pin_to(core) {
+        eprintln!("tandem proxy: {e}; running unpinned");
+    }
+    while !stop.load(Ordering::Acquire) {
+        let Some(sh) = weak.upgrade() else { return };
+        for _ in 0..1024 {
+            if let Ok(mut e) = sh.engine.try_lock() {
+                e.progress();
+            }
+            std::hint::spin_loop();
+        }
+        drop(sh);
+    }
+}
+
+/// Tracks one wait: spin, then yield, then park; stall timeout; peer checks.
+struct Waiter {
+    policy: crate::config::WaitPolicy,
+    timeout: Duration,
+    iter: u64,
+    last_moved: usize,
+    since: Option<Instant>,
+    last_peer_check: Option<Instant>,
+}
+
+impl Waiter {
+    fn new(cfg: &Config) -> Self {
+        Self {
+            policy: cfg.wait,
+            timeout: cfg.timeout,
+            iter: 0,
+            last_moved: 0,
+            since: None,
+            last_peer_check: None,
+        }
+    }
+
+    fn spin_phase(&self) -> bool {
+        self.iter < self.policy.spin as u64
+    }
+
+    /// While spinning, look at the clock only every 4096 polls.
+    fn slow_path_due(&self) -> bool {
+        !self.spin_phase() || self.iter % 4096 == 4095
+    }
+
+    fn check(&mut self, e: &mut Engine, id: OpId) -> Result<()> {
+        let now = Instant::now();
+        let moved = e.moved(id);
+        match self.since {
+            Some(_) if moved == self.last_moved => {}
+            _ => {
+                self.since = Some(now);
+                self.last_moved = moved;
+            }
+        }
+        if self
+            .last_peer_check
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(5))
+        {
+            self.last_peer_check = Some(now);
+            e.check_peers();
+            if e.in_use() > 0 {
+                e.progress();
+            }
+        }
+        let since = self.since.unwrap_or(now);
+        if now.duration_since(since) >= self.timeout {
+            let (op, peer, tag) = e.describe(id);
+            return Err(Error::Timeout {
+                op,
+                peer,
+                tag,
+                waited: now.duration_since(since),
+            });
+        }
+        Ok(())
+    }
+
+    fn pause(&mut self) {
+        self.iter += 1;
+        if self.spin_phase() {
+            std::hint::spin_loop();
+        } else if self.iter < self.policy.spin as u64 + self.policy.yields as u64 {
+            std::thread::yield_now();
+        } else if self.policy.park.is_zero() {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.policy.park);
+        }
+    }
+}
+
+/// Withdraws a scope's operations if its closure panics.
+struct ScopeGuard<'c> {
+    comm: &'c Comm,
+    id: u32,
+}
+
+impl Drop for ScopeGuard<'_> {
+    fn drop(&mut self) {
+        let mut ids = Vec::new();
+        let mut e = self.comm.engine();
+        e.scope_ops(self.id, &mut ids);
+        let why = Error::Io("request scope panicked".into());
+        for op in ids {
+            e.cancel(op, &why);
+        }
+    }
+}
+
+/// Where non-blocking operations are started; see [`Comm::scope`].
+///
+/// `'env` is the lifetime of the buffers (they outlive the scope), `'s`
+/// that of the scope itself (requests cannot escape it).
+pub struct Scope<'s, 'env: 's> {
+    comm: &'env Comm,
+    id: u32,
+    _s: PhantomData<&'s mut &'s ()>,
+    _e: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'s, 'env> Scope<'s, 'env> {
+    /// Starts sending `buf` to `dst`; `buf` stays borrowed until the scope
+    /// ends.
+    pub fn isend(&'s self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<Request<'s>> {
+        let id = self.comm.engine().post_send(buf, dst, tag, self.id)?;
+        Ok(Request {
+            comm: self.comm,
+            id: Some(id),
+        })
+    }
+
+    /// Starts receiving from `src` into `buf`; `buf` stays borrowed until
+    /// the scope ends.
+    pub fn irecv(&'s self, buf: &'env mut [u8], src: usize, tag: Tag) -> Result<Request<'s>> {
+        let id = self.comm.engine().post_recv(buf, src, tag, self.id)?;
+        Ok(Request {
+            comm: self.comm,
+            id: Some(id),
+        })
+    }
+
+    /// The communicator.
+    pub fn comm(&self) -> &'env Comm {
+        self.comm
+    }
+}
+
+/// A pending non-blocking operation.
+///
+/// Dropping (or leaking) it without waiting is allowed: the operation still
+/// completes, and the end of its scope waits for it and reports its error.
+#[must_use = "a request should be waited for (its scope waits otherwise)"]
+pub struct Request<'s> {
+    comm: &'s Comm,
+    id: Option<OpId>,
+}
+
+impl Request<'_> {
+    /// Waits for the operation to finish.
+    pub fn wait(mut self) -> Result<Status> {
+        let id = self.id.take().expect("request not yet collected");
+        self.comm.wait_one(id)
+    }
+
+    /// `Some(status)` if the operation finished (the request is then
+    /// spent: further calls return an error), `None` if still pending.
+    /// Drives progress once.
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        let Some(id) = self.id else {
+            return Err(Error::Io("request already completed".into()));
+        };
+        let mut e = self.comm.engine();
+        e.progress();
+        match e.take(id) {
+            None => Ok(None),
+            Some(r) => {
+                self.id = None;
+                r.map(Some)
+            }
+        }
+    }
+
+    /// Waits for every request; returns their statuses in order, or the
+    /// first error (after all of them finished).
+    pub fn wait_all<const N: usize>(reqs: [Request<'_>; N]) -> Result<[Status; N]> {
+        let mut out = [Status {
+            source: 0,
+            tag: 0,
+            len: 0,
+        }; N];
+        let mut first = Ok(());
+        for (i, r) in reqs.into_iter().enumerate() {
+            match r.wait() {
+                Ok(s) => out[i] = s,
+                Err(e) => {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
+            }
+        }
+        first.map(|_| out)
+    }
+
+    /// [`wait_all`](Self::wait_all) for a dynamic number of requests.
+    pub fn wait_all_vec(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
+        let mut out = Vec::with_capacity(reqs.len());
+        let mut first = Ok(());
+        for r in reqs {
+            match r.wait() {
+                Ok(s) => out.push(s),
+                Err(e) => {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
+            }
+        }
+        first.map(|_| out)
+    }
+}

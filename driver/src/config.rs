@@ -1,0 +1,254 @@
+//! Configuration: a builder with defaults, every field settable by a
+//! `TANDEM_*` environment variable.
+
+use crate::error::{Error, Result};
+use std::time::Duration;
+
+/// How a waiting thread spends its time: spin, then yield, then sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// Busy-poll iterations before yielding (`TANDEM_SPIN`).
+    pub spin: u32,
+    /// `sched_yield` iterations after spinning, before sleeping
+    /// (`TANDEM_YIELDS`).
+    pub yields: u32,
+    /// Sleep per poll once spinning and yielding found nothing
+    /// (`TANDEM_PARK_US`, microseconds).
+    pub park: Duration,
+}
+
+impl WaitPolicy {
+    /// Never yield or sleep: lowest latency, one core per waiting rank.
+    pub const BUSY: Self = Self {
+        spin: u32::MAX,
+        yields: 0,
+        park: Duration::ZERO,
+    };
+    /// Spin briefly then yield: for more ranks than cores.
+    pub const SHARED_CORES: Self = Self {
+        spin: 256,
+        yields: u32::MAX,
+        park: Duration::from_micros(50),
+    };
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        Self {
+            spin: 200_000,
+            yields: 20_000,
+            park: Duration::from_micros(50),
+        }
+    }
+}
+
+/// The shape of the shared-memory channels. Fixed per job: the launcher
+/// writes it into the job file and every rank reads it from there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// 64-byte lines per line ring (power of two; `TANDEM_LINES`).
+    pub lines: u32,
+    /// Slots per slot ring (power of two; `TANDEM_SLOT_STEPS`).
+    pub slot_steps: u32,
+    /// Bytes per slot (multiple of 64; `TANDEM_SLOT_BYTES`).
+    pub slot_bytes: u32,
+    /// Largest payload sent through the line ring; larger messages go
+    /// through the slot ring (`TANDEM_EAGER_LIMIT`).
+    pub eager_limit: u32,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self {
+            lines: 1024,
+            slot_steps: 8,
+            slot_bytes: 128 * 1024,
+            eager_limit: 4096,
+        }
+    }
+}
+
+impl Layout {
+    /// The default layout with `TANDEM_*` overrides applied.
+    pub fn from_env() -> Result<Self> {
+        let d = Self::default();
+        let l = Self {
+            lines: env_num("TANDEM_LINES")?.unwrap_or(d.lines),
+            slot_steps: env_num("TANDEM_SLOT_STEPS")?.unwrap_or(d.slot_steps),
+            slot_bytes: env_num("TANDEM_SLOT_BYTES")?.unwrap_or(d.slot_bytes),
+            eager_limit: env_num("TANDEM_EAGER_LIMIT")?.unwrap_or(d.eager_limit),
+        };
+        l.validate()?;
+        Ok(l)
+    }
+
+    /// Checks the invariants the rings need.
+    pub fn validate(&self) -> Result<()> {
+        if !self.lines.is_power_of_two() || self.lines < 4 {
+            return Err(Error::Config(format!(
+                "lines must be a power of two >= 4, got {}",
+                self.lines
+            )));
+        }
+        if !self.slot_steps.is_power_of_two() {
+            return Err(Error::Config(format!(
+                "slot_steps must be a power of two, got {}",
+                self.slot_steps
+            )));
+        }
+        if self.slot_bytes == 0 || self.slot_bytes % 64 != 0 {
+            return Err(Error::Config(format!(
+                "slot_bytes must be a non-zero multiple of 64, got {}",
+                self.slot_bytes
+            )));
+        }
+        let max = self.lines as usize * tandem_core::line_ring::LINE_PAYLOAD
+            - tandem_core::wire::HEADER_LEN;
+        if self.eager_limit as usize > max {
+            return Err(Error::Config(format!(
+                "eager_limit {} does not fit a line ring of {} lines (max {max})",
+                self.eager_limit, self.lines
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Per-rank settings (the layout comes from the job).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// How long an operation may go without progress before it fails with
+    /// [`Error::Timeout`] (`TANDEM_TIMEOUT`, seconds; default 120).
+    pub timeout: Duration,
+    /// Wait policy of blocking calls.
+    pub wait: WaitPolicy,
+    /// Most operations pending at once (`TANDEM_MAX_REQUESTS`).
+    pub max_requests: usize,
+    /// Buffers for small messages that arrive before their receive is
+    /// posted (`TANDEM_UNEXPECTED`); when all are full, senders wait.
+    pub unexpected: usize,
+    /// Run a progress thread pinned to this core (`TANDEM_PROXY_CORE`).
+    pub proxy_core: Option<usize>,
+    /// Pin the calling thread to this core when the communicator is created
+    /// (`TANDEM_PIN_CORE`).
+    pub pin_core: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(120),
+            wait: WaitPolicy::default(),
+            max_requests: 1024,
+            unexpected: 256,
+            proxy_core: None,
+            pin_core: None,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults with `TANDEM_*` overrides applied.
+    pub fn from_env() -> Result<Self> {
+        let d = Self::default();
+        let mut c = Self {
+            timeout: match std::env::var("TANDEM_TIMEOUT") {
+                Ok(v) => Duration::from_secs_f64(
+                    v.parse::<f64>().ok().filter(|s| *s > 0.0).ok_or_else(|| {
+                        Error::Config(format!(
+                            "TANDEM_TIMEOUT must be positive seconds, got {v:?}"
+                        ))
+                    })?,
+                ),
+                Err(_) => d.timeout,
+            },
+            wait: d.wait,
+            max_requests: env_num("TANDEM_MAX_REQUESTS")?.unwrap_or(d.max_requests),
+            unexpected: env_num("TANDEM_UNEXPECTED")?.unwrap_or(d.unexpected),
+            proxy_core: env_num("TANDEM_PROXY_CORE")?,
+            pin_core: env_num("TANDEM_PIN_CORE")?,
+        };
+        c.wait.spin = env_num("TANDEM_SPIN")?.unwrap_or(c.wait.spin);
+        c.wait.yields = env_num("TANDEM_YIELDS")?.unwrap_or(c.wait.yields);
+        if let Some(us) = env_num::<u64>("TANDEM_PARK_US")? {
+            c.wait.park = Duration::from_micros(us);
+        }
+        Ok(c)
+    }
+
+    /// Sets the no-progress timeout.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Sets the wait policy.
+    pub fn wait(mut self, w: WaitPolicy) -> Self {
+        self.wait = w;
+        self
+    }
+
+    /// Sets the most operations pending at once.
+    pub fn max_requests(mut self, n: usize) -> Self {
+        self.max_requests = n;
+        self
+    }
+
+    /// Sets the number of unexpected-message buffers.
+    pub fn unexpected(mut self, n: usize) -> Self {
+        self.unexpected = n;
+        self
+    }
+
+    /// Runs a progress thread pinned to `core`.
+    pub fn proxy_core(mut self, core: Option<usize>) -> Self {
+        self.proxy_core = core;
+        self
+    }
+
+    /// Pins the creating thread to `core`.
+    pub fn pin_core(mut self, core: Option<usize>) -> Self {
+        self.pin_core = core;
+        self
+    }
+}
+
+/// Reads a numeric environment variable; a value that does not parse is an
+/// error, not silently ignored.
+pub(crate) fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Config(format!("{name}={v:?} is not a valid number"))),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Debug output level from `TANDEM_DEBUG` (WARN, INFO, TRACE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DebugLevel {
+    /// Nothing.
+    Off,
+    /// Warnings only.
+    Warn,
+    /// Configuration and path choices.
+    Info,
+    /// Everything.
+    Trace,
+}
+
+/// The level `TANDEM_DEBUG` selects.
+pub fn debug_level() -> DebugLevel {
+    match std::env::var("TANDEM_DEBUG")
+        .unwrap_or_default()
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "WARN" => DebugLevel::Warn,
+        "INFO" => DebugLevel::Info,
+        "TRACE" => DebugLevel::Trace,
+        _ => DebugLevel::Off,
+    }
+}

@@ -1,0 +1,156 @@
+//! The one error type of tandem.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Which operation an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A send (blocking or not).
+    Send,
+    /// A receive (blocking or not).
+    Recv,
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Send => "send",
+            Self::Recv => "recv",
+        })
+    }
+}
+
+/// Everything that can go wrong, with variants a caller can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The message is longer than the receive buffer. The first `got` bytes
+    /// were delivered; the rest was discarded and the next message from the
+    /// same sender is intact.
+    Truncated {
+        /// The message length.
+        needed: usize,
+        /// The receive buffer length.
+        got: usize,
+    },
+    /// A rank outside `0..size`.
+    InvalidRank {
+        /// The rank given.
+        rank: usize,
+        /// The communicator size.
+        size: usize,
+    },
+    /// The peer exited (or was killed) while an operation with it was pending.
+    PeerLost {
+        /// The peer's rank.
+        rank: usize,
+    },
+    /// An operation made no progress for the configured timeout.
+    Timeout {
+        /// The operation.
+        op: OpKind,
+        /// The peer it waits on.
+        peer: usize,
+        /// Its tag.
+        tag: u32,
+        /// How long it waited without progress.
+        waited: Duration,
+    },
+    /// The peer sent bytes that violate the protocol (a corrupt header).
+    Protocol {
+        /// The peer's rank.
+        peer: usize,
+        /// What was wrong.
+        detail: String,
+    },
+    /// This process was started for another job (stale environment or a
+    /// shared-memory file of another job).
+    JobMismatch {
+        /// What this rank expected.
+        expected: String,
+        /// What it found.
+        found: String,
+    },
+    /// The environment does not describe a tandem job.
+    NotLaunched(String),
+    /// A configuration value is invalid.
+    Config(String),
+    /// More operations pending than `max_requests`.
+    TooManyRequests {
+        /// The configured capacity.
+        capacity: usize,
+    },
+    /// The message is longer than tandem supports.
+    MessageTooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A previous failure (a panic inside a request scope, or a timeout in
+    /// the middle of a bulk transfer) left the channel to this peer unusable.
+    ChannelBroken {
+        /// The peer.
+        peer: usize,
+        /// Why.
+        reason: String,
+    },
+    /// An operating-system call failed.
+    Io(String),
+    /// A rank of a launched job failed.
+    RankFailed {
+        /// The rank.
+        rank: usize,
+        /// Its exit code (128 + signal for a signal).
+        code: i32,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated { needed, got } => {
+                write!(f, "message of {needed} bytes truncated to a {got}-byte receive buffer")
+            }
+            Self::InvalidRank { rank, size } => {
+                write!(f, "invalid rank {rank}: the communicator has ranks 0..{size}")
+            }
+            Self::PeerLost { rank } => write!(f, "peer rank {rank} exited with operations pending"),
+            Self::Timeout { op, peer, tag, waited } => write!(
+                f,
+                "{op} with rank {peer} tag {tag} made no progress for {:.1}s (raise TANDEM_TIMEOUT if the peer is just slow)",
+                waited.as_secs_f64()
+            ),
+            Self::Protocol { peer, detail } => write!(f, "protocol error from rank {peer}: {detail}"),
+            Self::JobMismatch { expected, found } => {
+                write!(f, "job mismatch: expected {expected}, found {found}")
+            }
+            Self::NotLaunched(why) => write!(f, "not started by a tandem launcher: {why}"),
+            Self::Config(why) => write!(f, "invalid configuration: {why}"),
+            Self::TooManyRequests { capacity } => write!(
+                f,
+                "more than {capacity} operations pending (raise TANDEM_MAX_REQUESTS)"
+            ),
+            Self::MessageTooLarge { len, max } => {
+                write!(f, "message of {len} bytes exceeds the {max}-byte limit")
+            }
+            Self::ChannelBroken { peer, reason } => {
+                write!(f, "channel to rank {peer} is unusable: {reason}")
+            }
+            Self::Io(e) => write!(f, "I/O error: {e}"),
+            Self::RankFailed { rank, code } => write!(f, "rank {rank} failed with exit code {code}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e.to_string())
+    }
+}
+
+/// tandem's result type.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,306 @@
+//! The job's shared-memory file: one per job, holding every channel.
+//!
+//! Layout (all offsets multiples of 4096):
+//!
+//! ```text
+//! [job header | pid of each rank]  [channel 0->0] [channel 0->1] ... [channel n-1->n-1]
+//! channel = [line ring: head counter, lines] [slot ring: tail, head, slots]
+//! ```
+//!
+//! The launcher creates the file under `/dev/shm` with mode 0600 and a
+//! unique name (`O_EXCL`), reserves its memory with `posix_fallocate` (so a
+//! full `/dev/shm` is an error now, not a `SIGBUS` later), writes the header,
+//! passes the open descriptor to the ranks it spawns and unlinks the name
+//! right after spawning them. The ranks map the inherited descriptor, so the
+//! name exists only while ranks are being started and nothing is left
+//! behind, whether the job ends normally or any process in it is killed.
+
+use crate::config::Layout;
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use tandem_core::line_ring::LineRing;
+use tandem_core::slot_ring::SlotRing;
+use tandem_core::sync::{AtomicU32, Ordering};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
+const VERSION: u32 = 1;
+const PAGE: usize = 4096;
+const PIDS_AT: usize = 128;
+/// Most ranks one shared-memory job supports.
+pub const MAX_RANKS: usize = 4096;
+
+#[repr(C)]
+struct JobHeader {
+    magic: u64,
+    version: u32,
+    nranks: u32,
+    job: u64,
+    lines: u32,
+    slot_steps: u32,
+    slot_bytes: u32,
+    eager_limit: u32,
+    total_len: u64,
+    attached: AtomicU32,
+}
+
+const fn round_up(n: usize) -> usize {
+    n.div_ceil(PAGE) * PAGE
+}
+
+fn header_len(nranks: usize) -> usize {
+    round_up(PIDS_AT + 4 * nranks)
+}
+
+fn line_len(l: &Layout) -> usize {
+    round_up(LineRing::bytes_needed(l.lines as usize))
+}
+
+fn chan_len(l: &Layout) -> usize {
+    line_len(l)
+        + round_up(SlotRing::bytes_needed(
+            l.slot_steps as u64,
+            l.slot_bytes as usize,
+        ))
+}
+
+/// Total bytes of the job file for `nranks` ranks.
+pub fn job_len(nranks: usize, l: &Layout) -> usize {
+    header_len(nranks) + nranks * nranks * chan_len(l)
+}
+
+enum Backing {
+    File(#[allow(dead_code)] memmap2::MmapRaw),
+    Anon(#[allow(dead_code)] memmap2::MmapMut),
+}
+
+/// A mapped job file (or anonymous memory for a one-process world).
+pub struct JobMap {
+    _backing: Backing,
+    base: *mut u8,
+    len: usize,
+    nranks: usize,
+    layout: Layout,
+    job: u64,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics and
+// the ring protocols; the pointer stays valid as long as `_backing` lives.
+unsafe impl Send for JobMap {}
+// SAFETY: as above; no method hands out unsynchronised mutable access.
+unsafe impl Sync for JobMap {}
+
+fn check_ranks(nranks: usize) -> Result<()> {
+    if nranks == 0 || nranks > MAX_RANKS {
+        return Err(Error::Config(format!(
+            "job size must be 1..={MAX_RANKS}, got {nranks}"
+        )));
+    }
+    Ok(())
+}
+
+impl JobMap {
+    /// Creates the job file for `nranks` ranks and returns it open, with its
+    /// path (the caller unlinks it once every rank holds the descriptor).
+    pub fn create_file(job: u64, nranks: usize, layout: &Layout) -> Result<(File, PathBuf)> {
+        use std::os::unix::fs::OpenOptionsExt;
+        check_ranks(nranks)?;
+        layout.validate()?;
+        let path = PathBuf::from(format!(
+            "/dev/shm/tandem-{}-{job:016x}",
+            // SAFETY: getuid has no preconditions.
+            unsafe { libc::getuid() }
+        ));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::Io(format!("creating {}: {e}", path.display())))?;
+        let guard = Unlink(Some(path.clone()));
+        let len = job_len(nranks, layout);
+        // SAFETY: plain syscall on a descriptor we own.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != 0 {
+            return Err(Error::Io(format!(
+                "reserving {len} bytes in /dev/shm for {nranks} ranks: {} (is /dev/shm large enough?)",
+                std::io::Error::from_raw_os_error(rc)
+            )));
+        }
+        let map = memmap2::MmapRaw::map_raw(&file)?;
+        // SAFETY: the mapping is at least one page long and page aligned,
+        // and nobody else has it yet.
+        let h = unsafe { &mut *(map.as_mut_ptr() as *mut JobHeader) };
+        h.magic = MAGIC;
+        h.version = VERSION;
+        h.nranks = nranks as u32;
+        h.job = job;
+        h.lines = layout.lines;
+        h.slot_steps = layout.slot_steps;
+        h.slot_bytes = layout.slot_bytes;
+        h.eager_limit = layout.eager_limit;
+        h.total_len = len as u64;
+        map.flush()?;
+        std::mem::forget(guard);
+        Ok((file, path))
+    }
+
+    /// Maps a job file and checks it belongs to `job` with `nranks` ranks.
+    pub fn open(file: &File, job: u64, nranks: usize) -> Result<Self> {
+        let flen = file.metadata()?.len() as usize;
+        if flen < PAGE {
+            return Err(Error::JobMismatch {
+                expected: format!("a tandem job file for job {job:016x}"),
+                found: format!("a {flen}-byte file"),
+            });
+        }
+        let map = memmap2::MmapRaw::map_raw(file)?;
+        let base = map.as_mut_ptr();
+        // SAFETY: at least one page is mapped; the fields read are plain
+        // integers written before the descriptor was handed out.
+        let h = unsafe { &*(base as *const JobHeader) };
+        if h.magic != MAGIC || h.version != VERSION {
+            return Err(Error::JobMismatch {
+                expected: format!("tandem job file version {VERSION}"),
+                found: format!("magic {:#x} version {}", h.magic, h.version),
+            });
+        }
+        if h.job != job || h.nranks as usize != nranks {
+            return Err(Error::JobMismatch {
+                expected: format!("job {job:016x} with {nranks} ranks"),
+                found: format!("job {:016x} with {} ranks", h.job, h.nranks),
+            });
+        }
+        let layout = Layout {
+            lines: h.lines,
+            slot_steps: h.slot_steps,
+            slot_bytes: h.slot_bytes,
+            eager_limit: h.eager_limit,
+        };
+        layout.validate()?;
+        check_ranks(nranks)?;
+        let len = job_len(nranks, &layout);
+        if h.total_len as usize != len || flen < len {
+            return Err(Error::JobMismatch {
+                expected: format!("a {len}-byte job file"),
+                found: format!("{flen} bytes (header says {})", h.total_len),
+            });
+        }
+        Ok(Self {
+            _backing: Backing::File(map),
+            base,
+            len,
+            nranks,
+            layout,
+            job,
+        })
+    }
+
+    /// Anonymous shared memory for a world of threads in one process.
+    pub fn anon(nranks: usize, layout: &Layout) -> Result<Self> {
+        check_ranks(nranks)?;
+        layout.validate()?;
+        let len = job_len(nranks, layout);
+        let mut map = memmap2::MmapOptions::new().len(len).map_anon()?;
+        let base = map.as_mut_ptr();
+        Ok(Self {
+            _backing: Backing::Anon(map),
+            base,
+            len,
+            nranks,
+            layout: *layout,
+            job: 0,
+        })
+    }
+
+    /// The channel layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The job id.
+    pub fn job(&self) -> u64 {
+        self.job
+    }
+
+    /// Number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    fn attached(&self) -> &AtomicU32 {
+        // SAFETY: the header is inside the mapping; AtomicU32 accepts any bits.
+        unsafe { &(*(self.base as *const JobHeader)).attached }
+    }
+
+    /// The slot where rank `r` publishes its process id.
+    pub fn pid_slot(&self, r: usize) -> &AtomicU32 {
+        assert!(r < self.nranks);
+        // SAFETY: header_len() reserves 4 bytes per rank at PIDS_AT, which is
+        // 4-aligned; AtomicU32 accepts any bits.
+        unsafe { &*(self.base.add(PIDS_AT + 4 * r) as *const AtomicU32) }
+    }
+
+    /// Records that `rank` (process `pid`) mapped the file; returns how many
+    /// ranks have attached so far.
+    pub fn attach(&self, rank: usize, pid: u32) -> u32 {
+        self.pid_slot(rank).store(pid, Ordering::Release);
+        self.attached().fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The line ring and slot ring carrying messages from `src` to `dst`.
+    ///
+    /// The views borrow the mapping for `'static`; callers keep the
+    /// `JobMap` alive (in an `Arc`) for as long as they use them.
+    pub(crate) fn channel(&self, src: usize, dst: usize) -> (LineRing<'static>, SlotRing<'static>) {
+        assert!(src < self.nranks && dst < self.nranks);
+        let l = &self.layout;
+        let off = header_len(self.nranks) + (src * self.nranks + dst) * chan_len(l);
+        debug_assert!(off + chan_len(l) <= self.len);
+        // SAFETY: `off` and the lengths come from the validated layout and
+        // stay inside the mapping (checked at open); offsets are page
+        // aligned; the Arc<JobMap> held next to the views keeps it mapped.
+        unsafe {
+            let lp = self.base.add(off);
+            let line = LineRing::from_raw(lp, line_len(l), l.lines as usize)
+                .expect("validated line ring layout");
+            let sp = lp.add(line_len(l));
+            let slot = SlotRing::from_raw(
+                sp,
+                chan_len(l) - line_len(l),
+                l.slot_steps as u64,
+                l.slot_bytes as usize,
+            )
+            .expect("validated slot ring layout");
+            (line, slot)
+        }
+    }
+}
+
+struct Unlink(Option<PathBuf>);
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A fresh random job id.
+pub fn new_job_id() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    let r = u64::from_le_bytes(b);
+    if n == 8 && r != 0 {
+        r
+    } else {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        t ^ ((std::process::id() as u64) << 32) | 1
+    }
+}
