@@ -1,1 +1,6 @@
-//! tandem benches
+//! Shared pieces of tandem's benchmarks: the machine's raw limits measured
+//! in the same run as tandem itself, statistics and size parsing.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod c2c;
+pub mod stats;

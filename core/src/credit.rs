@@ -57,6 +57,7 @@ impl CreditWindow {
 
     /// Takes `n` credits if available; `false` means wait (never overrun).
     #[must_use]
+    #[inline]
     pub fn try_take(&mut self, n: u64) -> bool {
         if self.available() >= n {
             self.used += n;

@@ -59,6 +59,7 @@ static_assertions::assert_eq_size!(Line, [u8; CACHE_LINE]);
 
 /// Lines needed for a message of `total` bytes (prefix + payload); a
 /// zero-length message still takes one line.
+#[inline]
 pub const fn lines_for(total: usize) -> usize {
     if total == 0 {
         1
@@ -76,8 +77,12 @@ pub struct LineRing<'a> {
 
 impl<'a> LineRing<'a> {
     /// Bytes of shared memory a ring of `lines` lines occupies (head first).
-    pub const fn bytes_needed(lines: usize) -> usize {
-        COUNTER_PAD + lines * CACHE_LINE
+    /// `None` if the size overflows `isize`.
+    pub const fn bytes_needed(lines: usize) -> Option<usize> {
+        match lines.checked_mul(CACHE_LINE) {
+            Some(n) if n <= isize::MAX as usize - COUNTER_PAD => Some(COUNTER_PAD + n),
+            _ => None,
+        }
     }
 
     /// A ring over `head` and `lines` (`lines.len()` a power of two).
@@ -98,7 +103,9 @@ impl<'a> LineRing<'a> {
         if ptr.is_null() || (ptr as usize) % COUNTER_PAD != 0 {
             return Err(LayoutError::Misaligned);
         }
-        let needed = Self::bytes_needed(count);
+        let Some(needed) = Self::bytes_needed(count) else {
+            return Err(LayoutError::Steps(count as u64));
+        };
         if len < needed {
             return Err(LayoutError::TooSmall { needed, got: len });
         }
@@ -123,6 +130,7 @@ impl<'a> LineRing<'a> {
         self.lines.len() * LINE_PAYLOAD
     }
 
+    #[inline]
     fn line(&self, n: u64) -> &'a Line {
         &self.lines[(n & (self.lines.len() as u64 - 1)) as usize]
     }
@@ -154,6 +162,7 @@ pub struct LineProducer<'a> {
 }
 
 impl LineProducer<'_> {
+    #[inline]
     fn free_cached(&self) -> u64 {
         let cap = self.ring.lines.len() as u64;
         self.head_cache
@@ -163,6 +172,7 @@ impl LineProducer<'_> {
     }
 
     /// Lines free for writing (reloads the reader's head if needed).
+    #[inline]
     pub fn free(&mut self, want: u64) -> u64 {
         if self.free_cached() < want {
             self.head_cache = self.ring.head.value.load(Ordering::Acquire);
@@ -177,6 +187,7 @@ impl LineProducer<'_> {
     /// # Panics
     /// If the message is larger than the whole ring
     /// ([`LineRing::max_message`]) or `prefix` is longer than a line.
+    #[inline]
     pub fn try_write(&mut self, prefix: &[u8], payload: &[u8]) -> bool {
         assert!(prefix.len() <= LINE_PAYLOAD, "prefix longer than a line");
         let total = prefix.len() + payload.len();
@@ -188,22 +199,37 @@ impl LineProducer<'_> {
         if self.free(n) < n {
             return false;
         }
+        if n == 1 {
+            // One line: assemble it on the stack, then one fixed-size store
+            // of the payload and the flag.
+            let mut buf = [0u8; LINE_PAYLOAD];
+            buf[..prefix.len()].copy_from_slice(prefix);
+            buf[prefix.len()..total].copy_from_slice(payload);
+            let line = self.ring.line(self.tail);
+            // SAFETY: the reader has returned this line (free() checked its
+            // head), so nobody else accesses the payload until the flag below.
+            line.data.with_mut(|p| unsafe { *p = buf });
+            self.tail += 1;
+            line.flag.store(self.tail, Ordering::Release);
+            return true;
+        }
         let mut rest = payload;
         for i in 0..n {
             let seq = self.tail + i;
             let line = self.ring.line(seq);
-            let mut buf = [0u8; LINE_PAYLOAD];
-            let mut at = 0;
-            if i == 0 {
-                buf[..prefix.len()].copy_from_slice(prefix);
-                at = prefix.len();
-            }
+            let at = if i == 0 { prefix.len() } else { 0 };
             let take = rest.len().min(LINE_PAYLOAD - at);
-            buf[at..at + take].copy_from_slice(&rest[..take]);
-            rest = &rest[take..];
             // SAFETY: the reader has returned this line (free() checked its
             // head), so nobody else accesses the payload until the flag below.
-            line.data.with_mut(|p| unsafe { *p = buf });
+            line.data.with_mut(|p| {
+                // SAFETY: as above: this agent owns the line until its flag.
+                let d = unsafe { &mut *p };
+                if i == 0 {
+                    d[..at].copy_from_slice(prefix);
+                }
+                d[at..at + take].copy_from_slice(&rest[..take]);
+            });
+            rest = &rest[take..];
             line.flag.store(seq + 1, Ordering::Release);
         }
         self.tail += n;
@@ -245,6 +271,32 @@ impl LineConsumer<'_> {
         true
     }
 
+    /// Copies the whole first line of the next message into `out`, without
+    /// consuming it; `false` if no message has arrived.
+    #[inline]
+    pub fn peek_line(&self, out: &mut [u8; LINE_PAYLOAD]) -> bool {
+        let line = self.ring.line(self.tail);
+        if line.flag.load(Ordering::Acquire) != self.tail + 1 {
+            return false;
+        }
+        // SAFETY: the flag (Acquire) shows the writer is done with it.
+        line.data.with(|p| *out = unsafe { *p });
+        true
+    }
+
+    /// Consumes a message that fits in one line (after
+    /// [`peek_line`](Self::peek_line) returned it); `false` if the next
+    /// line has not arrived.
+    #[inline]
+    pub fn consume_line(&mut self) -> bool {
+        if !self.ready(0) {
+            return false;
+        }
+        self.tail += 1;
+        self.ring.head.value.store(self.tail, Ordering::Release);
+        true
+    }
+
     /// Consumes the next message, whose prefix is `prefix_len` bytes and
     /// payload `payload_len` bytes (as its prefix announced), copying the
     /// first `dst.len().min(payload_len)` payload bytes into `dst`. Returns
@@ -252,15 +304,17 @@ impl LineConsumer<'_> {
     ///
     /// Returns `false` forever for a message longer than the ring; callers
     /// validate lengths first.
+    #[inline]
     pub fn try_read(&mut self, prefix_len: usize, payload_len: usize, dst: &mut [u8]) -> bool {
         let total = match prefix_len.checked_add(payload_len) {
             Some(t) if prefix_len <= LINE_PAYLOAD && t <= self.ring.max_message() => t,
             _ => return false,
         };
         let n = lines_for(total) as u64;
-        // The last line is written last; checking every flag still gives
-        // each line its own Acquire edge.
-        if !self.ready(n - 1) || !(0..n - 1).all(|k| self.ready(k)) {
+        // The writer fills lines in order and sets each flag with Release
+        // after its payload, so acquiring the last line's flag makes every
+        // earlier line's payload visible too (the loom models check this).
+        if !self.ready(n - 1) {
             return false;
         }
         let want = dst.len().min(payload_len);

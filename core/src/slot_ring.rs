@@ -97,8 +97,17 @@ pub struct SlotRing<'a> {
 impl<'a> SlotRing<'a> {
     /// Bytes of shared memory a ring of this shape occupies
     /// (counters first, then the slots).
-    pub const fn bytes_needed(steps: u64, slot_bytes: usize) -> usize {
-        core::mem::size_of::<SlotRingCtrl>() + steps as usize * slot_bytes
+    /// `None` if the size overflows `isize`.
+    pub const fn bytes_needed(steps: u64, slot_bytes: usize) -> Option<usize> {
+        if steps > isize::MAX as u64 {
+            return None;
+        }
+        match (steps as usize).checked_mul(slot_bytes) {
+            Some(n) if n <= isize::MAX as usize - 4096 => {
+                Some(core::mem::size_of::<SlotRingCtrl>() + n)
+            }
+            _ => None,
+        }
     }
 
     /// A ring over `ctrl` and `blocks`; `steps` a power of two, `slot_bytes`
@@ -116,7 +125,9 @@ impl<'a> SlotRing<'a> {
             return Err(LayoutError::SlotBytes(slot_bytes));
         }
         let slot_blocks = slot_bytes / CACHE_LINE;
-        let needed = steps as usize * slot_blocks;
+        let Some(needed) = (steps as usize).checked_mul(slot_blocks) else {
+            return Err(LayoutError::Steps(steps));
+        };
         if blocks.len() < needed {
             return Err(LayoutError::TooSmall {
                 needed: needed * CACHE_LINE,
@@ -153,7 +164,9 @@ impl<'a> SlotRing<'a> {
         if slot_bytes == 0 || slot_bytes % CACHE_LINE != 0 {
             return Err(LayoutError::SlotBytes(slot_bytes));
         }
-        let needed = Self::bytes_needed(steps, slot_bytes);
+        let Some(needed) = Self::bytes_needed(steps, slot_bytes) else {
+            return Err(LayoutError::Steps(steps));
+        };
         if len < needed {
             return Err(LayoutError::TooSmall { needed, got: len });
         }
@@ -183,6 +196,7 @@ impl<'a> SlotRing<'a> {
         self.slot_blocks * CACHE_LINE
     }
 
+    #[inline]
     fn slot(&self, step: u64) -> &'a [Block] {
         let i = (step & (self.steps - 1)) as usize * self.slot_blocks;
         &self.blocks[i..i + self.slot_blocks]

@@ -6,10 +6,91 @@
 //! (see `clippy.toml`) rejects atomics taken from anywhere else.
 #![allow(clippy::disallowed_types)]
 
+pub use core::sync::atomic::Ordering;
+
 #[cfg(not(loom))]
-pub use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic as imp;
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use loom::sync::atomic as imp;
+
+macro_rules! atomic {
+    ($(#[$doc:meta])* $name:ident, $t:ty) => {
+        $(#[$doc])*
+        ///
+        /// A `repr(transparent)` wrapper, so in normal builds it has the
+        /// layout of the standard atomic and may live in shared memory;
+        /// under `--cfg loom` it wraps loom's model-checked atomic.
+        #[repr(transparent)]
+        #[derive(Debug, Default)]
+        pub struct $name(imp::$name);
+
+        impl $name {
+            /// A new atomic holding `v`.
+            #[cfg(not(loom))]
+            #[inline(always)]
+            pub const fn new(v: $t) -> Self {
+                Self(imp::$name::new(v))
+            }
+            /// A new atomic holding `v`.
+            #[cfg(loom)]
+            pub fn new(v: $t) -> Self {
+                Self(imp::$name::new(v))
+            }
+            /// Loads the value.
+            #[inline(always)]
+            pub fn load(&self, o: Ordering) -> $t {
+                self.0.load(o)
+            }
+            /// Stores `v`.
+            #[inline(always)]
+            pub fn store(&self, v: $t, o: Ordering) {
+                self.0.store(v, o)
+            }
+            /// Stores `v`, returning the previous value.
+            #[inline(always)]
+            pub fn swap(&self, v: $t, o: Ordering) -> $t {
+                self.0.swap(v, o)
+            }
+            /// Stores `new` if the value is `current`.
+            #[inline(always)]
+            pub fn compare_exchange(&self, current: $t, new: $t, ok: Ordering, fail: Ordering) -> Result<$t, $t> {
+                self.0.compare_exchange(current, new, ok, fail)
+            }
+        }
+    };
+}
+
+macro_rules! atomic_int {
+    ($(#[$doc:meta])* $name:ident, $t:ty) => {
+        atomic!($(#[$doc])* $name, $t);
+        impl $name {
+            /// Adds `v`, returning the previous value.
+            #[inline(always)]
+            pub fn fetch_add(&self, v: $t, o: Ordering) -> $t {
+                self.0.fetch_add(v, o)
+            }
+        }
+    };
+}
+
+atomic_int!(
+    /// A 64-bit atomic counter or flag.
+    AtomicU64, u64
+);
+atomic_int!(
+    /// A 32-bit atomic.
+    AtomicU32, u32
+);
+atomic!(
+    /// An atomic boolean.
+    AtomicBool, bool
+);
+
+/// A memory fence.
+#[inline(always)]
+pub fn fence(o: Ordering) {
+    imp::fence(o)
+}
 
 /// One iteration of a busy-wait loop: a CPU pause hint, or under loom a
 /// yield so the model checker can schedule the other thread.
@@ -77,15 +158,47 @@ impl<const N: usize> Default for SharedCell<[u8; N]> {
     }
 }
 
-/// One cache line of payload bytes that another agent may access.
-pub type Block = SharedCell<[u8; crate::CACHE_LINE]>;
+/// One cache line of payload bytes that another agent may access,
+/// aligned to a cache line so an array of blocks never straddles lines.
+#[repr(C, align(64))]
+#[derive(Default)]
+pub struct Block(SharedCell<[u8; crate::CACHE_LINE]>);
+
+impl Block {
+    /// Runs `f` with a shared pointer to the bytes.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(*const [u8; crate::CACHE_LINE]) -> R) -> R {
+        self.0.with(f)
+    }
+    /// Runs `f` with a mutable pointer to the bytes.
+    #[inline(always)]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut [u8; crate::CACHE_LINE]) -> R) -> R {
+        self.0.with_mut(f)
+    }
+}
+
+#[cfg(not(loom))]
+static_assertions::assert_eq_size!(Block, [u8; crate::CACHE_LINE]);
+
+/// The bytes of `blocks` as one raw pointer whose provenance covers the
+/// whole slice (`Block` is 64 bytes, so the slice is contiguous).
+#[cfg(not(loom))]
+#[inline(always)]
+fn blocks_ptr(blocks: &[Block]) -> *mut u8 {
+    core::cell::UnsafeCell::raw_get(
+        blocks
+            .as_ptr()
+            .cast::<core::cell::UnsafeCell<[u8; crate::CACHE_LINE]>>(),
+    )
+    .cast::<u8>()
+}
 
 /// Copies `src` into the bytes of `blocks`, starting at the first block.
 ///
 /// The caller guarantees (by the ring protocol) that no other agent accesses
 /// these blocks during the copy. `src.len()` must not exceed the blocks'
 /// total size; callers compute offsets from validated layouts.
-#[inline]
+#[inline(always)]
 pub fn copy_to_blocks(blocks: &[Block], src: &[u8]) {
     assert!(src.len() <= blocks.len() * crate::CACHE_LINE);
     #[cfg(not(loom))]
@@ -93,13 +206,11 @@ pub fn copy_to_blocks(blocks: &[Block], src: &[u8]) {
         if src.is_empty() {
             return;
         }
-        // SAFETY: `SharedCell` is repr(transparent) over UnsafeCell<[u8; 64]>,
-        // so the slice is one contiguous run of bytes; the assert above keeps
+        // SAFETY: blocks are 64-byte, 64-aligned cells, so the slice is one
+        // contiguous run of bytes reached through `blocks_ptr`; the assert above keeps
         // the copy inside it, and the ring protocol gives this agent exclusive
         // access to these blocks until it publishes them.
-        unsafe {
-            core::ptr::copy_nonoverlapping(src.as_ptr(), blocks[0].0.get().cast::<u8>(), src.len())
-        }
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), blocks_ptr(blocks), src.len()) }
     }
     #[cfg(loom)]
     for (i, chunk) in src.chunks(crate::CACHE_LINE).enumerate() {
@@ -113,7 +224,7 @@ pub fn copy_to_blocks(blocks: &[Block], src: &[u8]) {
 /// Copies bytes from `blocks` (starting at the first block) into `dst`.
 ///
 /// The mirror of [`copy_to_blocks`], for the consumer side.
-#[inline]
+#[inline(always)]
 pub fn copy_from_blocks(blocks: &[Block], dst: &mut [u8]) {
     assert!(dst.len() <= blocks.len() * crate::CACHE_LINE);
     #[cfg(not(loom))]
@@ -124,13 +235,7 @@ pub fn copy_from_blocks(blocks: &[Block], dst: &mut [u8]) {
         // SAFETY: as in `copy_to_blocks`; the producer has published these
         // blocks (Acquire on its counter/flag) and will not touch them again
         // until this agent returns them.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                blocks[0].0.get().cast::<u8>(),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        }
+        unsafe { core::ptr::copy_nonoverlapping(blocks_ptr(blocks), dst.as_mut_ptr(), dst.len()) }
     }
     #[cfg(loom)]
     for (i, chunk) in dst.chunks_mut(crate::CACHE_LINE).enumerate() {

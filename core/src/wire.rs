@@ -31,6 +31,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    #[inline]
     fn from_u8(v: u8) -> Option<Self> {
         match v {
             1 => Some(Self::Eager),
@@ -114,6 +115,7 @@ impl core::fmt::Display for WireError {
 
 impl Header {
     /// A header of `kind` for a `len`-byte payload.
+    #[inline]
     pub const fn new(kind: Kind, context: u16, tag: u32, len: u64) -> Self {
         Self {
             magic: MAGIC,
@@ -125,11 +127,13 @@ impl Header {
     }
 
     /// The kind; valid on any header that came from [`decode`](Self::decode).
+    #[inline]
     pub fn kind(&self) -> Kind {
         Kind::from_u8(self.kind).unwrap_or(Kind::Eager)
     }
 
     /// Little-endian encoding.
+    #[inline]
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0] = self.magic;
@@ -141,6 +145,7 @@ impl Header {
     }
 
     /// Parses and validates a header; never panics.
+    #[inline]
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, WireError> {
         let b: &[u8; HEADER_LEN] = bytes
             .get(..HEADER_LEN)

@@ -1,20 +1,115 @@
 //! The communicator: blocking and scoped non-blocking point-to-point calls.
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
-use crate::engine::{Engine, OpId, Status};
-use crate::error::{Error, Result};
+use crate::engine::{Engine, Fast, OpId, Status};
+use crate::error::{Error, OpKind, Result};
 use crate::launch::Children;
 use crate::shm::JobMap;
+use std::cell::UnsafeCell;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
 
 /// A message tag.
 pub type Tag = u32;
 
+/// Polls of the fast receive path per lock hold.
+const FAST_POLLS: u32 = 64;
+
+/// The engine behind a test-and-set lock. A `Comm` is `!Sync`, so without
+/// a proxy thread only one thread ever reaches the engine and the lock is
+/// taken with plain loads and stores (no atomic read-modify-write on the
+/// per-message path); with a proxy thread it is a real spin lock (one swap
+/// to take, one store to release). Holders never block while holding it:
+/// they poll a bounded number of times, then release.
+struct EngineLock {
+    locked: AtomicBool,
+    shared: bool,
+    engine: UnsafeCell<Engine>,
+}
+
+// SAFETY: the engine is only reached through `EngineGuard`, which the lock
+// hands to one thread at a time; `Engine` is `Send`.
+unsafe impl Sync for EngineLock {}
+
+impl EngineLock {
+    fn new(e: Engine, shared: bool) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            shared,
+            engine: UnsafeCell::new(e),
+        }
+    }
+
+    #[inline]
+    fn try_lock(&self) -> Option<EngineGuard<'_>> {
+        let free = if self.shared {
+            !self.locked.swap(true, Ordering::Acquire)
+        } else {
+            // Only the owning thread gets here (Comm is !Sync and no proxy
+            // exists); the flag just catches re-entry.
+            let free = !self.locked.load(Ordering::Relaxed);
+            self.locked.store(true, Ordering::Relaxed);
+            free
+        };
+        // Not `then_some`: building a guard that is then dropped would
+        // release the lock someone else holds.
+        if free {
+            Some(EngineGuard(self))
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    fn lock(&self) -> EngineGuard<'_> {
+        if let Some(g) = self.try_lock() {
+            return g;
+        }
+        assert!(self.shared, "tandem engine re-entered");
+        let mut spins = 0u32;
+        loop {
+            if let Some(g) = self.try_lock() {
+                return g;
+            }
+            while self.locked.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins < 1000 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
+
+struct EngineGuard<'a>(&'a EngineLock);
+
+impl std::ops::Deref for EngineGuard<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        // SAFETY: this guard holds the lock.
+        unsafe { &*self.0.engine.get() }
+    }
+}
+
+impl std::ops::DerefMut for EngineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        // SAFETY: this guard holds the lock exclusively.
+        unsafe { &mut *self.0.engine.get() }
+    }
+}
+
+impl Drop for EngineGuard<'_> {
+    fn drop(&mut self) {
+        self.0.locked.store(false, Ordering::Release);
+    }
+}
+
 struct Shared {
-    engine: Mutex<Engine>,
+    engine: EngineLock,
     rank: usize,
     size: usize,
     cfg: Config,
@@ -48,6 +143,9 @@ struct Shared {
 /// ```
 pub struct Comm {
     sh: Arc<Shared>,
+    /// `!Sync`: one thread at a time drives a communicator (it may be moved
+    /// to another thread). Ranks in threads each get their own.
+    _not_sync: PhantomData<std::cell::Cell<()>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -197,7 +295,7 @@ impl Comm {
             );
         }
         let sh = Arc::new(Shared {
-            engine: Mutex::new(engine),
+            engine: EngineLock::new(engine, cfg.proxy_core.is_some()),
             rank,
             size,
             cfg,
@@ -214,7 +312,10 @@ impl Comm {
                 .spawn(move || proxy_loop(weak, stop, core))?;
             *sh.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
         }
-        Ok(Self { sh })
+        Ok(Self {
+            sh,
+            _not_sync: PhantomData,
+        })
     }
 
     /// This process's rank, `0..size()`.
@@ -232,15 +333,20 @@ impl Comm {
         &self.sh.cfg
     }
 
-    fn engine(&self) -> MutexGuard<'_, Engine> {
-        self.sh.engine.lock().unwrap_or_else(|e| e.into_inner())
+    fn engine(&self) -> EngineGuard<'_> {
+        self.sh.engine.lock()
     }
 
     /// Sends `buf` to rank `dst` with `tag`; returns once `buf` may be
     /// reused (small messages: copied into the channel; large ones: fully
     /// streamed into the peer's ring).
     pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
-        let id = self.engine().post_send(buf, dst, tag, 0)?;
+        let mut e = self.engine();
+        if let Some(r) = e.try_send_now(buf, dst, tag) {
+            return r;
+        }
+        let id = e.post_send(buf, dst, tag, 0)?;
+        drop(e);
         self.wait_one(id).map(|_| ())
     }
 
@@ -248,8 +354,46 @@ impl Comm {
     /// A message longer than `buf` fills it and fails with
     /// [`Error::Truncated`]; the next message is unaffected.
     pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
-        let id = self.engine().post_recv(buf, src, tag, 0)?;
-        self.wait_one(id)
+        // Fast path: poll the source's line ring directly while nothing else
+        // is queued for it; no operation is recorded at all.
+        let mut w: Option<Waiter> = None;
+        loop {
+            let mut e = self.engine();
+            for _ in 0..FAST_POLLS {
+                match e.try_recv_now(buf, src, tag) {
+                    Fast::Done(r) => return r,
+                    Fast::NotYet => {}
+                    Fast::Fallback => {
+                        let id = e.post_recv(buf, src, tag, 0)?;
+                        drop(e);
+                        return self.wait_one(id);
+                    }
+                }
+            }
+            if e.in_use() > 0 {
+                // Others' operations need progress too.
+                e.progress();
+            }
+            let w = w.get_or_insert_with(|| Waiter::new(&self.sh.cfg));
+            if w.slow_path_due() {
+                if e.is_dead(src) {
+                    // Drain what it sent before dying via the general path.
+                    let id = e.post_recv(buf, src, tag, 0)?;
+                    drop(e);
+                    return self.wait_one(id);
+                }
+                if let Some(waited) = w.stalled(0) {
+                    return Err(Error::Timeout {
+                        op: OpKind::Recv,
+                        peer: src,
+                        tag,
+                        waited,
+                    });
+                }
+            }
+            drop(e);
+            w.pause(FAST_POLLS);
+        }
     }
 
     /// Runs `f` with a [`Scope`] in which non-blocking operations may
@@ -311,7 +455,7 @@ impl Comm {
                     }
                 }
             }
-            w.pause();
+            w.pause(1);
         }
     }
 
@@ -332,17 +476,25 @@ impl Comm {
     }
 }
 
-impl Drop for Shared {
+impl Drop for Comm {
     fn drop(&mut self) {
-        self.proxy_stop.store(true, Ordering::Release);
-        if let Some(h) = self
+        // Stop the proxy first, so the last reference to the shared state is
+        // always dropped here and never on the proxy thread.
+        self.sh.proxy_stop.store(true, Ordering::Release);
+        let h = self
+            .sh
             .proxy
-            .get_mut()
+            .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(h) = h {
             let _ = h.join();
         }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
         if let Some(c) = self
             .children
             .get_mut()
@@ -377,7 +529,7 @@ fn proxy_loop(weak: std::sync::Weak<Shared>, stop: Arc<AtomicBool>, core: usize)
     while !stop.load(Ordering::Acquire) {
         let Some(sh) = weak.upgrade() else { return };
         for _ in 0..1024 {
-            if let Ok(mut e) = sh.engine.try_lock() {
+            if let Some(mut e) = sh.engine.try_lock() {
                 e.progress();
             }
             std::hint::spin_loop();
@@ -394,6 +546,7 @@ struct Waiter {
     last_moved: usize,
     since: Option<Instant>,
     last_peer_check: Option<Instant>,
+    next_check: u64,
 }
 
 impl Waiter {
@@ -405,6 +558,7 @@ impl Waiter {
             last_moved: 0,
             since: None,
             last_peer_check: None,
+            next_check: 4096,
         }
     }
 
@@ -413,20 +567,32 @@ impl Waiter {
     }
 
     /// While spinning, look at the clock only every 4096 polls.
-    fn slow_path_due(&self) -> bool {
-        !self.spin_phase() || self.iter % 4096 == 4095
+    fn slow_path_due(&mut self) -> bool {
+        if !self.spin_phase() || self.iter >= self.next_check {
+            self.next_check = self.iter + 4096;
+            return true;
+        }
+        false
+    }
+
+    /// `Some(waited)` once `moved` has not changed for the timeout.
+    fn stalled(&mut self, moved: usize) -> Option<Duration> {
+        let now = Instant::now();
+        match self.since {
+            Some(t) if moved == self.last_moved => {
+                let waited = now.duration_since(t);
+                (waited >= self.timeout).then_some(waited)
+            }
+            _ => {
+                self.since = Some(now);
+                self.last_moved = moved;
+                None
+            }
+        }
     }
 
     fn check(&mut self, e: &mut Engine, id: OpId) -> Result<()> {
         let now = Instant::now();
-        let moved = e.moved(id);
-        match self.since {
-            Some(_) if moved == self.last_moved => {}
-            _ => {
-                self.since = Some(now);
-                self.last_moved = moved;
-            }
-        }
         if self
             .last_peer_check
             .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(5))
@@ -437,29 +603,28 @@ impl Waiter {
                 e.progress();
             }
         }
-        let since = self.since.unwrap_or(now);
-        if now.duration_since(since) >= self.timeout {
+        if let Some(waited) = self.stalled(e.moved(id)) {
             let (op, peer, tag) = e.describe(id);
             return Err(Error::Timeout {
                 op,
                 peer,
                 tag,
-                waited: now.duration_since(since),
+                waited,
             });
         }
         Ok(())
     }
 
-    fn pause(&mut self) {
-        self.iter += 1;
+    /// Called after `polls` fruitless polls.
+    fn pause(&mut self, polls: u32) {
+        self.iter += polls as u64;
+        let p = &self.policy;
         if self.spin_phase() {
             std::hint::spin_loop();
-        } else if self.iter < self.policy.spin as u64 + self.policy.yields as u64 {
-            std::thread::yield_now();
-        } else if self.policy.park.is_zero() {
+        } else if self.iter < p.spin as u64 + p.yields as u64 || p.park.is_zero() {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(self.policy.park);
+            std::thread::sleep(p.park);
         }
     }
 }

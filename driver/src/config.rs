@@ -7,7 +7,8 @@ use std::time::Duration;
 /// How a waiting thread spends its time: spin, then yield, then sleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitPolicy {
-    /// Busy-poll iterations before yielding (`TANDEM_SPIN`).
+    /// Fruitless polls before yielding (`TANDEM_SPIN`); one poll is
+    /// tens of nanoseconds.
     pub spin: u32,
     /// `sched_yield` iterations after spinning, before sleeping
     /// (`TANDEM_YIELDS`).
@@ -35,7 +36,7 @@ impl WaitPolicy {
 impl Default for WaitPolicy {
     fn default() -> Self {
         Self {
-            spin: 200_000,
+            spin: 20_000,
             yields: 20_000,
             park: Duration::from_micros(50),
         }
@@ -88,6 +89,11 @@ impl Layout {
             return Err(Error::Config(format!(
                 "lines must be a power of two >= 4, got {}",
                 self.lines
+            )));
+        }
+        if self.lines > 1 << 24 || self.slot_steps > 1 << 16 || self.slot_bytes > 1 << 30 {
+            return Err(Error::Config(format!(
+                "layout too large: lines <= 2^24, slot_steps <= 2^16, slot_bytes <= 2^30 (got {self:?})"
             )));
         }
         if !self.slot_steps.is_power_of_two() {

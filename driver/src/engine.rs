@@ -32,7 +32,7 @@ use crate::shm::JobMap;
 use std::collections::VecDeque;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
-use tandem_core::line_ring::{LineConsumer, LineProducer};
+use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD};
 use tandem_core::slot_ring::{SlotConsumer, SlotProducer};
 use tandem_core::sync::Ordering;
 use tandem_core::wire::{Header, Kind, Limits, HEADER_LEN};
@@ -379,6 +379,72 @@ impl Engine {
         Ok(id)
     }
 
+    /// Blocking-send fast path: an eager message goes straight into the
+    /// line ring when nothing is queued ahead of it for `dst`. `None`: take
+    /// the general path (bulk message, queue not empty, ring full, error).
+    #[inline]
+    pub(crate) fn try_send_now(&mut self, buf: &[u8], dst: usize, tag: u32) -> Option<Result<()>> {
+        if dst >= self.peers.len() {
+            return Some(Err(Error::InvalidRank {
+                rank: dst,
+                size: self.peers.len(),
+            }));
+        }
+        let peer = &mut self.peers[dst];
+        if buf.len() as u64 > self.limits.eager_max
+            || !peer.line_q.is_empty()
+            || peer.broken.is_some()
+        {
+            return None;
+        }
+        let h = Header::new(Kind::Eager, 0, tag, buf.len() as u64).encode();
+        peer.tx_line.try_write(&h, buf).then_some(Ok(()))
+    }
+
+    /// Blocking-receive fast path: when nothing from `src` is buffered or
+    /// posted, an eager message with `tag` at the head of its line ring is
+    /// copied straight into `buf`.
+    #[inline]
+    pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, tag: u32) -> Fast {
+        if src >= self.peers.len() {
+            return Fast::Done(Err(Error::InvalidRank {
+                rank: src,
+                size: self.peers.len(),
+            }));
+        }
+        let peer = &mut self.peers[src];
+        if !peer.posted.is_empty() || !peer.unexpected.is_empty() || peer.broken.is_some() {
+            return Fast::Fallback;
+        }
+        let mut line = [0u8; LINE_PAYLOAD];
+        if !peer.rx_line.peek_line(&mut line) {
+            return Fast::NotYet;
+        }
+        match Header::decode(&line[..HEADER_LEN], &self.limits) {
+            Ok(h) if h.kind() == Kind::Eager && h.tag == tag => {
+                let len = h.len as usize;
+                if HEADER_LEN + len <= LINE_PAYLOAD {
+                    // The whole message is in the line already copied.
+                    let n = len.min(buf.len());
+                    buf[..n].copy_from_slice(&line[HEADER_LEN..HEADER_LEN + n]);
+                    let consumed = peer.rx_line.consume_line();
+                    debug_assert!(consumed);
+                    Fast::Done(finish(src, tag, len, buf.len()))
+                } else if peer.rx_line.try_read(HEADER_LEN, len, buf) {
+                    Fast::Done(finish(src, tag, len, buf.len()))
+                } else {
+                    Fast::NotYet
+                }
+            }
+            _ => Fast::Fallback,
+        }
+    }
+
+    /// Whether rank `p` is known dead (for waits that hold no operation).
+    pub(crate) fn is_dead(&mut self, p: usize) -> bool {
+        p != self.rank && p < self.peers.len() && self.peer_dead(p)
+    }
+
     /// One pass over every channel; `true` if anything moved.
     pub(crate) fn progress(&mut self) -> bool {
         let mut did = false;
@@ -553,7 +619,11 @@ impl Engine {
         while let Some(front) = peer.rx_bulk.front_mut() {
             let op = match front.target {
                 Target::Waiting => return did,
-                Target::Op(i) => Some(&mut self.ops[i as usize]),
+                Target::Op(i) => {
+                    let o = &mut self.ops[i as usize];
+                    debug_assert!(o.state == State::Pending && o.kind == OpKind::Recv);
+                    Some(o)
+                }
                 Target::Discard => None,
             };
             let cap = op.as_ref().map_or(0, |o| o.len);
@@ -763,6 +833,16 @@ impl Engine {
     pub(crate) fn in_use(&self) -> usize {
         self.in_use
     }
+}
+
+/// Outcome of a fast-path attempt.
+pub(crate) enum Fast {
+    /// Finished.
+    Done(Result<Status>),
+    /// Nothing has arrived yet; try again.
+    NotYet,
+    /// The general path must handle it.
+    Fallback,
 }
 
 /// The largest message tandem moves (1 TiB; the slot ring streams it).

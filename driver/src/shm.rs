@@ -54,20 +54,30 @@ fn header_len(nranks: usize) -> usize {
 }
 
 fn line_len(l: &Layout) -> usize {
-    round_up(LineRing::bytes_needed(l.lines as usize))
+    round_up(LineRing::bytes_needed(l.lines as usize).expect("Layout::validate bounds lines"))
 }
 
 fn chan_len(l: &Layout) -> usize {
     line_len(l)
-        + round_up(SlotRing::bytes_needed(
-            l.slot_steps as u64,
-            l.slot_bytes as usize,
-        ))
+        + round_up(
+            SlotRing::bytes_needed(l.slot_steps as u64, l.slot_bytes as usize)
+                .expect("Layout::validate bounds the slot ring"),
+        )
 }
 
-/// Total bytes of the job file for `nranks` ranks.
-pub fn job_len(nranks: usize, l: &Layout) -> usize {
-    header_len(nranks) + nranks * nranks * chan_len(l)
+/// Total bytes of the job file for `nranks` ranks, or an error if that is
+/// absurdly large (more than 1 TiB).
+pub fn job_len(nranks: usize, l: &Layout) -> Result<usize> {
+    nranks
+        .checked_mul(nranks)
+        .and_then(|p| p.checked_mul(chan_len(l)))
+        .and_then(|c| c.checked_add(header_len(nranks)))
+        .filter(|&t| t <= 1 << 40)
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "{nranks} ranks with layout {l:?} need more than 1 TiB of shared memory"
+            ))
+        })
 }
 
 enum Backing {
@@ -120,7 +130,7 @@ impl JobMap {
             .open(&path)
             .map_err(|e| Error::Io(format!("creating {}: {e}", path.display())))?;
         let guard = Unlink(Some(path.clone()));
-        let len = job_len(nranks, layout);
+        let len = job_len(nranks, layout)?;
         // SAFETY: plain syscall on a descriptor we own.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
         if rc != 0 {
@@ -181,7 +191,7 @@ impl JobMap {
         };
         layout.validate()?;
         check_ranks(nranks)?;
-        let len = job_len(nranks, &layout);
+        let len = job_len(nranks, &layout)?;
         if h.total_len as usize != len || flen < len {
             return Err(Error::JobMismatch {
                 expected: format!("a {len}-byte job file"),
@@ -202,7 +212,7 @@ impl JobMap {
     pub fn anon(nranks: usize, layout: &Layout) -> Result<Self> {
         check_ranks(nranks)?;
         layout.validate()?;
-        let len = job_len(nranks, layout);
+        let len = job_len(nranks, layout)?;
         let mut map = memmap2::MmapOptions::new().len(len).map_anon()?;
         let base = map.as_mut_ptr();
         Ok(Self {

@@ -26,7 +26,7 @@
 //! ## Bound
 //!
 //! Every model runs under a preemption bound of
-//! [`DEFAULT_PREEMPTION_BOUND`] (3): loom explores every interleaving in which
+//! `DEFAULT_PREEMPTION_BOUND` (3): loom explores every interleaving in which
 //! a thread is involuntarily switched out at most that many times, which
 //! covers every bug class the models look for (a race needs one or two
 //! preemptions) and keeps each model to seconds in release mode. Setting

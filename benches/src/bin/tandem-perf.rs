@@ -1,1 +1,290 @@
-fn main() {}
+//! `tandem-perf`: tandem's performance tool.
+//!
+//! * `tandem-perf pingpong`: two ranks (separate processes, pinned to
+//!   distinct cores when there are enough) bounce messages from 1 B to
+//!   64 MiB; median and p99 half round trip and bandwidth per size. The
+//!   machine's cross-process cache-line round trip and memcpy bandwidth are
+//!   measured first, in the same run, and small-message latency is printed
+//!   as a ratio to the one-way cache-line latency.
+//! * `tandem-perf c2c`: just the machine's limits.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+use tandem_benches::c2c::{cache_line_round_trip, memcpy_gbps, C2c};
+use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
+use tandem_driver::{Comm, Config};
+
+const USAGE: &str = "usage: tandem-perf <pingpong|c2c> [options]
+
+  pingpong   two ranks over shared memory: half round trip and bandwidth
+  c2c        the machine's cross-process cache-line round trip and memcpy
+
+options:
+  --min-size S    smallest message (default 1; accepts K, M, G)
+  --max-size S    largest message (default 64M, at most 1G)
+  --iters N       round trips per size for small messages (default 20000)
+  --json          print a JSON array of {\"size\",\"p50_us\",\"p99_us\",\"gbps\"}
+                  (gbps = gigabytes per second, 10^9 B/s) instead of a table
+  --no-pin        do not pin ranks to cores
+
+Environment: every TANDEM_* setting of the library applies (TANDEM_LINES,
+TANDEM_SLOT_BYTES, TANDEM_EAGER_LIMIT, TANDEM_SPIN, ...).";
+
+struct Opts {
+    cmd: String,
+    min: usize,
+    max: usize,
+    iters: u64,
+    json: bool,
+    pin: bool,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut a = std::env::args().skip(1);
+    let cmd = a.next().ok_or("missing command")?;
+    if cmd == "-h" || cmd == "--help" {
+        println!("{USAGE}");
+        std::process::exit(0);
+    }
+    let mut o = Opts {
+        cmd,
+        min: 1,
+        max: 64 << 20,
+        iters: 20_000,
+        json: false,
+        pin: true,
+    };
+    while let Some(f) = a.next() {
+        let mut val = |name: &str| a.next().ok_or(format!("{name} needs a value"));
+        match f.as_str() {
+            "--min-size" => o.min = parse_size(&val("--min-size")?).ok_or("bad --min-size")?,
+            "--max-size" => o.max = parse_size(&val("--max-size")?).ok_or("bad --max-size")?,
+            "--iters" => o.iters = val("--iters")?.parse().map_err(|_| "bad --iters")?,
+            "--json" => o.json = true,
+            "--no-pin" => o.pin = false,
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if o.max > 1 << 30 {
+        return Err("--max-size is at most 1G".into());
+    }
+    if o.min > o.max {
+        return Err("--min-size is larger than --max-size".into());
+    }
+    if o.iters == 0 {
+        return Err("--iters must be positive".into());
+    }
+    Ok(o)
+}
+
+fn cores(pin: bool) -> Option<(usize, usize)> {
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    (pin && ids.len() >= 2).then(|| (ids[0].id, ids[1].id))
+}
+
+struct Limits {
+    c2c: C2c,
+    memcpy: [(usize, f64); 3],
+}
+
+fn measure_limits(pin: bool) -> Limits {
+    let c2c = cache_line_round_trip(cores(pin), 200_000).unwrap_or_else(|e| {
+        eprintln!("tandem-perf: c2c measurement failed: {e}");
+        std::process::exit(1)
+    });
+    let memcpy =
+        [64 << 10, 1 << 20, 64 << 20].map(|s| (s, memcpy_gbps(s, Duration::from_millis(300))));
+    Limits { c2c, memcpy }
+}
+
+fn describe(l: &Limits) -> String {
+    let m: Vec<String> = l
+        .memcpy
+        .iter()
+        .map(|(s, g)| format!("{} {g:.1} GB/s", fmt_size(*s)))
+        .collect();
+    format!(
+        "c2c: cross-process cache-line round trip {:.1} ns, one-way {:.1} ns; memcpy (1 thread): {}",
+        l.c2c.rtt_ns,
+        l.c2c.one_way_ns,
+        m.join(", ")
+    )
+}
+
+/// Round trips for `size`: many for small messages, about 2 GiB of
+/// traffic for large ones, never fewer than 10.
+fn iters_for(size: usize, base: u64) -> u64 {
+    if size <= 64 << 10 {
+        base
+    } else {
+        ((2u64 << 30) / size as u64).clamp(10, base)
+    }
+}
+
+struct Row {
+    size: usize,
+    p50_us: f64,
+    p99_us: f64,
+    gbps: f64,
+}
+
+fn pingpong(o: &Opts) {
+    let rank_hint: usize = std::env::var("TANDEM_RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    // Rank 0 measures the machine's limits before any rank starts (fork
+    // needs a single-threaded process; the ranks must not disturb it).
+    let limits = (rank_hint == 0).then(|| measure_limits(o.pin));
+    let pinned = cores(o.pin);
+    let pin = pinned.map(|(a, b)| if rank_hint == 0 { a } else { b });
+    let cfg = Config::from_env()
+        .unwrap_or_else(|e| fail(&e.to_string()))
+        .pin_core(pin);
+    let comm = Comm::local_with(2, cfg).unwrap_or_else(|e| fail(&e.to_string()));
+    let me = comm.rank();
+    let peer = 1 - me;
+    let sizes = sweep(o.min, o.max);
+    let mut buf = vec![0u8; o.max.max(1)];
+    let live = me == 0 && std::io::stderr().is_terminal();
+    if me == 0 && !o.json {
+        let l = limits.as_ref().expect("rank 0 measured");
+        println!(
+            "# tandem-perf pingpong: 2 processes over shared memory, pinned to cores: {pinned:?}"
+        );
+        println!("# {}", describe(l));
+        println!("# half round trip = round trip / 2; GB/s = size / p50 half round trip");
+        println!(
+            "{:>10} {:>10} {:>10} {:>9} {:>8}",
+            "size", "p50 us", "p99 us", "GB/s", "x c2c"
+        );
+    }
+    let mut rows = Vec::new();
+    for &size in &sizes {
+        let iters = iters_for(size, o.iters);
+        let warm = (iters / 10).max(2);
+        // Small messages: time batches so the clock read is negligible.
+        let batch = if size <= 4096 { 16 } else { 1 };
+        let samples_n = iters.div_ceil(batch);
+        let msg = &mut buf[..size];
+        let mut samples = Vec::with_capacity(samples_n as usize);
+        let rt = |msg: &mut [u8]| {
+            if me == 0 {
+                comm.send(msg, peer, 0)?;
+                comm.recv(msg, peer, 0).map(|_| ())
+            } else {
+                comm.recv(msg, peer, 0)?;
+                comm.send(msg, peer, 0)
+            }
+        };
+        for _ in 0..warm {
+            rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
+        }
+        for _ in 0..samples_n {
+            let t = Instant::now();
+            for _ in 0..batch {
+                rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
+            }
+            samples.push(t.elapsed().as_nanos() as f64 / batch as f64 / 2.0);
+        }
+        if me == 0 {
+            let p50 = percentile(&mut samples, 50.0);
+            let p99 = percentile(&mut samples, 99.0);
+            let row = Row {
+                size,
+                p50_us: p50 / 1e3,
+                p99_us: p99 / 1e3,
+                gbps: size as f64 / p50,
+            };
+            if live {
+                eprint!("\r\x1b[2K  size {:>6} done", fmt_size(size));
+                let _ = std::io::stderr().flush();
+            }
+            if !o.json {
+                let l = limits.as_ref().expect("rank 0 measured");
+                let ratio = if size <= 64 {
+                    format!("{:.2}", p50 / l.c2c.one_way_ns)
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{:>10} {:>10.3} {:>10.3} {:>9.2} {:>8}",
+                    fmt_size(size),
+                    row.p50_us,
+                    row.p99_us,
+                    row.gbps,
+                    ratio
+                );
+            }
+            rows.push(row);
+        }
+    }
+    if live {
+        eprint!("\r\x1b[2K");
+    }
+    if me == 0 {
+        if o.json {
+            let l = limits.as_ref().expect("rank 0 measured");
+            eprintln!("# {}", describe(l));
+            let objs: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
+                        r.size, r.p50_us, r.p99_us, r.gbps
+                    )
+                })
+                .collect();
+            println!("[\n  {}\n]", objs.join(",\n  "));
+        } else if let (Some(l), Some(small)) = (limits.as_ref(), rows.iter().find(|r| r.size == 8))
+        {
+            let big = rows.last().expect("at least one size");
+            println!(
+                "# 8 B half round trip = {:.2} x one-way c2c; {} bandwidth = {:.2} x 1-thread memcpy of 64M",
+                small.p50_us * 1e3 / l.c2c.one_way_ns,
+                fmt_size(big.size),
+                big.gbps / l.memcpy[2].1
+            );
+        }
+    }
+    if let Err(e) = comm.finish() {
+        fail(&e.to_string());
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("tandem-perf: {msg}");
+    std::process::exit(1)
+}
+
+fn main() {
+    let o = parse().unwrap_or_else(|e| {
+        eprintln!("tandem-perf: {e}\n\n{USAGE}");
+        std::process::exit(2)
+    });
+    match o.cmd.as_str() {
+        "pingpong" => pingpong(&o),
+        "c2c" => {
+            let l = measure_limits(o.pin);
+            if o.json {
+                let m: Vec<String> = l
+                    .memcpy
+                    .iter()
+                    .map(|(s, g)| format!("{{\"size\": {s}, \"memcpy_gbps\": {g:.3}}}"))
+                    .collect();
+                println!(
+                    "{{\"c2c_rtt_ns\": {:.2}, \"c2c_one_way_ns\": {:.2}, \"memcpy\": [{}]}}",
+                    l.c2c.rtt_ns,
+                    l.c2c.one_way_ns,
+                    m.join(", ")
+                );
+            } else {
+                println!("{}", describe(&l));
+            }
+        }
+        other => {
+            eprintln!("tandem-perf: unknown command {other}\n\n{USAGE}");
+            std::process::exit(2)
+        }
+    }
+}

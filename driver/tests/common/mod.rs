@@ -13,7 +13,13 @@ pub fn is_rank() -> bool {
 /// A launcher that re-runs exactly test `name` of this binary as `n` ranks.
 pub fn launcher(n: usize, name: &str) -> Launcher {
     let exe = std::env::current_exe().expect("test binary path");
-    Launcher::new(n, exe).args([name, "--exact", "--nocapture", "--test-threads=1", "-q"])
+    // Tests run several jobs at once on few cores: spin briefly, then yield.
+    Launcher::new(n, exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1", "-q"])
+        .env(
+            "TANDEM_SPIN",
+            std::env::var("TANDEM_SPIN").unwrap_or_else(|_| "2000".into()),
+        )
 }
 
 /// Runs `f` on each of `n` rank processes; fails the test if any rank

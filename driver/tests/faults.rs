@@ -1,0 +1,112 @@
+//! Faults are real: a rank killed with SIGKILL mid-transfer, a stale
+//! environment.
+
+mod common;
+use std::time::{Duration, Instant};
+use tandem_driver::launch::shm_path;
+use tandem_driver::{Comm, Error};
+
+const BIG: usize = 1 << 30;
+
+/// Rank `victim` kills itself (SIGKILL) 30 ms into a 1 GiB transfer; the
+/// survivor must get `PeerLost` well within its deadline.
+fn killed_mid_transfer(name: &str, victim_sends: bool) {
+    if common::is_rank() {
+        let comm = Comm::from_env().unwrap();
+        let victim = 1;
+        let mut buf = vec![0u8; BIG];
+        if comm.rank() == victim {
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                // SAFETY: raising a signal has no memory-safety preconditions.
+                unsafe { libc::raise(libc::SIGKILL) };
+            });
+            let r = if victim_sends {
+                comm.send(&buf, 0, 0).map(|_| ())
+            } else {
+                comm.recv(&mut buf, 0, 0).map(|_| ())
+            };
+            // Too fast to be killed mid-way: say so, the test then fails.
+            eprintln!("victim finished before being killed: {r:?}");
+            std::process::exit(3);
+        }
+        let t = Instant::now();
+        let r = if victim_sends {
+            comm.recv(&mut buf, victim, 0).map(|_| ())
+        } else {
+            comm.send(&buf, victim, 0).map(|_| ())
+        };
+        let took = t.elapsed();
+        println!("survivor got {r:?} after {took:?}");
+        assert_eq!(r, Err(Error::PeerLost { rank: victim }));
+        assert!(
+            took < Duration::from_secs(10),
+            "deadline is 60 s; detection took {took:?}"
+        );
+        return;
+    }
+    let l = common::launcher(2, name)
+        .env("TANDEM_TIMEOUT", "60")
+        .kill_grace(Duration::from_secs(30));
+    let job = l.job_id();
+    let o = l.run().unwrap();
+    assert_eq!(
+        o.codes[1],
+        128 + libc::SIGKILL,
+        "the victim must die by SIGKILL: {:?}",
+        o.codes
+    );
+    assert_eq!(
+        o.codes[0], 0,
+        "the survivor must pass its checks: {:?}",
+        o.codes
+    );
+    assert!(!shm_path(job).exists(), "job file left behind in /dev/shm");
+}
+
+#[test]
+fn sender_killed_mid_transfer() {
+    killed_mid_transfer("sender_killed_mid_transfer", true);
+}
+
+#[test]
+fn receiver_killed_mid_transfer() {
+    killed_mid_transfer("receiver_killed_mid_transfer", false);
+}
+
+#[test]
+fn no_job_file_remains_after_a_normal_run() {
+    common::ranks(3, "no_job_file_remains_after_a_normal_run", |comm| {
+        let next = (comm.rank() + 1) % 3;
+        let prev = (comm.rank() + 2) % 3;
+        comm.send(b"token", next, 0).unwrap();
+        let mut b = [0u8; 5];
+        comm.recv(&mut b, prev, 0).unwrap();
+    });
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mine = format!("tandem-{uid}-");
+    let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&mine))
+        .collect();
+    // Other tests of this binary may be starting ranks right now; their
+    // files live only for that instant, so look twice.
+    std::thread::sleep(Duration::from_millis(200));
+    let still: Vec<_> = leftovers
+        .into_iter()
+        .filter(|e| e.path().exists())
+        .collect();
+    assert!(still.is_empty(), "left in /dev/shm: {still:?}");
+}
+
+#[test]
+fn stale_environment_is_a_clear_error() {
+    if common::is_rank() {
+        return;
+    }
+    // This process was not started by a launcher at all.
+    let e = Comm::from_env().unwrap_err();
+    assert!(matches!(e, Error::NotLaunched(_)), "{e}");
+}

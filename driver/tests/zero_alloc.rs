@@ -1,0 +1,83 @@
+//! Steady-state messaging allocates nothing: a counting global allocator
+//! in each rank process watches 10,000 ping-pongs of 8 B and of 64 KiB
+//! (bulk path) after warm-up, blocking and scoped non-blocking.
+
+mod common;
+use std::alloc::{GlobalAlloc, Layout, System};
+use tandem_core::sync::{AtomicU64, Ordering};
+use tandem_driver::{Comm, Request};
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn pingpong(comm: &Comm, buf: &mut [u8], iters: usize, scoped: bool) {
+    let peer = 1 - comm.rank();
+    for _ in 0..iters {
+        if scoped {
+            let (a, b) = buf.split_at_mut(buf.len() / 2);
+            comm.scope(|s| {
+                let r = s.irecv(b, peer, 2).unwrap();
+                let w = s.isend(a, peer, 2).unwrap();
+                Request::wait_all([r, w]).unwrap();
+            })
+            .unwrap();
+        } else if comm.rank() == 0 {
+            comm.send(buf, peer, 1).unwrap();
+            comm.recv(buf, peer, 1).unwrap();
+        } else {
+            comm.recv(buf, peer, 1).unwrap();
+            comm.send(buf, peer, 1).unwrap();
+        }
+    }
+}
+
+#[test]
+fn no_allocations_per_message_after_warm_up() {
+    common::ranks(2, "no_allocations_per_message_after_warm_up", |comm| {
+        // The counter is live: an allocation shows up.
+        let before = ALLOCS.load(Ordering::Relaxed);
+        drop(std::hint::black_box(vec![0u8; 16]));
+        assert!(
+            ALLOCS.load(Ordering::Relaxed) > before,
+            "counting allocator not installed"
+        );
+        for (size, scoped) in [
+            (8usize, false),
+            (64 << 10, false),
+            (16, true),
+            (128 << 10, true),
+        ] {
+            let mut buf = vec![1u8; size];
+            pingpong(&comm, &mut buf, 100, scoped);
+            let before = ALLOCS.load(Ordering::Relaxed);
+            pingpong(&comm, &mut buf, 10_000, scoped);
+            let n = ALLOCS.load(Ordering::Relaxed) - before;
+            println!(
+                "rank {} size {size} scoped {scoped}: {n} allocations in 10000 round trips",
+                comm.rank()
+            );
+            assert_eq!(n, 0, "size {size} scoped {scoped}: {n} heap allocations");
+        }
+    });
+}
