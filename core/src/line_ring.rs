@@ -130,9 +130,13 @@ impl<'a> LineRing<'a> {
         self.lines.len() * LINE_PAYLOAD
     }
 
-    #[inline]
+    #[inline(always)]
     fn line(&self, n: u64) -> &'a Line {
-        &self.lines[(n & (self.lines.len() as u64 - 1)) as usize]
+        let i = (n & (self.lines.len() as u64 - 1)) as usize;
+        debug_assert!(i < self.lines.len());
+        // SAFETY: `lines.len()` is a power of two (checked in `new`), so
+        // masking with `len - 1` always yields an index below `len`.
+        unsafe { self.lines.get_unchecked(i) }
     }
 
     /// The writer end. Create exactly one per ring.
@@ -162,7 +166,7 @@ pub struct LineProducer<'a> {
 }
 
 impl LineProducer<'_> {
-    #[inline]
+    #[inline(always)]
     fn free_cached(&self) -> u64 {
         let cap = self.ring.lines.len() as u64;
         self.head_cache
@@ -172,7 +176,7 @@ impl LineProducer<'_> {
     }
 
     /// Lines free for writing (reloads the reader's head if needed).
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, want: u64) -> u64 {
         if self.free_cached() < want {
             self.head_cache = self.ring.head.value.load(Ordering::Acquire);
@@ -187,7 +191,7 @@ impl LineProducer<'_> {
     /// # Panics
     /// If the message is larger than the whole ring
     /// ([`LineRing::max_message`]) or `prefix` is longer than a line.
-    #[inline]
+    #[inline(always)]
     pub fn try_write(&mut self, prefix: &[u8], payload: &[u8]) -> bool {
         assert!(prefix.len() <= LINE_PAYLOAD, "prefix longer than a line");
         let total = prefix.len() + payload.len();
@@ -195,11 +199,16 @@ impl LineProducer<'_> {
             total <= self.ring.max_message(),
             "message larger than the line ring"
         );
-        let n = lines_for(total) as u64;
-        if self.free(n) < n {
-            return false;
-        }
-        if n == 1 {
+        if total <= LINE_PAYLOAD {
+            // One line: free if the reader's head (cached, else reloaded)
+            // is within a lap.
+            let cap = self.ring.lines.len() as u64;
+            if self.tail >= self.head_cache.saturating_add(cap) {
+                self.head_cache = self.ring.head.value.load(Ordering::Acquire);
+                if self.tail >= self.head_cache.saturating_add(cap) {
+                    return false;
+                }
+            }
             // One line: assemble it on the stack, then one fixed-size store
             // of the payload and the flag.
             let mut buf = [0u8; LINE_PAYLOAD];
@@ -212,6 +221,10 @@ impl LineProducer<'_> {
             self.tail += 1;
             line.flag.store(self.tail, Ordering::Release);
             return true;
+        }
+        let n = lines_for(total) as u64;
+        if self.free(n) < n {
+            return false;
         }
         let mut rest = payload;
         for i in 0..n {
@@ -249,7 +262,7 @@ pub struct LineConsumer<'a> {
 }
 
 impl LineConsumer<'_> {
-    #[inline]
+    #[inline(always)]
     fn ready(&self, k: u64) -> bool {
         let seq = self.tail + k;
         self.ring.line(seq).flag.load(Ordering::Acquire) == seq + 1
@@ -273,7 +286,7 @@ impl LineConsumer<'_> {
 
     /// Copies the whole first line of the next message into `out`, without
     /// consuming it; `false` if no message has arrived.
-    #[inline]
+    #[inline(always)]
     pub fn peek_line(&self, out: &mut [u8; LINE_PAYLOAD]) -> bool {
         let line = self.ring.line(self.tail);
         if line.flag.load(Ordering::Acquire) != self.tail + 1 {
@@ -284,17 +297,14 @@ impl LineConsumer<'_> {
         true
     }
 
-    /// Consumes a message that fits in one line (after
-    /// [`peek_line`](Self::peek_line) returned it); `false` if the next
-    /// line has not arrived.
-    #[inline]
-    pub fn consume_line(&mut self) -> bool {
-        if !self.ready(0) {
-            return false;
-        }
+    /// Consumes a message that fits in one line, after
+    /// [`peek_line`](Self::peek_line) returned `true` for it. (Called
+    /// otherwise it only desynchronises this ring: later reads wait for
+    /// lines that are never written; no memory is touched.)
+    #[inline(always)]
+    pub fn consume_peeked_line(&mut self) {
         self.tail += 1;
         self.ring.head.value.store(self.tail, Ordering::Release);
-        true
     }
 
     /// Consumes the next message, whose prefix is `prefix_len` bytes and

@@ -10,7 +10,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
-use tandem_benches::c2c::{cache_line_round_trip, memcpy_gbps, C2c};
+use tandem_benches::c2c::{cache_line_round_trip, line_ring_round_trip, memcpy_gbps, C2c};
 use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
 use tandem_driver::{Comm, Config};
 
@@ -84,6 +84,7 @@ fn cores(pin: bool) -> Option<(usize, usize)> {
 
 struct Limits {
     c2c: C2c,
+    line_ring_rtt: f64,
     memcpy: [(usize, f64); 3],
 }
 
@@ -92,9 +93,17 @@ fn measure_limits(pin: bool) -> Limits {
         eprintln!("tandem-perf: c2c measurement failed: {e}");
         std::process::exit(1)
     });
+    let line_ring_rtt = line_ring_round_trip(cores(pin), 200_000).unwrap_or_else(|e| {
+        eprintln!("tandem-perf: line-ring measurement failed: {e}");
+        std::process::exit(1)
+    });
     let memcpy =
         [64 << 10, 1 << 20, 64 << 20].map(|s| (s, memcpy_gbps(s, Duration::from_millis(300))));
-    Limits { c2c, memcpy }
+    Limits {
+        c2c,
+        line_ring_rtt,
+        memcpy,
+    }
 }
 
 fn describe(l: &Limits) -> String {
@@ -104,9 +113,10 @@ fn describe(l: &Limits) -> String {
         .map(|(s, g)| format!("{} {g:.1} GB/s", fmt_size(*s)))
         .collect();
     format!(
-        "c2c: cross-process cache-line round trip {:.1} ns, one-way {:.1} ns; memcpy (1 thread): {}",
+        "c2c: cross-process cache-line round trip {:.1} ns, one-way {:.1} ns; bare line ring (core only) 8 B half round trip {:.1} ns; memcpy (1 thread): {}",
         l.c2c.rtt_ns,
         l.c2c.one_way_ns,
+        l.line_ring_rtt / 2.0,
         m.join(", ")
     )
 }
@@ -273,9 +283,10 @@ fn main() {
                     .map(|(s, g)| format!("{{\"size\": {s}, \"memcpy_gbps\": {g:.3}}}"))
                     .collect();
                 println!(
-                    "{{\"c2c_rtt_ns\": {:.2}, \"c2c_one_way_ns\": {:.2}, \"memcpy\": [{}]}}",
+                    "{{\"c2c_rtt_ns\": {:.2}, \"c2c_one_way_ns\": {:.2}, \"line_ring_half_rtt_ns\": {:.2}, \"memcpy\": [{}]}}",
                     l.c2c.rtt_ns,
                     l.c2c.one_way_ns,
+                    l.line_ring_rtt / 2.0,
                     m.join(", ")
                 );
             } else {
