@@ -53,7 +53,7 @@ fn forked_round_trips(
         // SAFETY: alarm only arms a timer.
         unsafe { libc::alarm(60) };
         if let Some((_, c)) = cores {
-            core_affinity::set_for_current(core_affinity::CoreId { id: c });
+            pin_cpu(c);
         }
         let mut f = child(base);
         for i in 1..=batches * batch {
@@ -64,7 +64,7 @@ fn forked_round_trips(
     }
     let saved = Affinity::save();
     if let Some((c, _)) = cores {
-        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+        pin_cpu(c);
     }
     // SAFETY: alarm only arms a timer (disarmed below).
     unsafe { libc::alarm(60) };
@@ -252,5 +252,139 @@ impl Drop for Affinity {
             // SAFETY: restores a mask the kernel gave us.
             unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
         }
+    }
+}
+
+/// Pins the calling thread to `cpu` with `sched_setaffinity` directly: it
+/// may widen an inherited mask (a forked child of a pinned process), which
+/// helpers that only pick among the currently allowed cores refuse.
+pub fn pin_cpu(cpu: usize) -> bool {
+    // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks `cpu`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// A cache-line bounce between the two ranks of a running benchmark, over a
+/// page both map: the one-way latency measured by the same processes, on
+/// the same cores, at the same moment as the messages it is compared with
+/// (on a virtual machine vCPUs migrate and this figure drifts by several
+/// times within a minute).
+pub struct InlineC2c {
+    base: *mut u8,
+    next: u64,
+}
+
+impl InlineC2c {
+    /// Rank 0's side: creates the shared page and exports its descriptor in
+    /// `TANDEM_PERF_C2C_FD` for the rank it is about to start. Call before
+    /// starting the other rank.
+    pub fn create() -> std::io::Result<Self> {
+        // SAFETY: plain syscalls on a descriptor we own; the name is a
+        // NUL-terminated literal.
+        let fd = unsafe { libc::memfd_create(c"tandem-perf-c2c".as_ptr(), 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        if unsafe { libc::ftruncate(fd, 4096) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        std::env::set_var("TANDEM_PERF_C2C_FD", fd.to_string());
+        Self::map(fd)
+    }
+
+    /// The other rank's side: maps the page rank 0 exported.
+    pub fn open() -> std::io::Result<Self> {
+        let fd: i32 = std::env::var("TANDEM_PERF_C2C_FD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| std::io::Error::other("TANDEM_PERF_C2C_FD not set"))?;
+        Self::map(fd)
+    }
+
+    fn map(fd: i32) -> std::io::Result<Self> {
+        // SAFETY: maps one page of a descriptor we hold; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self {
+            base: p as *mut u8,
+            next: 0,
+        })
+    }
+
+    fn flags(&self) -> (&tandem_core::sync::AtomicU64, &tandem_core::sync::AtomicU64) {
+        // SAFETY: two counters 128 bytes apart inside the mapped page, which
+        // lives as long as `self`; any bit pattern is a valid counter.
+        unsafe {
+            (
+                &*(self.base as *const tandem_core::sync::AtomicU64),
+                &*(self.base.add(128) as *const tandem_core::sync::AtomicU64),
+            )
+        }
+    }
+
+    /// Both ranks call this at the same point with the same `iters`; rank 0
+    /// (`lead`) gets the median one-way latency in ns, the other `None`.
+    /// Gives up (returns `None`) if the partner stops for 10 s.
+    pub fn measure(&mut self, lead: bool, iters: u64) -> Option<f64> {
+        use tandem_core::sync::Ordering::{Acquire, Release};
+        let batch = 64;
+        let start = self.next;
+        self.next += (iters / batch) * batch;
+        let (ping, pong) = self.flags();
+        let mut samples = Vec::with_capacity((iters / batch) as usize);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let wait = |flag: &tandem_core::sync::AtomicU64, v: u64| {
+            let mut n = 0u32;
+            while flag.load(Acquire) != v {
+                std::hint::spin_loop();
+                n = n.wrapping_add(1);
+                if n % 65536 == 0 && Instant::now() > deadline {
+                    return false;
+                }
+            }
+            true
+        };
+        for b in 0..iters / batch {
+            let t = Instant::now();
+            for k in 1..=batch {
+                let i = start + b * batch + k;
+                if lead {
+                    ping.store(i, Release);
+                    if !wait(pong, i) {
+                        return None;
+                    }
+                } else {
+                    if !wait(ping, i) {
+                        return None;
+                    }
+                    pong.store(i, Release);
+                }
+            }
+            samples.push(t.elapsed().as_nanos() as f64 / batch as f64 / 2.0);
+        }
+        let warm = samples.len() / 4;
+        lead.then(|| crate::stats::percentile(&mut samples[warm..], 50.0))
+    }
+}
+
+impl Drop for InlineC2c {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the page mapped in `map`; nothing borrows it now.
+        unsafe { libc::munmap(self.base.cast(), 4096) };
     }
 }

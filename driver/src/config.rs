@@ -64,7 +64,7 @@ impl Default for Layout {
             lines: 1024,
             slot_steps: 8,
             slot_bytes: 128 * 1024,
-            eager_limit: 4096,
+            eager_limit: 512,
         }
     }
 }

@@ -10,7 +10,9 @@
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
-use tandem_benches::c2c::{cache_line_round_trip, line_ring_round_trip, memcpy_gbps, C2c};
+use tandem_benches::c2c::{
+    cache_line_round_trip, line_ring_round_trip, memcpy_gbps, C2c, InlineC2c,
+};
 use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
 use tandem_driver::{Comm, Config};
 
@@ -88,12 +90,14 @@ struct Limits {
     memcpy: [(usize, f64); 3],
 }
 
-fn measure_limits(pin: bool) -> Limits {
-    let c2c = cache_line_round_trip(cores(pin), 200_000).unwrap_or_else(|e| {
+/// `pinned`: the two cores to pin to, found before anything was pinned
+/// (afterwards the affinity mask only shows the pinned core).
+fn measure_limits(pinned: Option<(usize, usize)>) -> Limits {
+    let c2c = cache_line_round_trip(pinned, 200_000).unwrap_or_else(|e| {
         eprintln!("tandem-perf: c2c measurement failed: {e}");
         std::process::exit(1)
     });
-    let line_ring_rtt = line_ring_round_trip(cores(pin), 200_000).unwrap_or_else(|e| {
+    let line_ring_rtt = line_ring_round_trip(pinned, 200_000).unwrap_or_else(|e| {
         eprintln!("tandem-perf: line-ring measurement failed: {e}");
         std::process::exit(1)
     });
@@ -136,6 +140,8 @@ struct Row {
     p50_us: f64,
     p99_us: f64,
     gbps: f64,
+    /// One-way cache-line latency measured by the ranks just before.
+    c2c_ns: Option<f64>,
 }
 
 fn pingpong(o: &Opts) {
@@ -145,32 +151,34 @@ fn pingpong(o: &Opts) {
         .unwrap_or(0);
     // Rank 0 measures the machine's limits before any rank starts (fork
     // needs a single-threaded process; the ranks must not disturb it).
-    let limits = (rank_hint == 0).then(|| measure_limits(o.pin));
     let pinned = cores(o.pin);
+    let limits = (rank_hint == 0).then(|| measure_limits(pinned));
     let pin = pinned.map(|(a, b)| if rank_hint == 0 { a } else { b });
     let cfg = Config::from_env()
         .unwrap_or_else(|e| fail(&e.to_string()))
         .pin_core(pin);
+    // A page shared by the two ranks for the in-run cache-line bounce.
+    let mut inline = if rank_hint == 0 {
+        InlineC2c::create()
+    } else {
+        InlineC2c::open()
+    }
+    .unwrap_or_else(|e| fail(&format!("c2c page: {e}")));
     let comm = Comm::local_with(2, cfg).unwrap_or_else(|e| fail(&e.to_string()));
     let me = comm.rank();
     let peer = 1 - me;
     let sizes = sweep(o.min, o.max);
     let mut buf = vec![0u8; o.max.max(1)];
     let live = me == 0 && std::io::stderr().is_terminal();
-    if me == 0 && !o.json {
-        let l = limits.as_ref().expect("rank 0 measured");
-        println!(
-            "# tandem-perf pingpong: 2 processes over shared memory, pinned to cores: {pinned:?}"
-        );
-        println!("# {}", describe(l));
-        println!("# half round trip = round trip / 2; GB/s = size / p50 half round trip");
-        println!(
-            "{:>10} {:>10} {:>10} {:>9} {:>8}",
-            "size", "p50 us", "p99 us", "GB/s", "x c2c"
-        );
-    }
     let mut rows = Vec::new();
     for &size in &sizes {
+        // Small sizes are compared with the cache-line latency measured by
+        // these same two ranks right before them.
+        let c2c_now = if size <= 64 {
+            inline.measure(me == 0, 20_000)
+        } else {
+            None
+        };
         let iters = iters_for(size, o.iters);
         let warm = (iters / 10).max(2);
         // Small messages: time batches so the clock read is negligible.
@@ -205,26 +213,11 @@ fn pingpong(o: &Opts) {
                 p50_us: p50 / 1e3,
                 p99_us: p99 / 1e3,
                 gbps: size as f64 / p50,
+                c2c_ns: c2c_now,
             };
             if live {
                 eprint!("\r\x1b[2K  size {:>6} done", fmt_size(size));
                 let _ = std::io::stderr().flush();
-            }
-            if !o.json {
-                let l = limits.as_ref().expect("rank 0 measured");
-                let ratio = if size <= 64 {
-                    format!("{:.2}", p50 / l.c2c.one_way_ns)
-                } else {
-                    String::new()
-                };
-                println!(
-                    "{:>10} {:>10.3} {:>10.3} {:>9.2} {:>8}",
-                    fmt_size(size),
-                    row.p50_us,
-                    row.p99_us,
-                    row.gbps,
-                    ratio
-                );
             }
             rows.push(row);
         }
@@ -232,33 +225,81 @@ fn pingpong(o: &Opts) {
     if live {
         eprint!("\r\x1b[2K");
     }
-    if me == 0 {
-        if o.json {
-            let l = limits.as_ref().expect("rank 0 measured");
-            eprintln!("# {}", describe(l));
-            let objs: Vec<String> = rows
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
-                        r.size, r.p50_us, r.p99_us, r.gbps
-                    )
-                })
-                .collect();
-            println!("[\n  {}\n]", objs.join(",\n  "));
-        } else if let (Some(l), Some(small)) = (limits.as_ref(), rows.iter().find(|r| r.size == 8))
-        {
-            let big = rows.last().expect("at least one size");
-            println!(
-                "# 8 B half round trip = {:.2} x one-way c2c; {} bandwidth = {:.2} x 1-thread memcpy of 64M",
-                small.p50_us * 1e3 / l.c2c.one_way_ns,
-                fmt_size(big.size),
-                big.gbps / l.memcpy[2].1
-            );
-        }
-    }
     if let Err(e) = comm.finish() {
         fail(&e.to_string());
+    }
+    if me != 0 {
+        return;
+    }
+    // The machine's limits again, now that the ranks are gone: on a shared
+    // or virtual machine they drift, and a ratio is only meaningful if both
+    // ends of the run agree.
+    let before = limits.expect("rank 0 measured");
+    let after = measure_limits(pinned);
+    let memcpy64 = (before.memcpy[2].1 + after.memcpy[2].1) / 2.0;
+    let out = |s: String| {
+        if o.json {
+            eprintln!("{s}")
+        } else {
+            println!("{s}")
+        }
+    };
+    out(format!(
+        "# tandem-perf pingpong: 2 processes over shared memory, pinned to cores: {pinned:?}"
+    ));
+    out(format!("# before the run: {}", describe(&before)));
+    out(format!("# after the run:  {}", describe(&after)));
+    if o.json {
+        let objs: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
+                    r.size, r.p50_us, r.p99_us, r.gbps
+                )
+            })
+            .collect();
+        println!("[\n  {}\n]", objs.join(",\n  "));
+        return;
+    }
+    println!("# half round trip = round trip / 2; GB/s = size / p50 half round trip;");
+    println!("# c2c ns = one-way cache-line latency between the same two ranks, measured right before that size;");
+    println!("# x c2c = p50 half round trip / c2c ns");
+    println!(
+        "{:>10} {:>10} {:>10} {:>9} {:>8} {:>8}",
+        "size", "p50 us", "p99 us", "GB/s", "c2c ns", "x c2c"
+    );
+    for r in &rows {
+        let (c, ratio) = match r.c2c_ns {
+            Some(c) => (format!("{c:.1}"), format!("{:.2}", r.p50_us * 1e3 / c)),
+            None => (String::new(), String::new()),
+        };
+        println!(
+            "{:>10} {:>10.3} {:>10.3} {:>9.2} {:>8} {:>8}",
+            fmt_size(r.size),
+            r.p50_us,
+            r.p99_us,
+            r.gbps,
+            c,
+            ratio
+        );
+    }
+    if let Some((small, c)) = rows
+        .iter()
+        .find(|r| r.size == 8)
+        .and_then(|r| Some((r, r.c2c_ns?)))
+    {
+        println!(
+            "# 8 B half round trip = {:.2} x one-way c2c ({c:.1} ns)",
+            small.p50_us * 1e3 / c
+        );
+    }
+    if let Some(big) = rows.last().filter(|r| r.size >= 1 << 20) {
+        println!(
+            "# {} bandwidth = {:.2} x 1-thread memcpy of 64M ({memcpy64:.1} GB/s, mean of before and after)",
+            fmt_size(big.size),
+            big.gbps / memcpy64
+        );
     }
 }
 
@@ -275,7 +316,7 @@ fn main() {
     match o.cmd.as_str() {
         "pingpong" => pingpong(&o),
         "c2c" => {
-            let l = measure_limits(o.pin);
+            let l = measure_limits(cores(o.pin));
             if o.json {
                 let m: Vec<String> = l
                     .memcpy
