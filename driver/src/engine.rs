@@ -176,6 +176,8 @@ pub(crate) struct Engine {
     pool: Vec<Unexpected>,
     free_pool: Vec<u32>,
     limits: Limits,
+    /// Longest eager payload that fits the header's line.
+    one_line_max: u64,
     slot_bytes: usize,
     in_use: usize,
     own_pid: u32,
@@ -237,6 +239,7 @@ impl Engine {
                 msg_max: MAX_MESSAGE as u64,
                 contexts: 1,
             },
+            one_line_max: ((LINE_PAYLOAD - HEADER_LEN) as u64).min(layout.eager_limit as u64),
             slot_bytes: layout.slot_bytes as usize,
             in_use: 0,
             own_pid: std::process::id(),
@@ -419,6 +422,19 @@ impl Engine {
         let mut line = [0u8; LINE_PAYLOAD];
         if !peer.rx_line.peek_line(&mut line) {
             return Fast::NotYet;
+        }
+        // The common case in one compare: an eager header of context 0 with
+        // this tag (magic, kind, context and tag are the first 8 bytes) and
+        // a length that fits this line (and the eager limit). Anything else
+        // goes through the full validation below.
+        let word = u64::from_le_bytes(line[..8].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(line[8..HEADER_LEN].try_into().expect("8 bytes"));
+        if word == eager_word(tag) && len <= self.one_line_max {
+            let len = len as usize;
+            let n = len.min(buf.len());
+            buf[..n].copy_from_slice(&line[HEADER_LEN..HEADER_LEN + n]);
+            peer.rx_line.consume_peeked_line();
+            return Fast::Done(finish(src, tag, len, buf.len()));
         }
         match Header::decode(&line[..HEADER_LEN], &self.limits) {
             Ok(h) if h.kind() == Kind::Eager && h.tag == tag => {
@@ -832,6 +848,13 @@ impl Engine {
     pub(crate) fn in_use(&self) -> usize {
         self.in_use
     }
+}
+
+/// The first 8 encoded bytes of an eager, context-0 header with `tag`.
+#[inline(always)]
+fn eager_word(tag: u32) -> u64 {
+    let h = Header::new(Kind::Eager, 0, tag, 0).encode();
+    u64::from_le_bytes(h[..8].try_into().expect("8 bytes"))
 }
 
 /// Outcome of a fast-path attempt.

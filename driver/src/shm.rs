@@ -314,3 +314,63 @@ pub fn new_job_id() -> u64 {
         t ^ ((std::process::id() as u64) << 32) | 1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_of_another_job_or_size_is_refused() {
+        let job = new_job_id();
+        let (file, path) = JobMap::create_file(job, 2, &Layout::default()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(JobMap::open(&file, job, 2).is_ok());
+        assert!(matches!(
+            JobMap::open(&file, job ^ 1, 2),
+            Err(Error::JobMismatch { .. })
+        ));
+        assert!(matches!(
+            JobMap::open(&file, job, 3),
+            Err(Error::JobMismatch { .. })
+        ));
+        let other = tempfile_with(b"not a tandem job file, just some bytes");
+        assert!(matches!(
+            JobMap::open(&other, job, 2),
+            Err(Error::JobMismatch { .. })
+        ));
+    }
+
+    fn tempfile_with(bytes: &[u8]) -> File {
+        use std::io::{Seek, Write};
+        let p = std::env::temp_dir().join(format!("tandem-test-{}", new_job_id()));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .unwrap();
+        std::fs::remove_file(&p).unwrap();
+        f.write_all(bytes).unwrap();
+        f.set_len(8192).unwrap();
+        f.rewind().unwrap();
+        f
+    }
+
+    #[test]
+    fn absurd_sizes_are_config_errors() {
+        assert!(matches!(
+            job_len(
+                4096,
+                &Layout {
+                    lines: 1 << 24,
+                    ..Layout::default()
+                }
+            ),
+            Err(Error::Config(_))
+        ));
+        assert!(matches!(
+            JobMap::anon(0, &Layout::default()),
+            Err(Error::Config(_))
+        ));
+    }
+}
