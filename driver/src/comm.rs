@@ -728,34 +728,29 @@ impl Request<'_> {
             tag: 0,
             len: 0,
         }; N];
-        let mut first = Ok(());
-        for (i, r) in reqs.into_iter().enumerate() {
-            match r.wait() {
-                Ok(s) => out[i] = s,
-                Err(e) => {
-                    if first.is_ok() {
-                        first = Err(e);
-                    }
-                }
-            }
-        }
-        first.map(|_| out)
+        wait_each(reqs, |i, s| out[i] = s).map(|_| out)
     }
 
     /// [`wait_all`](Self::wait_all) for a dynamic number of requests.
     pub fn wait_all_vec(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
         let mut out = Vec::with_capacity(reqs.len());
-        let mut first = Ok(());
-        for r in reqs {
-            match r.wait() {
-                Ok(s) => out.push(s),
-                Err(e) => {
-                    if first.is_ok() {
-                        first = Err(e);
-                    }
-                }
-            }
-        }
-        first.map(|_| out)
+        wait_each(reqs, |_, s| out.push(s)).map(|_| out)
     }
+}
+
+/// Waits for every request in order, handing each status to `put`; the
+/// first error is returned after all of them finished.
+fn wait_each<'a>(
+    reqs: impl IntoIterator<Item = Request<'a>>,
+    mut put: impl FnMut(usize, Status),
+) -> Result<()> {
+    let mut first = Ok(());
+    for (i, r) in reqs.into_iter().enumerate() {
+        match r.wait() {
+            Ok(s) => put(i, s),
+            Err(e) if first.is_ok() => first = Err(e),
+            Err(_) => {}
+        }
+    }
+    first
 }
