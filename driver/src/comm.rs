@@ -362,7 +362,7 @@ impl Comm {
             for _ in 0..FAST_POLLS {
                 match e.try_recv_now(buf, src, tag) {
                     Fast::Done(r) => return r,
-                    Fast::NotYet => {}
+                    Fast::NotYet => std::hint::spin_loop(),
                     Fast::Fallback => {
                         let id = e.post_recv(buf, src, tag, 0)?;
                         drop(e);
