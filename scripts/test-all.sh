@@ -13,6 +13,7 @@ cargo test --workspace --release
 step "tandem-perf smoke run (small sweep)"
 cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --max-size 1M --iters 2000
 cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --min-size 4M --max-size 4M --json
+cargo run --release -q -p tandem-benches --bin tandem-perf -- bw --min-size 0 --max-size 256K --iters 2000 --json
 cargo run --release -q -p tandem-driver --example pingpong -- 10000
 
 step "criterion handshake bench, one pass each (--test)"

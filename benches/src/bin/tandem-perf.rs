@@ -16,9 +16,11 @@ use tandem_benches::c2c::{
 use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
 use tandem_driver::{Comm, Config};
 
-const USAGE: &str = "usage: tandem-perf <pingpong|c2c> [options]
+const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c> [options]
 
   pingpong   two ranks over shared memory: half round trip and bandwidth
+  bw         two ranks: windows of up to 64 non-blocking sends, then one
+             acknowledgement (like osu_bw): streaming bandwidth
   c2c        the machine's cross-process cache-line round trip and memcpy
 
 options:
@@ -144,7 +146,9 @@ struct Row {
     c2c_ns: Option<f64>,
 }
 
-fn pingpong(o: &Opts) {
+/// `pingpong` and `bw`: start two ranks, sweep the sizes, report.
+fn sweep_sizes(o: &Opts) {
+    let bw = o.cmd == "bw";
     let rank_hint: usize = std::env::var("TANDEM_RANK")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -166,7 +170,6 @@ fn pingpong(o: &Opts) {
     .unwrap_or_else(|e| fail(&format!("c2c page: {e}")));
     let comm = Comm::local_with(2, cfg).unwrap_or_else(|e| fail(&e.to_string()));
     let me = comm.rank();
-    let peer = 1 - me;
     let sizes = sweep(o.min, o.max);
     let mut buf = vec![0u8; o.max.max(1)];
     let live = me == 0 && std::io::stderr().is_terminal();
@@ -174,37 +177,17 @@ fn pingpong(o: &Opts) {
     for &size in &sizes {
         // Small sizes are compared with the cache-line latency measured by
         // these same two ranks right before them.
-        let c2c_now = if size <= 64 {
+        let c2c_now = if size <= 64 && !bw {
             inline.measure(me == 0, 20_000)
         } else {
             None
         };
         let iters = iters_for(size, o.iters);
-        let warm = (iters / 10).max(2);
-        // Small messages: time batches so the clock read is negligible.
-        let batch = if size <= 4096 { 16 } else { 1 };
-        let samples_n = iters.div_ceil(batch);
-        let msg = &mut buf[..size];
-        let mut samples = Vec::with_capacity(samples_n as usize);
-        let rt = |msg: &mut [u8]| {
-            if me == 0 {
-                comm.send(msg, peer, 0)?;
-                comm.recv(msg, peer, 0).map(|_| ())
-            } else {
-                comm.recv(msg, peer, 0)?;
-                comm.send(msg, peer, 0)
-            }
+        let mut samples = if bw {
+            bandwidth_samples(&comm, &buf[..size], iters)
+        } else {
+            pingpong_samples(&comm, &mut buf[..size], iters)
         };
-        for _ in 0..warm {
-            rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
-        }
-        for _ in 0..samples_n {
-            let t = Instant::now();
-            for _ in 0..batch {
-                rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
-            }
-            samples.push(t.elapsed().as_nanos() as f64 / batch as f64 / 2.0);
-        }
         if me == 0 {
             let p50 = percentile(&mut samples, 50.0);
             let p99 = percentile(&mut samples, 99.0);
@@ -245,7 +228,8 @@ fn pingpong(o: &Opts) {
         }
     };
     out(format!(
-        "# tandem-perf pingpong: 2 processes over shared memory, pinned to cores: {pinned:?}"
+        "# tandem-perf {}: 2 processes over shared memory, pinned to cores: {pinned:?}",
+        o.cmd
     ));
     out(format!("# before the run: {}", describe(&before)));
     out(format!("# after the run:  {}", describe(&after)));
@@ -262,9 +246,15 @@ fn pingpong(o: &Opts) {
         println!("[\n  {}\n]", objs.join(",\n  "));
         return;
     }
-    println!("# half round trip = round trip / 2; GB/s = size / p50 half round trip;");
-    println!("# c2c ns = one-way cache-line latency between the same two ranks, measured right before that size;");
-    println!("# x c2c = p50 half round trip / c2c ns");
+    if bw {
+        println!(
+            "# us = time per message within a window of up to 64 in flight; GB/s = size / p50 us"
+        );
+    } else {
+        println!("# half round trip = round trip / 2; GB/s = size / p50 half round trip;");
+        println!("# c2c ns = one-way cache-line latency between the same two ranks, measured right before that size;");
+        println!("# x c2c = p50 half round trip / c2c ns");
+    }
     println!(
         "{:>10} {:>10} {:>10} {:>9} {:>8} {:>8}",
         "size", "p50 us", "p99 us", "GB/s", "c2c ns", "x c2c"
@@ -303,6 +293,91 @@ fn pingpong(o: &Opts) {
     }
 }
 
+/// Half round trips (ns) of `msg` between the two ranks: `iters` round
+/// trips after a tenth as many for warm-up; small messages timed in
+/// batches of 16 so reading the clock is negligible.
+fn pingpong_samples(comm: &Comm, msg: &mut [u8], iters: u64) -> Vec<f64> {
+    let (me, peer) = (comm.rank(), 1 - comm.rank());
+    let warm = (iters / 10).max(2);
+    let batch = if msg.len() <= 4096 { 16 } else { 1 };
+    let samples_n = iters.div_ceil(batch);
+    let mut samples = Vec::with_capacity(samples_n as usize);
+    let rt = |msg: &mut [u8]| {
+        if me == 0 {
+            comm.send(msg, peer, 0)?;
+            comm.recv(msg, peer, 0).map(|_| ())
+        } else {
+            comm.recv(msg, peer, 0)?;
+            comm.send(msg, peer, 0)
+        }
+    };
+    for _ in 0..warm {
+        rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
+    }
+    for _ in 0..samples_n {
+        let t = Instant::now();
+        for _ in 0..batch {
+            rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
+        }
+        samples.push(t.elapsed().as_nanos() as f64 / batch as f64 / 2.0);
+    }
+    samples
+}
+
+/// Messages in flight per window of `bw` (osu_bw style), at most 64 and
+/// at most 256 MiB of receive buffers.
+fn window(size: usize) -> usize {
+    ((256usize << 20) / size.max(1)).clamp(1, 64)
+}
+
+/// Per-message times (ns) of `bw`: rank 0 starts a window of non-blocking
+/// sends, the receiver a window of receives into distinct buffers, then a
+/// one-byte acknowledgement closes the window; one sample per window
+/// (window time / window size).
+fn bandwidth_samples(comm: &Comm, msg: &[u8], iters: u64) -> Vec<f64> {
+    let (me, peer) = (comm.rank(), 1 - comm.rank());
+    let size = msg.len();
+    let w = window(size);
+    let loops = (iters / w as u64).max(4);
+    let warm = (loops / 10).max(1);
+    let mut rbuf = vec![0u8; if me == 1 { w * size } else { 0 }];
+    let mut one = || -> tandem_driver::Result<()> {
+        if me == 0 {
+            comm.scope(|s| {
+                for _ in 0..w {
+                    // Dropped requests are waited for at the end of the scope.
+                    let _ = s.isend(msg, peer, 0)?;
+                }
+                Ok::<_, tandem_driver::Error>(())
+            })??;
+            comm.recv(&mut [0u8; 1], peer, 1).map(|_| ())
+        } else {
+            let mut bufs: Vec<&mut [u8]> = if size == 0 {
+                (0..w).map(|_| &mut [][..]).collect()
+            } else {
+                rbuf.chunks_mut(size).collect()
+            };
+            comm.scope(|s| {
+                for b in bufs.drain(..) {
+                    let _ = s.irecv(b, peer, 0)?;
+                }
+                Ok::<_, tandem_driver::Error>(())
+            })??;
+            comm.send(&[1], peer, 1)
+        }
+    };
+    for _ in 0..warm {
+        one().unwrap_or_else(|e| fail(&e.to_string()));
+    }
+    let mut samples = Vec::with_capacity(loops as usize);
+    for _ in 0..loops {
+        let t = Instant::now();
+        one().unwrap_or_else(|e| fail(&e.to_string()));
+        samples.push(t.elapsed().as_nanos() as f64 / w as f64);
+    }
+    samples
+}
+
 fn fail(msg: &str) -> ! {
     eprintln!("tandem-perf: {msg}");
     std::process::exit(1)
@@ -314,7 +389,7 @@ fn main() {
         std::process::exit(2)
     });
     match o.cmd.as_str() {
-        "pingpong" => pingpong(&o),
+        "pingpong" | "bw" => sweep_sizes(&o),
         "c2c" => {
             let l = measure_limits(cores(o.pin));
             if o.json {
