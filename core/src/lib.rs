@@ -11,6 +11,7 @@
 //!   their own sequence flag, so a small message costs one cache line.
 //! * [`credit`]: the monotonic credit window later protocols build on.
 //! * [`wire`]: the fixed-size wire header, validated on decode.
+//! * [`lock`]: the test-and-set lock a user thread and a proxy thread share.
 //! * [`sync`]: the only place atomics and shared cells come from.
 //!
 //! Memory the core does not own (a mapping shared with another process) is
@@ -21,6 +22,7 @@
 
 pub mod credit;
 pub mod line_ring;
+pub mod lock;
 pub mod slot_ring;
 pub mod sync;
 pub mod wire;

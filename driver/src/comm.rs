@@ -5,10 +5,10 @@ use crate::engine::{Engine, Fast, OpId, Status};
 use crate::error::{Error, OpKind, Result};
 use crate::launch::Children;
 use crate::shm::JobMap;
-use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tandem_core::lock::{SpinGuard, SpinLock};
 use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
 
 /// A message tag.
@@ -17,99 +17,8 @@ pub type Tag = u32;
 /// Polls of the fast receive path per lock hold.
 const FAST_POLLS: u32 = 64;
 
-/// The engine behind a test-and-set lock. A `Comm` is `!Sync`, so without
-/// a proxy thread only one thread ever reaches the engine and the lock is
-/// taken with plain loads and stores (no atomic read-modify-write on the
-/// per-message path); with a proxy thread it is a real spin lock (one swap
-/// to take, one store to release). Holders never block while holding it:
-/// they poll a bounded number of times, then release.
-struct EngineLock {
-    locked: AtomicBool,
-    shared: bool,
-    engine: UnsafeCell<Engine>,
-}
-
-// SAFETY: the engine is only reached through `EngineGuard`, which the lock
-// hands to one thread at a time; `Engine` is `Send`.
-unsafe impl Sync for EngineLock {}
-
-impl EngineLock {
-    fn new(e: Engine, shared: bool) -> Self {
-        Self {
-            locked: AtomicBool::new(false),
-            shared,
-            engine: UnsafeCell::new(e),
-        }
-    }
-
-    #[inline]
-    fn try_lock(&self) -> Option<EngineGuard<'_>> {
-        let free = if self.shared {
-            !self.locked.swap(true, Ordering::Acquire)
-        } else {
-            // Only the owning thread gets here (Comm is !Sync and no proxy
-            // exists); the flag just catches re-entry.
-            let free = !self.locked.load(Ordering::Relaxed);
-            self.locked.store(true, Ordering::Relaxed);
-            free
-        };
-        // Not `then_some`: building a guard that is then dropped would
-        // release the lock someone else holds.
-        if free {
-            Some(EngineGuard(self))
-        } else {
-            None
-        }
-    }
-
-    #[inline]
-    fn lock(&self) -> EngineGuard<'_> {
-        if let Some(g) = self.try_lock() {
-            return g;
-        }
-        assert!(self.shared, "tandem engine re-entered");
-        let mut spins = 0u32;
-        loop {
-            if let Some(g) = self.try_lock() {
-                return g;
-            }
-            while self.locked.load(Ordering::Relaxed) {
-                spins += 1;
-                if spins < 1000 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-}
-
-struct EngineGuard<'a>(&'a EngineLock);
-
-impl std::ops::Deref for EngineGuard<'_> {
-    type Target = Engine;
-    fn deref(&self) -> &Engine {
-        // SAFETY: this guard holds the lock.
-        unsafe { &*self.0.engine.get() }
-    }
-}
-
-impl std::ops::DerefMut for EngineGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Engine {
-        // SAFETY: this guard holds the lock exclusively.
-        unsafe { &mut *self.0.engine.get() }
-    }
-}
-
-impl Drop for EngineGuard<'_> {
-    fn drop(&mut self) {
-        self.0.locked.store(false, Ordering::Release);
-    }
-}
-
 struct Shared {
-    engine: EngineLock,
+    engine: SpinLock<Engine>,
     rank: usize,
     size: usize,
     cfg: Config,
@@ -295,7 +204,14 @@ impl Comm {
             );
         }
         let sh = Arc::new(Shared {
-            engine: EngineLock::new(engine, cfg.proxy_core.is_some()),
+            engine: if cfg.proxy_core.is_some() {
+                SpinLock::new(engine)
+            } else {
+                // SAFETY: without a proxy thread only the thread holding the
+                // `Comm` reaches the engine: `Comm` is `!Sync`, and scopes and
+                // requests borrow it on that same thread.
+                unsafe { SpinLock::new_single(engine) }
+            },
             rank,
             size,
             cfg,
@@ -333,8 +249,14 @@ impl Comm {
         &self.sh.cfg
     }
 
-    fn engine(&self) -> EngineGuard<'_> {
-        self.sh.engine.lock()
+    fn engine(&self) -> SpinGuard<'_, Engine> {
+        self.sh.engine.lock_with(|attempt| {
+            if attempt < 1000 {
+                std::hint::spin_loop()
+            } else {
+                std::thread::yield_now()
+            }
+        })
     }
 
     /// Sends `buf` to rank `dst` with `tag`; returns once `buf` may be

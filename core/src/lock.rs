@@ -1,0 +1,189 @@
+//! A test-and-set lock for state that a user thread and a progress (proxy)
+//! thread hand back and forth.
+//!
+//! Taking it uncontended is one atomic swap, releasing it one store. It
+//! never blocks: [`SpinLock::lock_with`] calls a caller-supplied back-off
+//! between attempts (spin, yield, ...), since `core` cannot sleep.
+//!
+//! For state that only ever one thread touches, [`SpinLock::new_single`]
+//! (unsafe: the caller promises that) skips the atomic read-modify-write;
+//! the flag then only catches re-entry.
+//!
+//! ```
+//! use tandem_core::lock::SpinLock;
+//! let l = SpinLock::new(0u64);
+//! *l.lock_with(|_| core::hint::spin_loop()) += 1;
+//! assert_eq!(*l.try_lock().unwrap(), 1);
+//! ```
+
+use crate::sync::{AtomicBool, Ordering};
+use core::cell::UnsafeCell;
+
+/// See the [module docs](self).
+pub struct SpinLock<T> {
+    locked: AtomicBool,
+    shared: bool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through a guard, which the lock hands
+// to one thread at a time (swap with Acquire, release with Release); for a
+// `new_single` lock the creator promised single-threaded use.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    /// A lock that threads may share.
+    pub fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            shared: true,
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// A lock used by one thread at a time only (taken with plain loads and
+    /// stores).
+    ///
+    /// # Safety
+    /// No two threads may ever call `try_lock`/`lock_with` concurrently
+    /// (e.g. the owner is `!Sync` and starts no thread that uses it).
+    pub unsafe fn new_single(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            shared: false,
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Whether threads may share it.
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// The guard if the lock is free now.
+    #[inline]
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        let free = if self.shared {
+            !self.locked.swap(true, Ordering::Acquire)
+        } else {
+            let free = !self.locked.load(Ordering::Relaxed);
+            self.locked.store(true, Ordering::Relaxed);
+            free
+        };
+        #[cfg(loom)]
+        if mutant::is(mutant::EAGER_GUARD) {
+            // Broken on purpose: a guard built whether or not the lock was
+            // free, so a failed attempt releases someone else's lock.
+            let g = SpinGuard(self);
+            return if free { Some(g) } else { None };
+        }
+        // Not `free.then_some(SpinGuard(self))`: that builds the guard even
+        // when the lock is taken, and dropping it releases the holder's lock.
+        if free {
+            Some(SpinGuard(self))
+        } else {
+            None
+        }
+    }
+
+    /// Takes the lock, calling `relax(attempt)` between attempts.
+    ///
+    /// # Panics
+    /// On re-entry into a [`new_single`](Self::new_single) lock (it would
+    /// wait forever otherwise).
+    #[inline]
+    pub fn lock_with(&self, mut relax: impl FnMut(u32)) -> SpinGuard<'_, T> {
+        let mut attempt = 0u32;
+        loop {
+            if let Some(g) = self.try_lock() {
+                return g;
+            }
+            assert!(self.shared, "single-thread SpinLock re-entered");
+            // Acquire, not Relaxed: same code on x86, and loom then lets the
+            // waiter see the release instead of a stale value forever.
+            while self.locked.load(Ordering::Acquire) {
+                relax(attempt);
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+}
+
+/// Exclusive access to a [`SpinLock`]'s value; releases it when dropped.
+pub struct SpinGuard<'a, T>(&'a SpinLock<T>);
+
+impl<T> core::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: this guard holds the lock.
+        unsafe { &*self.0.value.get() }
+    }
+}
+
+impl<T> core::ops::DerefMut for SpinGuard<'_, T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: this guard holds the lock exclusively.
+        unsafe { &mut *self.0.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Deliberately broken variants, switched on at run time by loom models
+/// (`--cfg loom` builds only) to show the models catch them.
+#[cfg(loom)]
+pub mod mutant {
+    #![allow(clippy::disallowed_types)]
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    /// No mutation.
+    pub const NONE: u8 = 0;
+    /// `try_lock` builds (and on failure drops) a guard eagerly.
+    pub const EAGER_GUARD: u8 = 1;
+
+    static ACTIVE: AtomicU8 = AtomicU8::new(NONE);
+
+    /// Switches mutation `m` on (or `NONE` off).
+    pub fn set(m: u8) {
+        ACTIVE.store(m, Ordering::SeqCst);
+    }
+
+    /// Whether mutation `m` is on.
+    pub fn is(m: u8) -> bool {
+        ACTIVE.load(Ordering::SeqCst) == m
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_try_lock_leaves_the_holder_holding() {
+        let l = SpinLock::new(1);
+        let g = l.try_lock().unwrap();
+        assert!(l.try_lock().is_none());
+        assert!(
+            l.try_lock().is_none(),
+            "the failed attempt must not have released it"
+        );
+        drop(g);
+        assert!(l.try_lock().is_some());
+    }
+
+    #[test]
+    #[should_panic(expected = "re-entered")]
+    fn single_thread_reentry_panics_instead_of_hanging() {
+        // SAFETY: used by this thread only.
+        let l = unsafe { SpinLock::new_single(0) };
+        let _g = l.lock_with(|_| {});
+        let _h = l.lock_with(|_| {});
+    }
+}
