@@ -343,10 +343,14 @@ impl Comm {
     }
 
     fn finish_scope(&self, id: u32) -> Result<()> {
-        let mut ids = Vec::new();
-        self.engine().scope_ops(id, &mut ids);
+        // One pass over the request table (no new operations of this scope
+        // can appear: its closure has returned), allocation-free.
         let mut first = Ok(());
-        for op in ids {
+        let mut from = 0;
+        loop {
+            let next = self.engine().next_scope_op(id, from);
+            let Some((op, resume)) = next else { break };
+            from = resume;
             if let Err(e) = self.wait_one(op) {
                 if first.is_ok() {
                     first = Err(e);
@@ -559,12 +563,12 @@ struct ScopeGuard<'c> {
 
 impl Drop for ScopeGuard<'_> {
     fn drop(&mut self) {
-        let mut ids = Vec::new();
         let mut e = self.comm.engine();
-        e.scope_ops(self.id, &mut ids);
         let why = Error::Io("request scope panicked".into());
-        for op in ids {
+        let mut from = 0;
+        while let Some((op, resume)) = e.next_scope_op(self.id, from) {
             e.cancel(op, &why);
+            from = resume;
         }
     }
 }

@@ -828,20 +828,22 @@ impl Engine {
         self.free_op(id.idx);
     }
 
-    /// Pending (or finished but uncollected) operations of `scope`.
-    pub(crate) fn scope_ops(&self, scope: u32, out: &mut Vec<OpId>) {
-        out.clear();
+    /// The first operation of `scope` (pending, or finished but not yet
+    /// collected) at table index `from` or later, with the index to resume
+    /// from; walking the table this way needs no allocation.
+    pub(crate) fn next_scope_op(&self, scope: u32, from: usize) -> Option<(OpId, usize)> {
         if self.in_use == 0 {
-            return;
+            return None;
         }
-        for (i, op) in self.ops.iter().enumerate() {
-            if op.state != State::Free && op.scope == scope {
-                out.push(OpId {
+        self.ops.iter().enumerate().skip(from).find_map(|(i, op)| {
+            (op.state != State::Free && op.scope == scope).then_some((
+                OpId {
                     idx: i as u32,
                     gen: op.gen,
-                });
-            }
-        }
+                },
+                i + 1,
+            ))
+        })
     }
 
     /// Number of operations in the table.
