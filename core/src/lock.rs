@@ -70,13 +70,6 @@ impl<T> SpinLock<T> {
             self.locked.store(true, Ordering::Relaxed);
             free
         };
-        #[cfg(loom)]
-        if mutant::is(mutant::EAGER_GUARD) {
-            // Broken on purpose: a guard built whether or not the lock was
-            // free, so a failed attempt releases someone else's lock.
-            let g = SpinGuard(self);
-            return if free { Some(g) } else { None };
-        }
         // Not `free.then_some(SpinGuard(self))`: that builds the guard even
         // when the lock is taken, and dropping it releases the holder's lock.
         if free {
@@ -133,31 +126,6 @@ impl<T> Drop for SpinGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
         self.0.locked.store(false, Ordering::Release);
-    }
-}
-
-/// Deliberately broken variants, switched on at run time by loom models
-/// (`--cfg loom` builds only) to show the models catch them.
-#[cfg(loom)]
-pub mod mutant {
-    #![allow(clippy::disallowed_types)]
-    use std::sync::atomic::{AtomicU8, Ordering};
-
-    /// No mutation.
-    pub const NONE: u8 = 0;
-    /// `try_lock` builds (and on failure drops) a guard eagerly.
-    pub const EAGER_GUARD: u8 = 1;
-
-    static ACTIVE: AtomicU8 = AtomicU8::new(NONE);
-
-    /// Switches mutation `m` on (or `NONE` off).
-    pub fn set(m: u8) {
-        ACTIVE.store(m, Ordering::SeqCst);
-    }
-
-    /// Whether mutation `m` is on.
-    pub fn is(m: u8) -> bool {
-        ACTIVE.load(Ordering::SeqCst) == m
     }
 }
 
