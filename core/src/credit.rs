@@ -32,7 +32,7 @@ pub struct CreditError {
 }
 
 /// The sender's view: credits granted by the receiver and credits used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CreditWindow {
     granted: u64,
     used: u64,
@@ -92,7 +92,7 @@ impl CreditWindow {
 }
 
 /// The receiver's view: what it consumed and what it has told the sender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CreditReturn {
     initial: u64,
     consumed: u64,

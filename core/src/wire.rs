@@ -1,58 +1,109 @@
 //! The wire header every message starts with.
 //!
-//! 16 bytes, little-endian, `#[repr(C)]` with its size and alignment fixed
+//! 24 bytes, little-endian, `#[repr(C)]` with its size and alignment fixed
 //! at compile time. [`Header::decode`] validates every field against the
 //! receiver's [`Limits`] and returns a [`WireError`]; no byte pattern can
 //! make it panic (a property test feeds it random bytes).
+//!
+//! | bytes | field     | meaning                                              |
+//! |-------|-----------|------------------------------------------------------|
+//! | 0     | `magic`   | always [`MAGIC`]                                     |
+//! | 1     | `kind`    | a [`Kind`]                                           |
+//! | 2–3   | `context` | communicator context                                 |
+//! | 4–7   | `tag`     | the user's tag (matching messages)                   |
+//! | 8–9   | `seq`     | per-peer sequence number (matching messages)         |
+//! | 10–11 | `credit`  | the receiver's freed-buffer count, low 16 bits       |
+//! | 12–15 | `token`   | the sender's operation (RTS, sync eager, CTS, FIN)   |
+//! | 16–23 | `len`     | payload length (CTS/FIN: bytes granted / moved)      |
 //!
 //! ```
 //! use tandem_core::wire::{Header, Kind, Limits};
 //! let h = Header::new(Kind::Eager, 0, 42, 8);
 //! let limits = Limits { eager_max: 1024, msg_max: 1 << 40, contexts: 1 };
 //! assert_eq!(Header::decode(&h.encode(), &limits), Ok(h));
-//! assert!(Header::decode(&[0xff; 16], &limits).is_err());
+//! assert!(Header::decode(&[0xff; 24], &limits).is_err());
 //! ```
 
 /// First byte of every header: catches a peer writing garbage or a
 /// mismatched build.
-pub const MAGIC: u8 = 0x7d;
+pub const MAGIC: u8 = 0x7e;
 
 /// Encoded size of a [`Header`].
-pub const HEADER_LEN: usize = 16;
+pub const HEADER_LEN: usize = 24;
 
 /// Message kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Kind {
-    /// The payload follows the header in the same (line) ring.
+    /// A matching message whose payload follows the header (consumes a
+    /// credit).
     Eager = 1,
-    /// The payload follows in the bulk (slot) ring, in slot-sized chunks.
-    Bulk = 2,
+    /// As [`Kind::Eager`], but the receiver answers with [`Kind::Ack`] once
+    /// it matched (synchronous send).
+    EagerSync = 2,
+    /// Request to send: a matching message announcing `len` bytes; its
+    /// 8-byte body is the sender's buffer address (consumes a credit).
+    Rts = 3,
+    /// Clear to send: the receiver matched `token` and wants `len` bytes
+    /// streamed to it.
+    Cts = 4,
+    /// The receiver pulled `len` bytes of `token` itself: the send is done.
+    Fin = 5,
+    /// The receiver matched the synchronous eager message `token`.
+    Ack = 6,
+    /// Carries only a credit return.
+    Credit = 7,
 }
 
 impl Kind {
     #[inline]
     fn from_u8(v: u8) -> Option<Self> {
-        match v {
-            1 => Some(Self::Eager),
-            2 => Some(Self::Bulk),
-            _ => None,
-        }
+        Some(match v {
+            1 => Self::Eager,
+            2 => Self::EagerSync,
+            3 => Self::Rts,
+            4 => Self::Cts,
+            5 => Self::Fin,
+            6 => Self::Ack,
+            7 => Self::Credit,
+            _ => return None,
+        })
+    }
+
+    /// Whether the message takes part in matching (and so consumes a credit
+    /// and a sequence number).
+    #[inline]
+    pub const fn is_matching(self) -> bool {
+        matches!(self, Self::Eager | Self::EagerSync | Self::Rts)
+    }
+
+    /// Whether the payload rides behind the header.
+    #[inline]
+    pub const fn is_eager(self) -> bool {
+        matches!(self, Self::Eager | Self::EagerSync)
     }
 }
 
 /// A message header.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Header {
     /// Always [`MAGIC`].
     pub magic: u8,
     /// A [`Kind`], as a byte.
     pub kind: u8,
-    /// Communication context (communicator id); 0 is the world.
+    /// Communication context (communicator id).
     pub context: u16,
     /// The user's tag.
     pub tag: u32,
+    /// Per-peer sequence number of a matching message.
+    pub seq: u16,
+    /// Low 16 bits of the count of buffers the sender of this header has
+    /// freed for its receiver (the piggybacked credit return).
+    pub credit: u16,
+    /// An operation token of the sender (RTS, sync eager) or echoed back
+    /// (CTS, FIN, ACK).
+    pub token: u32,
     /// Payload length in bytes.
     pub len: u64,
 }
@@ -63,7 +114,7 @@ static_assertions::const_assert_eq!(core::mem::align_of::<Header>(), 8);
 /// What the receiver accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Longest payload an [`Kind::Eager`] message may carry.
+    /// Longest payload an eager message may carry.
     pub eager_max: u64,
     /// Longest payload of any message.
     pub msg_max: u64,
@@ -114,7 +165,8 @@ impl core::fmt::Display for WireError {
 }
 
 impl Header {
-    /// A header of `kind` for a `len`-byte payload.
+    /// A header of `kind` for a `len`-byte payload; `seq`, `credit` and
+    /// `token` are zero.
     #[inline]
     pub const fn new(kind: Kind, context: u16, tag: u32, len: u64) -> Self {
         Self {
@@ -122,6 +174,9 @@ impl Header {
             kind: kind as u8,
             context,
             tag,
+            seq: 0,
+            credit: 0,
+            token: 0,
             len,
         }
     }
@@ -129,7 +184,7 @@ impl Header {
     /// The kind; valid on any header that came from [`decode`](Self::decode).
     #[inline]
     pub fn kind(&self) -> Kind {
-        Kind::from_u8(self.kind).unwrap_or(Kind::Eager)
+        Kind::from_u8(self.kind).unwrap_or(Kind::Credit)
     }
 
     /// Little-endian encoding.
@@ -140,7 +195,10 @@ impl Header {
         b[1] = self.kind;
         b[2..4].copy_from_slice(&self.context.to_le_bytes());
         b[4..8].copy_from_slice(&self.tag.to_le_bytes());
-        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[8..10].copy_from_slice(&self.seq.to_le_bytes());
+        b[10..12].copy_from_slice(&self.credit.to_le_bytes());
+        b[12..16].copy_from_slice(&self.token.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
         b
     }
 
@@ -159,9 +217,10 @@ impl Header {
         if context >= limits.contexts {
             return Err(WireError::BadContext(context));
         }
-        let tag = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
         let mut l = [0u8; 8];
-        l.copy_from_slice(&b[8..16]);
+        l.copy_from_slice(&b[16..24]);
         let len = u64::from_le_bytes(l);
         if len > limits.msg_max {
             return Err(WireError::TooLong {
@@ -169,13 +228,22 @@ impl Header {
                 max: limits.msg_max,
             });
         }
-        if kind == Kind::Eager && len > limits.eager_max {
+        if kind.is_eager() && len > limits.eager_max {
             return Err(WireError::EagerTooLong {
                 len,
                 max: limits.eager_max,
             });
         }
-        Ok(Self::new(kind, context, tag, len))
+        Ok(Self {
+            magic: MAGIC,
+            kind: kind as u8,
+            context,
+            tag: u32_at(4),
+            seq: u16_at(8),
+            credit: u16_at(10),
+            token: u32_at(12),
+            len,
+        })
     }
 }
 
@@ -192,7 +260,7 @@ mod tests {
 
     #[test]
     fn each_field_is_validated() {
-        let good = Header::new(Kind::Bulk, 3, 7, 1 << 20).encode();
+        let good = Header::new(Kind::Rts, 3, 7, 1 << 20).encode();
         assert!(Header::decode(&good, &LIMITS).is_ok());
         let mut b = good;
         b[0] = 0;
@@ -203,20 +271,26 @@ mod tests {
         let mut b = good;
         b[2] = 4;
         assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::BadContext(4)));
-        let big = Header::new(Kind::Bulk, 0, 0, (1 << 32) + 1).encode();
+        let big = Header::new(Kind::Rts, 0, 0, (1 << 32) + 1).encode();
         assert!(matches!(
             Header::decode(&big, &LIMITS),
             Err(WireError::TooLong { .. })
         ));
-        let eager = Header::new(Kind::Eager, 0, 0, 1025).encode();
-        assert!(matches!(
-            Header::decode(&eager, &LIMITS),
-            Err(WireError::EagerTooLong { .. })
-        ));
+        for k in [Kind::Eager, Kind::EagerSync] {
+            let eager = Header::new(k, 0, 0, 1025).encode();
+            assert!(matches!(
+                Header::decode(&eager, &LIMITS),
+                Err(WireError::EagerTooLong { .. })
+            ));
+        }
         assert_eq!(
-            Header::decode(&good[..15], &LIMITS),
-            Err(WireError::Short(15))
+            Header::decode(&good[..23], &LIMITS),
+            Err(WireError::Short(23))
         );
+    }
+
+    fn kinds() -> impl Strategy<Value = Kind> {
+        (1u8..=7).prop_map(|k| Kind::from_u8(k).unwrap())
     }
 
     proptest! {
@@ -230,9 +304,9 @@ mod tests {
         }
 
         #[test]
-        fn round_trip(kind in prop_oneof![Just(Kind::Eager), Just(Kind::Bulk)],
-                      ctx in 0u16..4, tag: u32, len in 0u64..1024) {
-            let h = Header::new(kind, ctx, tag, len);
+        fn round_trip(kind in kinds(), ctx in 0u16..4, tag: u32, seq: u16, credit: u16,
+                      token: u32, len in 0u64..1024) {
+            let h = Header { seq, credit, token, ..Header::new(kind, ctx, tag, len) };
             prop_assert_eq!(Header::decode(&h.encode(), &LIMITS), Ok(h));
         }
     }
