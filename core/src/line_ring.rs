@@ -307,6 +307,19 @@ impl LineConsumer<'_> {
         self.ring.head.value.store(self.tail, Ordering::Release);
     }
 
+    /// Whether every line of the next message (a `prefix_len`-byte prefix
+    /// and a `payload_len`-byte payload) has arrived, so that
+    /// [`try_read`](Self::try_read) of it will succeed.
+    #[inline]
+    pub fn message_ready(&self, prefix_len: usize, payload_len: usize) -> bool {
+        match prefix_len.checked_add(payload_len) {
+            Some(t) if prefix_len <= LINE_PAYLOAD && t <= self.ring.max_message() => {
+                self.ready(lines_for(t) as u64 - 1)
+            }
+            _ => false,
+        }
+    }
+
     /// Consumes the next message, whose prefix is `prefix_len` bytes and
     /// payload `payload_len` bytes (as its prefix announced), copying the
     /// first `dst.len().min(payload_len)` payload bytes into `dst`. Returns

@@ -860,11 +860,20 @@ where
         while e != NIL {
             let ent = *self.ent(e);
             let from = self.entry_peer(e);
-            if ent.ctx == ctx && (src == ANY_SOURCE || src == from) && (tag == ANY_TAG || tag == ent.tag)
+            if ent.ctx == ctx
+                && (src == ANY_SOURCE || src == from)
+                && (tag == ANY_TAG || tag == ent.tag)
             {
                 self.ent_unlink(Lst::Unexpected, prev, e);
                 let copy = self.bind(i, e, from);
-                return Ok((h, copy.map(|len| SlotCopy { slot: e as usize, op: h, len })));
+                return Ok((
+                    h,
+                    copy.map(|len| SlotCopy {
+                        slot: e as usize,
+                        op: h,
+                        len,
+                    }),
+                ));
             }
             prev = e;
             e = ent.next;
@@ -885,7 +894,11 @@ where
         let cap = self.op(i).len;
         if ent.kind.is_eager() {
             let n = ent.len.min(cap);
-            let res = if ent.len > cap { Res::Truncated } else { Res::Ok };
+            let res = if ent.len > cap {
+                Res::Truncated
+            } else {
+                Res::Ok
+            };
             self.finish(i, res, from, ent.tag, ent.len);
             self.answer_or_free(e, from, Kind::Ack, ent.kind == Kind::EagerSync, n);
             Some(n)
@@ -923,7 +936,9 @@ where
         while e != NIL {
             let ent = self.ent(e);
             let from = self.entry_peer(e);
-            if ent.ctx == ctx && (src == ANY_SOURCE || src == from) && (tag == ANY_TAG || tag == ent.tag)
+            if ent.ctx == ctx
+                && (src == ANY_SOURCE || src == from)
+                && (tag == ANY_TAG || tag == ent.tag)
             {
                 return Some(Status {
                     source: from,
@@ -1314,6 +1329,15 @@ where
         })
     }
 
+    /// The live operation at table index `i`, if any.
+    pub fn handle_at(&self, i: usize) -> Option<Handle> {
+        let o = self.ops.as_ref().get(i.min(MAX_OPS))?;
+        (o.st != St::Free).then_some(Handle {
+            idx: i as u32,
+            gen: o.gen,
+        })
+    }
+
     /// Collects a finished operation, freeing its slot.
     pub fn take(&mut self, h: Handle) -> Taken {
         if !self.live(h) {
@@ -1378,7 +1402,10 @@ where
 
     /// Whether `peer` was declared lost.
     pub fn is_lost(&self, peer: u32) -> bool {
-        self.peers.as_ref().get(peer as usize).is_some_and(|q| q.dead)
+        self.peers
+            .as_ref()
+            .get(peer as usize)
+            .is_some_and(|q| q.dead)
     }
 
     /// Declares `peer` lost: every operation still waiting on it fails with

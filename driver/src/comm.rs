@@ -1,7 +1,7 @@
 //! The communicator: blocking and scoped non-blocking point-to-point calls.
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
-use crate::engine::{Engine, Fast, OpId, Status};
+use crate::engine::{Engine, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
 use crate::error::{Error, OpKind, Result};
 use crate::launch::Children;
 use crate::shm::JobMap;
@@ -14,8 +14,10 @@ use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
 /// A message tag.
 pub type Tag = u32;
 
-/// Polls of the fast receive path per lock hold.
-const FAST_POLLS: u32 = 64;
+/// Receive from any source (MPI's `MPI_ANY_SOURCE`).
+pub const ANY_SOURCE: usize = usize::MAX;
+/// Receive any tag (MPI's `MPI_ANY_TAG`).
+pub const ANY_TAG: Tag = CORE_ANY_TAG;
 
 struct Shared {
     engine: SpinLock<Engine>,
@@ -23,6 +25,7 @@ struct Shared {
     size: usize,
     cfg: Config,
     next_scope: AtomicU32,
+    next_ctx: AtomicU32,
     proxy_stop: Arc<AtomicBool>,
     proxy: Mutex<Option<std::thread::JoinHandle<()>>>,
     children: Mutex<Option<Children>>,
@@ -52,6 +55,10 @@ struct Shared {
 /// ```
 pub struct Comm {
     sh: Arc<Shared>,
+    /// This communicator's context: its traffic never matches another's.
+    ctx: u16,
+    /// The communicator that owns the proxy thread (not a dup).
+    primary: bool,
     /// `!Sync`: one thread at a time drives a communicator (it may be moved
     /// to another thread). Ranks in threads each get their own.
     _not_sync: PhantomData<std::cell::Cell<()>>,
@@ -62,6 +69,7 @@ impl std::fmt::Debug for Comm {
         f.debug_struct("Comm")
             .field("rank", &self.sh.rank)
             .field("size", &self.sh.size)
+            .field("context", &self.ctx)
             .finish()
     }
 }
@@ -194,7 +202,7 @@ impl Comm {
         }
         map.attach(rank, std::process::id());
         let size = map.nranks();
-        let engine = Engine::new(map.clone(), rank, &cfg);
+        let engine = Engine::new(map.clone(), rank, &cfg)?;
         if debug_level() >= DebugLevel::Info {
             eprintln!(
                 "tandem[{rank}/{size}] job {:016x} layout {:?} config {:?}",
@@ -208,14 +216,17 @@ impl Comm {
                 SpinLock::new(engine)
             } else {
                 // SAFETY: without a proxy thread only the thread holding the
-                // `Comm` reaches the engine: `Comm` is `!Sync`, and scopes and
-                // requests borrow it on that same thread.
+                // `Comm` reaches the engine: `Comm` is `!Sync` and `!Send`
+                // once duplicated (dups share the engine and stay on the
+                // thread that made them), and scopes and requests borrow it
+                // on that same thread.
                 unsafe { SpinLock::new_single(engine) }
             },
             rank,
             size,
             cfg,
             next_scope: AtomicU32::new(1),
+            next_ctx: AtomicU32::new(1),
             proxy_stop: Arc::new(AtomicBool::new(false)),
             proxy: Mutex::new(None),
             children: Mutex::new(None),
@@ -230,6 +241,8 @@ impl Comm {
         }
         Ok(Self {
             sh,
+            ctx: 0,
+            primary: true,
             _not_sync: PhantomData,
         })
     }
@@ -249,6 +262,50 @@ impl Comm {
         &self.sh.cfg
     }
 
+    /// This communicator's context id (0 for the world).
+    pub fn context(&self) -> u16 {
+        self.ctx
+    }
+
+    /// A new communicator over the same ranks whose traffic is kept apart
+    /// from this one's: a receive on one never matches a message sent on
+    /// the other, wildcards included (MPI's `MPI_Comm_dup`). Like MPI, every
+    /// rank must call `dup` in the same order (contexts are numbered
+    /// locally). The duplicate shares this rank's engine and thread.
+    ///
+    /// ```
+    /// use tandem_driver::{Comm, Config, Layout, ANY_TAG};
+    /// let out = Comm::threads(2, &Layout::default(), Config::default(), |world| {
+    ///     let lib = world.dup()?;
+    ///     let mut buf = [0u8; 3];
+    ///     if world.rank() == 0 {
+    ///         lib.send(b"lib", 1, 0)?;
+    ///         world.send(b"app", 1, 0)?;
+    ///     } else {
+    ///         world.recv(&mut buf, 0, ANY_TAG)?; // never sees "lib"
+    ///         assert_eq!(&buf, b"app");
+    ///         lib.recv(&mut buf, 0, 0)?;
+    ///     }
+    ///     Ok(buf)
+    /// });
+    /// assert_eq!(out[1].as_ref().unwrap(), b"lib");
+    /// ```
+    pub fn dup(&self) -> Result<Comm> {
+        let c = self.sh.next_ctx.fetch_add(1, Ordering::Relaxed);
+        if c >= crate::engine::MAX_CONTEXTS as u32 {
+            return Err(Error::Config(format!(
+                "more than {} communicators",
+                crate::engine::MAX_CONTEXTS
+            )));
+        }
+        Ok(Comm {
+            sh: self.sh.clone(),
+            ctx: c as u16,
+            primary: false,
+            _not_sync: PhantomData,
+        })
+    }
+
     fn engine(&self) -> SpinGuard<'_, Engine> {
         self.sh.engine.lock_with(|attempt| {
             if attempt < 1000 {
@@ -259,63 +316,144 @@ impl Comm {
         })
     }
 
-    /// Sends `buf` to rank `dst` with `tag`; returns once `buf` may be
-    /// reused (small messages: copied into the channel; large ones: fully
-    /// streamed into the peer's ring).
-    pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
-        let mut e = self.engine();
-        if let Some(r) = e.try_send_now(buf, dst, tag) {
-            return r;
+    fn check_send_tag(tag: Tag) -> Result<()> {
+        if tag > TAG_UB {
+            return Err(Error::InvalidTag { tag });
         }
-        let id = e.post_send(buf, dst, tag, 0)?;
-        drop(e);
-        self.wait_one(id).map(|_| ())
+        Ok(())
     }
 
-    /// Receives the next message from rank `src` with `tag` into `buf`.
-    /// A message longer than `buf` fills it and fails with
-    /// [`Error::Truncated`]; the next message is unaffected.
+    fn source(&self, src: usize) -> Result<u32> {
+        if src == ANY_SOURCE {
+            return Ok(crate::engine::ANY_SOURCE);
+        }
+        if src >= self.size() {
+            return Err(Error::InvalidRank {
+                rank: src,
+                size: self.size(),
+            });
+        }
+        Ok(src as u32)
+    }
+
+    fn check_recv_tag(tag: Tag) -> Result<()> {
+        if tag > TAG_UB && tag != ANY_TAG {
+            return Err(Error::InvalidTag { tag });
+        }
+        Ok(())
+    }
+
+    fn post_send(&self, buf: &[u8], dst: usize, tag: Tag, sync: bool, scope: u32) -> Result<OpId> {
+        Self::check_send_tag(tag)?;
+        self.engine()
+            .post_send(buf, dst, self.ctx, tag, sync, scope)
+    }
+
+    fn post_recv(&self, buf: &mut [u8], src: usize, tag: Tag, scope: u32) -> Result<OpId> {
+        Self::check_recv_tag(tag)?;
+        let src = self.source(src)?;
+        self.engine().post_recv(buf, src, self.ctx, tag, scope)
+    }
+
+    /// Sends `buf` to rank `dst` with `tag` (at most [`TAG_UB`]); returns
+    /// once `buf` may be reused: a message up to the eager limit is copied
+    /// into the channel right away (if the receiver has credit for it), a
+    /// larger one is handed over once the receiver matched it and copied it
+    /// out.
+    pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
+        let id = self.post_send(buf, dst, tag, false, 0)?;
+        self.wait_one(id, OpKind::Send).map(|_| ())
+    }
+
+    /// Synchronous send: returns only once the receiver has matched the
+    /// message with a receive (MPI's `MPI_Ssend`). Two ranks that `ssend`
+    /// to each other before receiving deadlock; tandem reports that as
+    /// [`Error::Deadlock`] when the timeout expires. Put both in a
+    /// [`group`](Self::group) instead.
+    pub fn ssend(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
+        let id = self.post_send(buf, dst, tag, true, 0)?;
+        self.wait_one(id, OpKind::Ssend).map(|_| ())
+    }
+
+    /// Receives the next message from rank `src` (or [`ANY_SOURCE`]) with
+    /// `tag` (or [`ANY_TAG`]) into `buf`. Messages from one sender are
+    /// received in the order they were sent. A message longer than `buf`
+    /// fills it and fails with [`Error::Truncated`]; the next message is
+    /// unaffected.
     pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
-        // Fast path: poll the source's line ring directly while nothing else
-        // is queued for it; no operation is recorded at all.
-        let mut w: Option<Waiter> = None;
+        let id = self.post_recv(buf, src, tag, 0)?;
+        self.wait_one(id, OpKind::Recv)
+    }
+
+    /// Sends `sbuf` to `dst` and receives into `rbuf` from `src` at once,
+    /// so two ranks exchanging with each other never deadlock, whatever the
+    /// sizes (MPI's `MPI_Sendrecv`). Returns the receive's status.
+    pub fn sendrecv(
+        &self,
+        sbuf: &[u8],
+        dst: usize,
+        stag: Tag,
+        rbuf: &mut [u8],
+        src: usize,
+        rtag: Tag,
+    ) -> Result<Status> {
+        self.scope(|s| {
+            let r = s.irecv(rbuf, src, rtag)?;
+            let w = s.isend(sbuf, dst, stag)?;
+            let st = r.wait();
+            w.wait()?;
+            st
+        })?
+    }
+
+    /// Waits until a message from `src` (or [`ANY_SOURCE`]) with `tag` (or
+    /// [`ANY_TAG`]) has arrived and returns its source, tag and length
+    /// without receiving it (MPI's `MPI_Probe`).
+    pub fn probe(&self, src: usize, tag: Tag) -> Result<Status> {
+        Self::check_recv_tag(tag)?;
+        let s = self.source(src)?;
+        let mut w = Waiter::new(&self.sh.cfg);
         loop {
-            let mut e = self.engine();
-            for _ in 0..FAST_POLLS {
-                match e.try_recv_now(buf, src, tag) {
-                    Fast::Done(r) => return r,
-                    Fast::NotYet => std::hint::spin_loop(),
-                    Fast::Fallback => {
-                        let id = e.post_recv(buf, src, tag, 0)?;
-                        drop(e);
-                        return self.wait_one(id);
+            {
+                let mut e = self.engine();
+                if let Some(st) = e.probe(s, self.ctx, tag) {
+                    e.publish_wait(None);
+                    return Ok(st);
+                }
+                if w.slow_path_due() {
+                    e.check_peers();
+                    if src != ANY_SOURCE && e.is_dead(src) {
+                        e.progress();
+                        if let Some(st) = e.probe(s, self.ctx, tag) {
+                            return Ok(st);
+                        }
+                        return Err(Error::PeerLost { rank: src });
+                    }
+                    if let Some(waited) = w.stalled(0) {
+                        e.publish_wait(None);
+                        return Err(Error::Timeout {
+                            op: OpKind::Probe,
+                            peer: src,
+                            tag,
+                            waited,
+                        });
+                    }
+                    if w.published.is_none() {
+                        w.published = Some(());
+                        e.publish_wait(Some((OpKind::Probe, self.ctx, src, tag)));
                     }
                 }
             }
-            if e.in_use() > 0 {
-                // Others' operations need progress too.
-                e.progress();
-            }
-            let w = w.get_or_insert_with(|| Waiter::new(&self.sh.cfg));
-            if w.slow_path_due() {
-                if e.is_dead(src) {
-                    // Drain what it sent before dying via the general path.
-                    let id = e.post_recv(buf, src, tag, 0)?;
-                    drop(e);
-                    return self.wait_one(id);
-                }
-                if let Some(waited) = w.stalled(0) {
-                    return Err(Error::Timeout {
-                        op: OpKind::Recv,
-                        peer: src,
-                        tag,
-                        waited,
-                    });
-                }
-            }
-            drop(e);
-            w.pause(FAST_POLLS);
+            w.pause(1);
         }
+    }
+
+    /// The status of a message from `src` with `tag` that has arrived, if
+    /// any, without receiving it (MPI's `MPI_Iprobe`).
+    pub fn iprobe(&self, src: usize, tag: Tag) -> Result<Option<Status>> {
+        Self::check_recv_tag(tag)?;
+        let s = self.source(src)?;
+        Ok(self.engine().probe(s, self.ctx, tag))
     }
 
     /// Runs `f` with a [`Scope`] in which non-blocking operations may
@@ -342,6 +480,36 @@ impl Comm {
         Ok(r)
     }
 
+    /// NCCL-style group: every operation `f` adds is posted at once (none
+    /// waits for another), then all are waited for together, so a group
+    /// where two ranks send to each other and then receive never
+    /// deadlocks, whatever the message sizes and even with synchronous
+    /// sends. Returns the first error of any operation in the group.
+    ///
+    /// ```
+    /// use tandem_driver::{Comm, Config, Layout};
+    /// let out = Comm::threads(2, &Layout::default(), Config::default(), |comm| {
+    ///     let peer = 1 - comm.rank();
+    ///     let mine = vec![comm.rank() as u8; 1 << 20];
+    ///     let mut theirs = vec![0u8; 1 << 20];
+    ///     comm.group(|g| {
+    ///         g.ssend(&mine, peer, 0)?; // both ranks "send first": fine in a group
+    ///         g.recv(&mut theirs, peer, 0)
+    ///     })?;
+    ///     Ok(theirs[0])
+    /// });
+    /// assert_eq!(*out[0].as_ref().unwrap(), 1);
+    /// ```
+    pub fn group<'env>(
+        &'env self,
+        f: impl for<'s> FnOnce(&mut Group<'s, 'env>) -> Result<()>,
+    ) -> Result<()> {
+        self.scope(|s| {
+            let mut g = Group { scope: s };
+            f(&mut g)
+        })?
+    }
+
     fn finish_scope(&self, id: u32) -> Result<()> {
         // One pass over the request table (no new operations of this scope
         // can appear: its closure has returned), allocation-free.
@@ -351,7 +519,7 @@ impl Comm {
             let next = self.engine().next_scope_op(id, from);
             let Some((op, resume)) = next else { break };
             from = resume;
-            if let Err(e) = self.wait_one(op) {
+            if let Err(e) = self.wait_one(op, OpKind::Recv) {
                 if first.is_ok() {
                     first = Err(e);
                 }
@@ -362,27 +530,39 @@ impl Comm {
 
     /// Drives progress until `id` finishes, under the wait policy, the
     /// no-progress timeout and peer-death checks.
-    fn wait_one(&self, id: OpId) -> Result<Status> {
+    fn wait_one(&self, id: OpId, kind: OpKind) -> Result<Status> {
+        {
+            // Often done already (an eager send) or after one pass.
+            let mut e = self.engine();
+            if let Some(r) = e.take(id) {
+                return r;
+            }
+            e.progress();
+            if let Some(r) = e.take(id) {
+                return r;
+            }
+        }
         let mut w = Waiter::new(&self.sh.cfg);
-        loop {
+        let r = loop {
             {
                 let mut e = self.engine();
-                if let Some(r) = e.take(id) {
-                    return r;
-                }
                 e.progress();
                 if let Some(r) = e.take(id) {
-                    return r;
+                    break r;
                 }
                 if w.slow_path_due() {
-                    if let Err(err) = w.check(&mut e, id) {
-                        e.cancel(id, &err);
-                        return Err(err);
+                    if let Err(err) = w.check(&mut e, id, kind, self.ctx) {
+                        e.withdraw(id, &err);
+                        break Err(err);
                     }
                 }
             }
             w.pause(1);
+        };
+        if w.published.is_some() {
+            self.engine().publish_wait(None);
         }
+        r
     }
 
     /// Waits for rank 0's copies started by [`Comm::local`] and reports the
@@ -404,6 +584,9 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
+        if !self.primary {
+            return;
+        }
         // Stop the proxy first, so the last reference to the shared state is
         // always dropped here and never on the proxy thread.
         self.sh.proxy_stop.store(true, Ordering::Release);
@@ -473,6 +656,26 @@ struct Waiter {
     since: Option<Instant>,
     last_peer_check: Option<Instant>,
     next_check: u64,
+    /// Whether this wait published itself for peers' hang reports.
+    published: Option<()>,
+}
+
+fn describe(op: OpKind, rank: usize, peer: usize, tag: Tag) -> String {
+    let dir = match op {
+        OpKind::Send | OpKind::Ssend => "to",
+        OpKind::Recv | OpKind::Probe => "from",
+    };
+    let peer = if peer == ANY_SOURCE {
+        "any rank".to_string()
+    } else {
+        format!("rank {peer}")
+    };
+    let tag = if tag == ANY_TAG {
+        "any tag".to_string()
+    } else {
+        format!("tag {tag}")
+    };
+    format!("rank {rank}: {op} {dir} {peer} {tag}")
 }
 
 impl Waiter {
@@ -485,6 +688,7 @@ impl Waiter {
             since: None,
             last_peer_check: None,
             next_check: 4096,
+            published: None,
         }
     }
 
@@ -517,8 +721,26 @@ impl Waiter {
         }
     }
 
-    fn check(&mut self, e: &mut Engine, id: OpId) -> Result<()> {
+    fn check(&mut self, e: &mut Engine, id: OpId, kind: OpKind, ctx: u16) -> Result<()> {
         let now = Instant::now();
+        let info = e.info(id);
+        if self.published.is_none() {
+            // Blocked for a while: say so, for the peer's hang report.
+            if let Some(i) = info {
+                let op = match (i.send, i.sync) {
+                    (true, true) => OpKind::Ssend,
+                    (true, false) => OpKind::Send,
+                    _ => kind,
+                };
+                let peer = if i.peer == crate::engine::ANY_SOURCE {
+                    ANY_SOURCE
+                } else {
+                    i.peer as usize
+                };
+                e.publish_wait(Some((op, ctx, peer, i.tag)));
+                self.published = Some(());
+            }
+        }
         if self
             .last_peer_check
             .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(5))
@@ -530,11 +752,35 @@ impl Waiter {
             }
         }
         if let Some(waited) = self.stalled(e.moved(id)) {
-            let (op, peer, tag) = e.describe(id);
+            let Some(i) = info else {
+                return Ok(());
+            };
+            let op = match (i.send, i.sync) {
+                (true, true) => OpKind::Ssend,
+                (true, false) => OpKind::Send,
+                _ => OpKind::Recv,
+            };
+            let peer = if i.peer == crate::engine::ANY_SOURCE {
+                ANY_SOURCE
+            } else {
+                i.peer as usize
+            };
+            let rank = e.rank();
+            if peer != ANY_SOURCE {
+                if let Some((pop, ppeer, ptag)) = e.peer_wait(peer) {
+                    if ppeer == rank || ppeer == ANY_SOURCE {
+                        return Err(Error::Deadlock {
+                            ours: describe(op, rank, peer, i.tag),
+                            theirs: describe(pop, peer, ppeer, ptag),
+                            waited,
+                        });
+                    }
+                }
+            }
             return Err(Error::Timeout {
                 op,
                 peer,
-                tag,
+                tag: i.tag,
                 waited,
             });
         }
@@ -567,7 +813,7 @@ impl Drop for ScopeGuard<'_> {
         let why = Error::Io("request scope panicked".into());
         let mut from = 0;
         while let Some((op, resume)) = e.next_scope_op(self.id, from) {
-            e.cancel(op, &why);
+            e.withdraw(op, &why);
             from = resume;
         }
     }
@@ -588,26 +834,52 @@ impl<'s, 'env> Scope<'s, 'env> {
     /// Starts sending `buf` to `dst`; `buf` stays borrowed until the scope
     /// ends.
     pub fn isend(&'s self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<Request<'s>> {
-        let id = self.comm.engine().post_send(buf, dst, tag, self.id)?;
-        Ok(Request {
-            comm: self.comm,
-            id: Some(id),
-        })
+        let id = self.comm.post_send(buf, dst, tag, false, self.id)?;
+        Ok(Request::new(self.comm, id, OpKind::Send))
     }
 
-    /// Starts receiving from `src` into `buf`; `buf` stays borrowed until
-    /// the scope ends.
+    /// Starts a synchronous send (completes once the receiver matched).
+    pub fn issend(&'s self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<Request<'s>> {
+        let id = self.comm.post_send(buf, dst, tag, true, self.id)?;
+        Ok(Request::new(self.comm, id, OpKind::Ssend))
+    }
+
+    /// Starts receiving from `src` (or [`ANY_SOURCE`]) with `tag` (or
+    /// [`ANY_TAG`]) into `buf`; `buf` stays borrowed until the scope ends.
     pub fn irecv(&'s self, buf: &'env mut [u8], src: usize, tag: Tag) -> Result<Request<'s>> {
-        let id = self.comm.engine().post_recv(buf, src, tag, self.id)?;
-        Ok(Request {
-            comm: self.comm,
-            id: Some(id),
-        })
+        let id = self.comm.post_recv(buf, src, tag, self.id)?;
+        Ok(Request::new(self.comm, id, OpKind::Recv))
     }
 
     /// The communicator.
     pub fn comm(&self) -> &'env Comm {
         self.comm
+    }
+}
+
+/// The operations of a [`Comm::group`]: each call posts at once and never
+/// waits; the group waits for all of them when its closure returns.
+pub struct Group<'s, 'env: 's> {
+    scope: &'s Scope<'s, 'env>,
+}
+
+impl<'s, 'env> Group<'s, 'env> {
+    /// Adds a send of `buf` to `dst`.
+    pub fn send(&mut self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<()> {
+        drop(self.scope.isend(buf, dst, tag)?);
+        Ok(())
+    }
+
+    /// Adds a synchronous send of `buf` to `dst`.
+    pub fn ssend(&mut self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<()> {
+        drop(self.scope.issend(buf, dst, tag)?);
+        Ok(())
+    }
+
+    /// Adds a receive into `buf` from `src` with `tag` (wildcards allowed).
+    pub fn recv(&mut self, buf: &'env mut [u8], src: usize, tag: Tag) -> Result<()> {
+        drop(self.scope.irecv(buf, src, tag)?);
+        Ok(())
     }
 }
 
@@ -619,22 +891,35 @@ impl<'s, 'env> Scope<'s, 'env> {
 pub struct Request<'s> {
     comm: &'s Comm,
     id: Option<OpId>,
+    kind: OpKind,
 }
 
-impl Request<'_> {
+impl<'s> Request<'s> {
+    fn new(comm: &'s Comm, id: OpId, kind: OpKind) -> Self {
+        Self {
+            comm,
+            id: Some(id),
+            kind,
+        }
+    }
+
+    fn id(&self) -> Result<OpId> {
+        self.id
+            .ok_or_else(|| Error::Io("request already completed".into()))
+    }
+
     /// Waits for the operation to finish.
     pub fn wait(mut self) -> Result<Status> {
-        let id = self.id.take().expect("request not yet collected");
-        self.comm.wait_one(id)
+        let id = self.id()?;
+        self.id = None;
+        self.comm.wait_one(id, self.kind)
     }
 
     /// `Some(status)` if the operation finished (the request is then
     /// spent: further calls return an error), `None` if still pending.
     /// Drives progress once.
     pub fn test(&mut self) -> Result<Option<Status>> {
-        let Some(id) = self.id else {
-            return Err(Error::Io("request already completed".into()));
-        };
+        let id = self.id()?;
         let mut e = self.comm.engine();
         e.progress();
         match e.take(id) {
@@ -643,6 +928,91 @@ impl Request<'_> {
                 self.id = None;
                 r.map(Some)
             }
+        }
+    }
+
+    /// Cancels a receive that has not matched a message yet (MPI's
+    /// `MPI_Cancel`): returns `true` and the request is spent (waiting on
+    /// it reports [`Error::Cancelled`]); `false` if a message already
+    /// matched it (or it is a send) and it completes normally.
+    pub fn cancel(&mut self) -> Result<bool> {
+        let id = self.id()?;
+        Ok(self.comm.engine().cancel_recv(id))
+    }
+
+    /// Waits until one of the pending requests in `reqs` finishes; returns
+    /// its index and result, and leaves `None` in its place (MPI's
+    /// `MPI_Waitany`). `None` if every entry is already spent.
+    pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Result<Status>)> {
+        let comm = reqs.iter().flatten().next()?.comm;
+        let mut w = Waiter::new(&comm.sh.cfg);
+        loop {
+            {
+                let mut e = comm.engine();
+                e.progress();
+                for (i, slot) in reqs.iter_mut().enumerate() {
+                    let Some(r) = slot else { continue };
+                    let Some(id) = r.id else { continue };
+                    if let Some(res) = e.take(id) {
+                        r.id = None;
+                        *slot = None;
+                        return Some((i, res));
+                    }
+                }
+                if w.slow_path_due() {
+                    // The timeout applies to the first still pending.
+                    let first = reqs
+                        .iter()
+                        .flatten()
+                        .find_map(|r| r.id.map(|id| (id, r.kind)));
+                    let (id, kind) = first?;
+                    if let Err(err) = w.check(&mut e, id, kind, comm.ctx) {
+                        let i = reqs
+                            .iter()
+                            .position(|r| r.as_ref().is_some_and(|r| r.id == Some(id)))
+                            .expect("found above");
+                        e.withdraw(id, &err);
+                        reqs[i] = None;
+                        return Some((i, Err(err)));
+                    }
+                }
+            }
+            w.pause(1);
+        }
+    }
+
+    /// If every request in `reqs` has finished, collects them all and
+    /// returns their statuses in order (or the first error); otherwise
+    /// `None` and nothing is collected (MPI's `MPI_Testall`). Drives
+    /// progress once.
+    pub fn test_all(reqs: &mut [Request<'_>]) -> Result<Option<Vec<Status>>> {
+        let Some(first) = reqs.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        let mut e = first.comm.engine();
+        e.progress();
+        for r in reqs.iter() {
+            let id = r.id()?;
+            if e.info(id)
+                .is_some_and(|i| i.phase != tandem_core::proto::Phase::Done)
+            {
+                return Ok(None);
+            }
+        }
+        let mut out = Vec::with_capacity(reqs.len());
+        let mut err = None;
+        for r in reqs.iter_mut() {
+            let id = r.id.take().expect("checked above");
+            match e.take(id).expect("done") {
+                Ok(s) => out.push(s),
+                Err(x) => {
+                    err.get_or_insert(x);
+                }
+            }
+        }
+        match err {
+            Some(x) => Err(x),
+            None => Ok(Some(out)),
         }
     }
 

@@ -53,9 +53,13 @@ pub struct Layout {
     pub slot_steps: u32,
     /// Bytes per slot (multiple of 64; `TANDEM_SLOT_BYTES`).
     pub slot_bytes: u32,
-    /// Largest payload sent through the line ring; larger messages go
-    /// through the slot ring (`TANDEM_EAGER_LIMIT`).
+    /// Largest payload sent eagerly, right behind its header in the line
+    /// ring; larger messages use rendezvous (`TANDEM_EAGER_LIMIT`).
     pub eager_limit: u32,
+    /// Matching messages a rank may have outstanding at each peer: each
+    /// peer reserves this many receive entries (and `eager_limit`-byte
+    /// buffers) per sender (`TANDEM_CREDITS`, 1..=16384).
+    pub credits: u32,
 }
 
 impl Default for Layout {
@@ -65,6 +69,7 @@ impl Default for Layout {
             slot_steps: 8,
             slot_bytes: 128 * 1024,
             eager_limit: 512,
+            credits: 32,
         }
     }
 }
@@ -78,6 +83,7 @@ impl Layout {
             slot_steps: env_num("TANDEM_SLOT_STEPS")?.unwrap_or(d.slot_steps),
             slot_bytes: env_num("TANDEM_SLOT_BYTES")?.unwrap_or(d.slot_bytes),
             eager_limit: env_num("TANDEM_EAGER_LIMIT")?.unwrap_or(d.eager_limit),
+            credits: env_num("TANDEM_CREDITS")?.unwrap_or(d.credits),
         };
         l.validate()?;
         Ok(l)
@@ -108,6 +114,12 @@ impl Layout {
                 self.slot_bytes
             )));
         }
+        if self.credits == 0 || self.credits > 1 << 14 {
+            return Err(Error::Config(format!(
+                "credits must be in 1..=16384, got {}",
+                self.credits
+            )));
+        }
         let max = self.lines as usize * tandem_core::line_ring::LINE_PAYLOAD
             - tandem_core::wire::HEADER_LEN;
         if self.eager_limit as usize > max {
@@ -130,9 +142,10 @@ pub struct Config {
     pub wait: WaitPolicy,
     /// Most operations pending at once (`TANDEM_MAX_REQUESTS`).
     pub max_requests: usize,
-    /// Buffers for small messages that arrive before their receive is
-    /// posted (`TANDEM_UNEXPECTED`); when all are full, senders wait.
-    pub unexpected: usize,
+    /// Use Linux cross-memory attach (`process_vm_readv`) for single-copy
+    /// rendezvous when the kernel allows it (`TANDEM_CMA`, 1 or 0; default
+    /// 1). Off, or refused, large messages stream through the slot ring.
+    pub cma: bool,
     /// Run a progress thread pinned to this core (`TANDEM_PROXY_CORE`).
     pub proxy_core: Option<usize>,
     /// Pin the calling thread to this core when the communicator is created
@@ -146,7 +159,7 @@ impl Default for Config {
             timeout: Duration::from_secs(120),
             wait: WaitPolicy::default(),
             max_requests: 1024,
-            unexpected: 256,
+            cma: true,
             proxy_core: None,
             pin_core: None,
         }
@@ -170,7 +183,7 @@ impl Config {
             },
             wait: d.wait,
             max_requests: env_num("TANDEM_MAX_REQUESTS")?.unwrap_or(d.max_requests),
-            unexpected: env_num("TANDEM_UNEXPECTED")?.unwrap_or(d.unexpected),
+            cma: env_num::<u8>("TANDEM_CMA")?.map_or(d.cma, |v| v != 0),
             proxy_core: env_num("TANDEM_PROXY_CORE")?,
             pin_core: env_num("TANDEM_PIN_CORE")?,
         };
@@ -200,9 +213,10 @@ impl Config {
         self
     }
 
-    /// Sets the number of unexpected-message buffers.
-    pub fn unexpected(mut self, n: usize) -> Self {
-        self.unexpected = n;
+    /// Enables or disables single-copy rendezvous through cross-memory
+    /// attach.
+    pub fn cma(mut self, on: bool) -> Self {
+        self.cma = on;
         self
     }
 

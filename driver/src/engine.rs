@@ -1,95 +1,92 @@
-//! The progress engine: per-peer channel state, the operation table and the
-//! shared-memory send/receive state machines.
+//! The shared-memory transport under the core protocol engine.
 //!
-//! Messages from one rank to another travel over one channel:
+//! [`tandem_core::proto::Engine`] decides everything about matching,
+//! credits and rendezvous; this module moves the bytes it asks for over
+//! one channel per directed pair of ranks:
 //!
-//! * every message starts with a [`Header`] in the **line ring**; an
-//!   [`Kind::Eager`] message (payload up to `eager_limit`) carries its
-//!   payload right behind the header, in the same lines;
-//! * a [`Kind::Bulk`] message carries only its header there; its payload
-//!   follows in the **slot ring**, cut into slot-sized chunks and pipelined.
-//!   Bulk payloads are streamed strictly in header order, so the line ring
-//!   alone fixes the order of messages (MPI's non-overtaking rule).
+//! * the **line ring** carries every header. An eager payload (up to
+//!   `eager_limit`) follows its header in the same lines; an RTS carries the
+//!   sender's buffer address as an 8-byte body;
+//! * a rendezvous payload goes **single-copy**: the receiver, once a
+//!   receive matched, reads the sender's buffer directly with
+//!   `process_vm_readv` (Linux cross-memory attach; a plain copy between
+//!   threads of one process) and answers FIN. If the kernel refuses (no
+//!   ptrace permission, a seccomp filter) or `TANDEM_CMA=0`, it answers CTS
+//!   instead and the sender streams the payload through the **slot ring**,
+//!   cut into slot-sized chunks and pipelined; streams run in CTS order.
 //!
-//! Receives match (source, tag) in posting order against messages in arrival
-//! order. A small message that arrives before its receive is copied into one
-//! of a fixed pool of unexpected buffers; when the pool is empty the engine
-//! stops reading that line ring, so the sender waits: nothing is dropped and
-//! memory stays bounded. An unmatched bulk message holds only its header;
-//! its payload waits in the slot ring until a receive claims it.
+//! A message that arrives before its receive is held in one of the
+//! receiver's entries (one per credit and sender): eager payloads in the
+//! entry's `eager_limit`-byte buffer, rendezvous messages as their header
+//! only. Senders without credit wait, so memory stays bounded and nothing
+//! is dropped.
 //!
-//! All storage (operation table, queues, unexpected buffers) is allocated
-//! when the engine is built; steady-state messaging allocates nothing.
+//! All storage (operation table, entries and their buffers, stream queues)
+//! is allocated when the engine is built; steady-state messaging allocates
+//! nothing.
 //!
 //! User buffers are reached through raw pointers recorded when an operation
 //! is posted. They are valid because every operation is either waited for
-//! or cancelled before the borrow it came from ends (blocking calls, or the
-//! end of a [`crate::Scope`]), and only this process ever touches them.
+//! or withdrawn before the borrow it came from ends (blocking calls, or the
+//! end of a [`crate::Scope`]); only this process writes them, and a peer
+//! process only ever *reads* a send buffer (cross-memory attach), while the
+//! send that owns it is still pending.
 
-use crate::config::{Config, Layout};
+use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, OpKind, Result};
-use crate::shm::JobMap;
+use crate::shm::{JobMap, WAIT_VALID};
 use std::collections::VecDeque;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
-use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD};
+use tandem_core::line_ring::{LineConsumer, LineProducer};
+use tandem_core::proto::{
+    self, Action, Entry, Handle, Op, OpError, OpInfo, Params, Phase, Taken, TxWhat,
+};
 use tandem_core::slot_ring::{SlotConsumer, SlotProducer};
 use tandem_core::sync::Ordering;
 use tandem_core::wire::{Header, Kind, Limits, HEADER_LEN};
 
-/// What a completed receive reports.
+pub use tandem_core::proto::{ANY_SOURCE, ANY_TAG, TAG_UB};
+
+/// What a completed operation reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status {
-    /// The sender's rank.
+    /// The sender's rank (for a send: the destination).
     pub source: usize,
     /// The message tag.
     pub tag: u32,
-    /// The message length in bytes (for a send: the bytes sent).
+    /// The message length in bytes.
     pub len: usize,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum State {
-    Free,
-    Pending,
-    Done,
-}
+/// Identifies an operation of the engine.
+pub(crate) type OpId = Handle;
 
-struct Op {
-    kind: OpKind,
-    peer: usize,
-    tag: u32,
+/// Driver-side state of an operation: its buffer and bookkeeping.
+#[derive(Clone, Copy)]
+struct Side {
     ptr: *mut u8,
     len: usize,
     /// Payload bytes moved so far (the progress measure for timeouts).
     moved: usize,
-    gen: u32,
     scope: u32,
-    state: State,
-    result: Option<Result<Status>>,
 }
 
-impl Op {
-    const EMPTY: Op = Op {
-        kind: OpKind::Send,
-        peer: 0,
-        tag: 0,
+impl Side {
+    const EMPTY: Side = Side {
         ptr: std::ptr::null_mut(),
         len: 0,
         moved: 0,
-        gen: 0,
         scope: 0,
-        state: State::Free,
-        result: None,
     };
 
     /// The user's buffer as bytes to read.
     ///
     /// # Safety
-    /// The op must be pending; its buffer borrow is then alive (see module
-    /// docs) and nothing else writes it during the engine call.
+    /// The op must be pending and not abandoned; its buffer borrow is then
+    /// alive (see module docs) and nothing writes it during the engine call.
     unsafe fn src<'b>(&self) -> &'b [u8] {
-        if self.len == 0 {
+        if self.len == 0 || self.ptr.is_null() {
             return &[];
         }
         // SAFETY: per the function contract.
@@ -99,10 +96,10 @@ impl Op {
     /// The user's buffer as bytes to write.
     ///
     /// # Safety
-    /// As for [`Op::src`], and the op is a receive (an exclusive borrow).
+    /// As for [`Side::src`], and the op is a receive (an exclusive borrow).
     #[allow(clippy::mut_from_ref)]
     unsafe fn dst<'b>(&self) -> &'b mut [u8] {
-        if self.len == 0 {
+        if self.len == 0 || self.ptr.is_null() {
             return &mut [];
         }
         // SAFETY: per the function contract.
@@ -110,206 +107,161 @@ impl Op {
     }
 }
 
-/// Identifies an operation: slot index plus generation, so a stale handle
-/// can never reach a reused slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OpId {
-    pub idx: u32,
-    pub gen: u32,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Target {
-    /// Arrived before its receive: payload still in the slot ring.
-    Waiting,
-    /// Being received into this op.
-    Op(u32),
-    /// Its receive was cancelled: drain and drop the payload.
-    Discard,
-}
-
-struct BulkRx {
+/// A payload stream through the slot ring.
+#[derive(Clone, Copy)]
+struct Stream {
+    /// `None`: its receive was abandoned; drain and drop the bytes.
+    op: Option<Handle>,
     len: usize,
     done: usize,
-    target: Target,
 }
 
-struct Unexpected {
-    tag: u32,
-    len: usize,
-    /// For a bulk message: its sequence number among bulk headers.
-    bulk_seq: Option<u64>,
-    buf: Box<[u8]>,
-}
-
-struct Peer {
+struct Chan {
     tx_line: LineProducer<'static>,
     tx_slot: SlotProducer<'static>,
     rx_line: LineConsumer<'static>,
     rx_slot: SlotConsumer<'static>,
-    /// Sends whose header is not yet in the line ring.
-    line_q: VecDeque<u32>,
-    /// Bulk sends whose header went out, streaming payload in order.
-    bulk_q: VecDeque<u32>,
-    /// Receives posted for this source, in posting order.
-    posted: VecDeque<u32>,
-    /// Unexpected messages from this source, in arrival order.
-    unexpected: VecDeque<u32>,
-    /// Bulk messages announced but not fully received, in header order.
-    rx_bulk: VecDeque<BulkRx>,
-    rx_bulk_front_seq: u64,
-    rx_bulk_next_seq: u64,
+    /// Sends streaming to this peer, in CTS order.
+    tx_streams: VecDeque<Stream>,
+    /// Receives expecting a stream from this peer, in CTS order.
+    rx_streams: VecDeque<Stream>,
     /// Set once the channel cannot be used any more.
     broken: Option<Error>,
+    /// Cross-memory attach to this peer refused once: stream instead.
+    no_cma: bool,
     pid: u32,
     pidfd: Option<OwnedFd>,
 }
 
+type Proto = proto::Engine<Box<[Op]>, Box<[Entry]>, Box<[proto::Peer]>>;
+
 /// The engine of one rank.
 pub(crate) struct Engine {
     rank: usize,
-    // `peers` borrows `map` (for 'static), so it is declared first and
+    // `chans` borrows `map` (for 'static), so it is declared first and
     // dropped first.
-    peers: Vec<Peer>,
-    ops: Vec<Op>,
-    free_ops: Vec<u32>,
-    pool: Vec<Unexpected>,
-    free_pool: Vec<u32>,
+    chans: Vec<Chan>,
+    proto: Proto,
+    side: Vec<Side>,
+    /// `eager_limit` bytes per protocol entry, for unexpected eager payloads.
+    slots: Vec<u8>,
     limits: Limits,
-    /// Longest eager payload that fits the header's line.
-    one_line_max: u64,
+    eager_limit: usize,
     slot_bytes: usize,
-    in_use: usize,
+    cma: bool,
+    debug: bool,
     own_pid: u32,
     map: Arc<JobMap>,
 }
 
-// SAFETY: the raw pointers in `Op` are only dereferenced inside engine
-// calls, which the owning `Comm` serialises behind a mutex; the buffers they
+// SAFETY: the raw pointers in `Side` are only dereferenced inside engine
+// calls, which the owning `Comm` serialises behind a lock; the buffers they
 // point to are kept alive by the borrow rules of `Comm` and `Scope`.
 unsafe impl Send for Engine {}
 
+/// Largest message tandem accepts (1 TiB): a corrupt length field can never
+/// make a receiver wait for (or allocate) more.
+pub const MAX_MESSAGE: usize = 1 << 40;
+
+/// Number of communication contexts a job may use.
+pub const MAX_CONTEXTS: u16 = 1024;
+
 impl Engine {
-    pub(crate) fn new(map: Arc<JobMap>, rank: usize, cfg: &Config) -> Self {
+    pub(crate) fn new(map: Arc<JobMap>, rank: usize, cfg: &Config) -> Result<Self> {
         let n = map.nranks();
         let layout: Layout = *map.layout();
-        let q = cfg.max_requests.max(1);
-        let peers = (0..n)
+        let q = cfg.max_requests.clamp(1, proto::MAX_OPS);
+        let credits = layout.credits as usize;
+        let chans = (0..n)
             .map(|p| {
                 let (tx_line, tx_slot) = map.channel(rank, p);
                 let (rx_line, rx_slot) = map.channel(p, rank);
-                Peer {
+                Chan {
                     tx_line: tx_line.producer(),
                     tx_slot: tx_slot.producer(),
                     rx_line: rx_line.consumer(),
                     rx_slot: rx_slot.consumer(),
-                    line_q: VecDeque::with_capacity(q),
-                    bulk_q: VecDeque::with_capacity(q),
-                    posted: VecDeque::with_capacity(q),
-                    unexpected: VecDeque::with_capacity(cfg.unexpected),
-                    rx_bulk: VecDeque::with_capacity(q + cfg.unexpected),
-                    rx_bulk_front_seq: 0,
-                    rx_bulk_next_seq: 0,
+                    tx_streams: VecDeque::with_capacity(q),
+                    rx_streams: VecDeque::with_capacity(credits),
                     broken: None,
+                    no_cma: false,
                     pid: 0,
                     pidfd: None,
                 }
             })
             .collect();
-        let ops = (0..q).map(|_| Op::EMPTY).collect();
-        let free_ops = (0..q as u32).rev().collect();
-        let pool = (0..cfg.unexpected)
-            .map(|_| Unexpected {
-                tag: 0,
-                len: 0,
-                bulk_seq: None,
-                buf: vec![0u8; layout.eager_limit as usize].into_boxed_slice(),
-            })
-            .collect();
-        let free_pool = (0..cfg.unexpected as u32).rev().collect();
-        Self {
+        let params = Params {
+            rank: rank as u32,
+            nranks: n as u32,
+            credits: credits as u16,
+            credit_threshold: (credits as u16).div_ceil(2),
+            eager_limit: layout.eager_limit as u64,
+        };
+        let proto = Proto::new(
+            params,
+            vec![Op::EMPTY; q].into_boxed_slice(),
+            vec![Entry::EMPTY; n * credits].into_boxed_slice(),
+            vec![proto::Peer::EMPTY; n].into_boxed_slice(),
+        )
+        .map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Self {
             rank,
-            peers,
-            ops,
-            free_ops,
-            pool,
-            free_pool,
+            chans,
+            proto,
+            side: vec![Side::EMPTY; q],
+            slots: vec![0u8; n * credits * layout.eager_limit as usize],
             limits: Limits {
                 eager_max: layout.eager_limit as u64,
                 msg_max: MAX_MESSAGE as u64,
-                contexts: 1,
+                contexts: MAX_CONTEXTS,
             },
-            one_line_max: ((LINE_PAYLOAD - HEADER_LEN) as u64).min(layout.eager_limit as u64),
+            eager_limit: layout.eager_limit as usize,
             slot_bytes: layout.slot_bytes as usize,
-            in_use: 0,
+            cma: cfg.cma,
+            debug: debug_level() >= DebugLevel::Info,
             own_pid: std::process::id(),
             map,
-        }
+        })
     }
 
     fn check_rank(&self, r: usize) -> Result<()> {
-        if r >= self.peers.len() {
+        if r >= self.chans.len() {
             return Err(Error::InvalidRank {
                 rank: r,
-                size: self.peers.len(),
+                size: self.chans.len(),
             });
         }
         Ok(())
     }
 
-    fn alloc_op(
-        &mut self,
-        kind: OpKind,
-        peer: usize,
-        tag: u32,
-        ptr: *mut u8,
-        len: usize,
-        scope: u32,
-    ) -> Result<OpId> {
-        let idx = self.free_ops.pop().ok_or(Error::TooManyRequests {
-            capacity: self.ops.len(),
-        })?;
-        let op = &mut self.ops[idx as usize];
-        let gen = op.gen.wrapping_add(1);
-        *op = Op {
-            kind,
-            peer,
-            tag,
-            ptr,
-            len,
-            moved: 0,
-            gen,
-            scope,
-            state: State::Pending,
-            result: None,
-        };
-        self.in_use += 1;
-        Ok(OpId { idx, gen })
+    fn proto_err(&self, e: proto::ProtoError) -> Error {
+        match e {
+            proto::ProtoError::InvalidRank { rank, size } => Error::InvalidRank {
+                rank: rank as usize,
+                size: size as usize,
+            },
+            proto::ProtoError::TooManyOps { capacity } => Error::TooManyRequests { capacity },
+            proto::ProtoError::PeerLost { peer } => self.lost(peer as usize),
+            other => Error::Config(other.to_string()),
+        }
     }
 
-    fn free_op(&mut self, idx: u32) {
-        let op = &mut self.ops[idx as usize];
-        debug_assert!(op.state != State::Free);
-        op.state = State::Free;
-        op.ptr = std::ptr::null_mut();
-        op.result = None;
-        self.free_ops.push(idx);
-        self.in_use -= 1;
+    /// The error operations with a failed peer report.
+    fn lost(&self, p: usize) -> Error {
+        self.chans
+            .get(p)
+            .and_then(|c| c.broken.clone())
+            .unwrap_or(Error::PeerLost { rank: p })
     }
 
-    fn complete(&mut self, idx: u32, r: Result<Status>) {
-        let op = &mut self.ops[idx as usize];
-        op.state = State::Done;
-        op.ptr = std::ptr::null_mut();
-        op.result = Some(r);
-    }
-
-    /// Posts a send of `buf`.
+    /// Posts a send of `buf` (synchronous if `sync`).
     pub(crate) fn post_send(
         &mut self,
         buf: &[u8],
         dst: usize,
+        ctx: u16,
         tag: u32,
+        sync: bool,
         scope: u32,
     ) -> Result<OpId> {
         self.check_rank(dst)?;
@@ -319,242 +271,194 @@ impl Engine {
                 max: MAX_MESSAGE,
             });
         }
-        if let Some(e) = &self.peers[dst].broken {
+        if let Some(e) = &self.chans[dst].broken {
             return Err(e.clone());
         }
-        let id = self.alloc_op(
-            OpKind::Send,
-            dst,
-            tag,
-            buf.as_ptr() as *mut u8,
-            buf.len(),
+        let h = self
+            .proto
+            .post_send(dst as u32, ctx, tag, buf.len() as u64, sync)
+            .map_err(|e| self.proto_err(e))?;
+        self.side[h.index()] = Side {
+            ptr: buf.as_ptr() as *mut u8,
+            len: buf.len(),
+            moved: 0,
             scope,
-        )?;
-        self.peers[dst].line_q.push_back(id.idx);
+        };
         self.progress_tx(dst);
-        Ok(id)
+        Ok(h)
     }
 
-    /// Posts a receive into `buf`.
+    /// Posts a receive into `buf` from `src` ([`ANY_SOURCE`] for any) with
+    /// `tag` ([`ANY_TAG`] for any).
     pub(crate) fn post_recv(
         &mut self,
         buf: &mut [u8],
-        src: usize,
+        src: u32,
+        ctx: u16,
         tag: u32,
         scope: u32,
     ) -> Result<OpId> {
-        self.check_rank(src)?;
-        let id = self.alloc_op(OpKind::Recv, src, tag, buf.as_mut_ptr(), buf.len(), scope)?;
-        // A message that already arrived matches first (arrival order).
-        let peer = &mut self.peers[src];
-        if let Some(pos) = peer
-            .unexpected
-            .iter()
-            .position(|&e| self.pool[e as usize].tag == tag)
-        {
-            let e = peer.unexpected.remove(pos).expect("position is in range");
-            let ent = &self.pool[e as usize];
-            let (len, seq) = (ent.len, ent.bulk_seq);
-            match seq {
-                None => {
-                    let n = len.min(buf.len());
-                    buf[..n].copy_from_slice(&ent.buf[..n]);
-                    self.free_pool.push(e);
-                    self.ops[id.idx as usize].moved = n;
-                    self.complete(id.idx, finish(src, tag, len, buf.len()));
-                }
-                Some(seq) => {
-                    let i = (seq - peer.rx_bulk_front_seq) as usize;
-                    peer.rx_bulk[i].target = Target::Op(id.idx);
-                    self.free_pool.push(e);
-                }
-            }
-            self.progress_rx(src);
-            return Ok(id);
+        if src != ANY_SOURCE {
+            self.check_rank(src as usize)?;
         }
-        if let Some(e) = &peer.broken {
-            let e = e.clone();
-            self.free_op(id.idx);
-            return Err(e);
+        let (h, copy) = self
+            .proto
+            .post_recv(src, ctx, tag, buf.len() as u64)
+            .map_err(|e| self.proto_err(e))?;
+        self.side[h.index()] = Side {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            moved: 0,
+            scope,
+        };
+        if let Some(c) = copy {
+            let n = c.len as usize;
+            let at = c.slot * self.eager_limit;
+            buf[..n].copy_from_slice(&self.slots[at..at + n]);
+            self.side[h.index()].moved = n;
         }
-        peer.posted.push_back(id.idx);
-        self.progress_rx(src);
-        Ok(id)
+        self.pulls();
+        Ok(h)
     }
 
-    /// Blocking-send fast path: an eager message goes straight into the
-    /// line ring when nothing is queued ahead of it for `dst`. `None`: take
-    /// the general path (bulk message, queue not empty, ring full, error).
-    #[inline(always)]
-    pub(crate) fn try_send_now(&mut self, buf: &[u8], dst: usize, tag: u32) -> Option<Result<()>> {
-        if dst >= self.peers.len() {
-            return Some(Err(Error::InvalidRank {
-                rank: dst,
-                size: self.peers.len(),
-            }));
-        }
-        let peer = &mut self.peers[dst];
-        if buf.len() as u64 > self.limits.eager_max
-            || !peer.line_q.is_empty()
-            || peer.broken.is_some()
-        {
-            return None;
-        }
-        let h = Header::new(Kind::Eager, 0, tag, buf.len() as u64).encode();
-        peer.tx_line.try_write(&h, buf).then_some(Ok(()))
-    }
-
-    /// Blocking-receive fast path: when nothing from `src` is buffered or
-    /// posted, an eager message with `tag` at the head of its line ring is
-    /// copied straight into `buf`.
-    #[inline(always)]
-    pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, tag: u32) -> Fast {
-        if src >= self.peers.len() {
-            return Fast::Done(Err(Error::InvalidRank {
-                rank: src,
-                size: self.peers.len(),
-            }));
-        }
-        let peer = &mut self.peers[src];
-        if !peer.posted.is_empty() || !peer.unexpected.is_empty() || peer.broken.is_some() {
-            return Fast::Fallback;
-        }
-        let mut line = [0u8; LINE_PAYLOAD];
-        if !peer.rx_line.peek_line(&mut line) {
-            return Fast::NotYet;
-        }
-        // The common case in one compare: an eager header of context 0 with
-        // this tag (magic, kind, context and tag are the first 8 bytes) and
-        // a length that fits this line (and the eager limit). Anything else
-        // goes through the full validation below.
-        let word = u64::from_le_bytes(line[..8].try_into().expect("8 bytes"));
-        let len = u64::from_le_bytes(line[8..HEADER_LEN].try_into().expect("8 bytes"));
-        if word == eager_word(tag) && len <= self.one_line_max {
-            let len = len as usize;
-            let n = len.min(buf.len());
-            buf[..n].copy_from_slice(&line[HEADER_LEN..HEADER_LEN + n]);
-            peer.rx_line.consume_peeked_line();
-            return Fast::Done(finish(src, tag, len, buf.len()));
-        }
-        match Header::decode(&line[..HEADER_LEN], &self.limits) {
-            Ok(h) if h.kind() == Kind::Eager && h.tag == tag => {
-                let len = h.len as usize;
-                if HEADER_LEN + len <= LINE_PAYLOAD {
-                    // The whole message is in the line already copied.
-                    let n = len.min(buf.len());
-                    buf[..n].copy_from_slice(&line[HEADER_LEN..HEADER_LEN + n]);
-                    peer.rx_line.consume_peeked_line();
-                    Fast::Done(finish(src, tag, len, buf.len()))
-                } else if peer.rx_line.try_read(HEADER_LEN, len, buf) {
-                    Fast::Done(finish(src, tag, len, buf.len()))
-                } else {
-                    Fast::NotYet
-                }
-            }
-            _ => Fast::Fallback,
-        }
+    /// The first message that arrived and matches, without receiving it.
+    pub(crate) fn probe(&mut self, src: u32, ctx: u16, tag: u32) -> Option<Status> {
+        self.progress();
+        self.proto.probe(src, ctx, tag).map(|s| Status {
+            source: s.source as usize,
+            tag: s.tag,
+            len: s.len as usize,
+        })
     }
 
     /// Whether rank `p` is known dead (for waits that hold no operation).
     pub(crate) fn is_dead(&mut self, p: usize) -> bool {
-        p != self.rank && p < self.peers.len() && self.peer_dead(p)
+        p != self.rank && p < self.chans.len() && self.peer_dead(p)
     }
 
     /// One pass over every channel; `true` if anything moved.
     pub(crate) fn progress(&mut self) -> bool {
         let mut did = false;
-        for p in 0..self.peers.len() {
-            did |= self.progress_tx(p);
+        for p in 0..self.chans.len() {
             did |= self.progress_rx(p);
+            did |= self.progress_tx(p);
         }
         did
     }
 
     fn progress_tx(&mut self, p: usize) -> bool {
-        let eager_max = self.limits.eager_max as usize;
-        let slot = self.slot_bytes;
-        let peer = &mut self.peers[p];
         let mut did = false;
-        let mut completed: [u32; 8] = [0; 8];
-        let mut nc = 0;
-        while let Some(&idx) = peer.line_q.front() {
-            if nc == completed.len() {
+        let ch = &mut self.chans[p];
+        if ch.broken.is_some() {
+            return false;
+        }
+        while let Some(tx) = self.proto.next_tx(p as u32) {
+            let hb = tx.header.encode();
+            let ok = match tx.what {
+                TxWhat::Payload(h) => {
+                    let s = &mut self.side[h.index()];
+                    // SAFETY: a queued send is pending (see module docs).
+                    let payload = unsafe { s.src() };
+                    s.moved = payload.len();
+                    ch.tx_line.try_write(&hb, payload)
+                }
+                TxWhat::Rts(h) => {
+                    let addr = self.side[h.index()].ptr as u64;
+                    ch.tx_line.try_write(&hb, &addr.to_le_bytes())
+                }
+                TxWhat::Cts(_) | TxWhat::Control => ch.tx_line.try_write(&hb, &[]),
+            };
+            if !ok {
                 break;
             }
-            let op = &mut self.ops[idx as usize];
-            // SAFETY: pending op (see module docs).
-            let payload = unsafe { op.src() };
-            if op.len <= eager_max {
-                let h = Header::new(Kind::Eager, 0, op.tag, op.len as u64).encode();
-                if !peer.tx_line.try_write(&h, payload) {
-                    break;
-                }
-                op.moved = op.len;
-                completed[nc] = idx;
-                nc += 1;
-            } else {
-                let h = Header::new(Kind::Bulk, 0, op.tag, op.len as u64).encode();
-                if !peer.tx_line.try_write(&h, &[]) {
-                    break;
-                }
-                peer.bulk_q.push_back(idx);
+            if let TxWhat::Cts(h) = tx.what {
+                ch.rx_streams.push_back(Stream {
+                    op: Some(h),
+                    len: tx.header.len as usize,
+                    done: 0,
+                });
             }
-            peer.line_q.pop_front();
+            self.proto.tx_done(p as u32, &tx);
             did = true;
         }
-        while let Some(&idx) = peer.bulk_q.front() {
-            if nc == completed.len() {
-                break;
-            }
-            let op = &mut self.ops[idx as usize];
-            // SAFETY: pending op (see module docs).
-            let payload = unsafe { op.src() };
-            while op.moved < op.len {
-                let n = slot.min(op.len - op.moved);
-                if !peer.tx_slot.try_push(&payload[op.moved..op.moved + n]) {
-                    break;
+        did | self.stream_out(p)
+    }
+
+    /// Pushes the front send streams' payload into the slot ring.
+    fn stream_out(&mut self, p: usize) -> bool {
+        let slot = self.slot_bytes;
+        let ch = &mut self.chans[p];
+        let mut did = false;
+        while let Some(st) = ch.tx_streams.front_mut() {
+            let h = st.op.expect("send streams always have their op");
+            let side = &mut self.side[h.index()];
+            // SAFETY: a streaming send is pending (see module docs).
+            let payload = unsafe { side.src() };
+            while st.done < st.len {
+                let n = slot.min(st.len - st.done);
+                if !ch.tx_slot.try_push(&payload[st.done..st.done + n]) {
+                    return did;
                 }
-                op.moved += n;
+                st.done += n;
+                side.moved = st.done;
                 did = true;
             }
-            if op.moved < op.len {
-                break;
+            ch.tx_streams.pop_front();
+            self.proto.stream_done(h);
+        }
+        did
+    }
+
+    /// Moves payload of the front receive streams out of the slot ring.
+    fn stream_in(&mut self, p: usize) -> bool {
+        let slot = self.slot_bytes;
+        let ch = &mut self.chans[p];
+        let mut did = false;
+        while let Some(st) = ch.rx_streams.front_mut() {
+            while st.done < st.len {
+                let n = slot.min(st.len - st.done);
+                let ok = match st.op {
+                    Some(h) => {
+                        let side = &mut self.side[h.index()];
+                        // SAFETY: a streaming receive is pending.
+                        let dst = unsafe { side.dst() };
+                        let ok = ch.rx_slot.try_pop(&mut dst[st.done..st.done + n]);
+                        if ok {
+                            side.moved = st.done + n;
+                        }
+                        ok
+                    }
+                    None => ch.rx_slot.try_skip(),
+                };
+                if !ok {
+                    return did;
+                }
+                st.done += n;
+                did = true;
             }
-            peer.bulk_q.pop_front();
-            completed[nc] = idx;
-            nc += 1;
-        }
-        for &idx in &completed[..nc] {
-            let op = &self.ops[idx as usize];
-            let st = Status {
-                source: self.rank,
-                tag: op.tag,
-                len: op.len,
-            };
-            self.complete(idx, Ok(st));
-        }
-        if nc == completed.len() {
-            did |= self.progress_tx(p);
+            let st = ch.rx_streams.pop_front().expect("front exists");
+            if let Some(h) = st.op {
+                self.proto.stream_done(h);
+            }
         }
         did
     }
 
     fn progress_rx(&mut self, p: usize) -> bool {
-        let mut did = false;
+        let mut did = self.stream_in(p);
         loop {
-            did |= self.stream_bulk(p);
-            let peer = &mut self.peers[p];
-            if peer.broken.is_some() {
+            let ch = &mut self.chans[p];
+            if ch.broken.is_some() {
                 return did;
             }
-            let mut hb = [0u8; HEADER_LEN];
-            if !peer.rx_line.peek_prefix(&mut hb) {
-                return did;
+            let mut first = [0u8; HEADER_LEN + 8];
+            if !ch.rx_line.peek_prefix(&mut first) {
+                break;
             }
-            let h = match Header::decode(&hb, &self.limits) {
+            let h = match Header::decode(&first, &self.limits) {
                 Ok(h) => h,
                 Err(e) => {
-                    self.fail_peer(
+                    self.break_channel(
                         p,
                         Error::Protocol {
                             peer: p,
@@ -564,158 +468,163 @@ impl Engine {
                     return true;
                 }
             };
-            let len = h.len as usize;
-            let posted = peer
-                .posted
-                .iter()
-                .position(|&i| self.ops[i as usize].tag == h.tag);
-            match (h.kind(), posted) {
-                (Kind::Eager, Some(pos)) => {
-                    let idx = peer.posted[pos];
-                    let op = &mut self.ops[idx as usize];
-                    // SAFETY: pending receive (see module docs).
-                    let dst = unsafe { op.dst() };
-                    if !peer.rx_line.try_read(HEADER_LEN, len, dst) {
-                        return did;
-                    }
-                    op.moved = len.min(op.len);
-                    let got = op.len;
-                    peer.posted.remove(pos);
-                    self.complete(idx, finish(p, h.tag, len, got));
-                }
-                (Kind::Eager, None) => {
-                    let Some(e) = self.free_pool.pop() else {
-                        return did;
-                    };
-                    let ent = &mut self.pool[e as usize];
-                    if !peer.rx_line.try_read(HEADER_LEN, len, &mut ent.buf[..len]) {
-                        self.free_pool.push(e);
-                        return did;
-                    }
-                    ent.tag = h.tag;
-                    ent.len = len;
-                    ent.bulk_seq = None;
-                    peer.unexpected.push_back(e);
-                }
-                (Kind::Bulk, posted) => {
-                    let target = match posted {
-                        Some(pos) => Target::Op(peer.posted.remove(pos).expect("in range")),
-                        None => {
-                            let Some(e) = self.free_pool.pop() else {
-                                return did;
-                            };
-                            let ent = &mut self.pool[e as usize];
-                            ent.tag = h.tag;
-                            ent.len = len;
-                            ent.bulk_seq = Some(peer.rx_bulk_next_seq);
-                            peer.unexpected.push_back(e);
-                            Target::Waiting
-                        }
-                    };
-                    let consumed = peer.rx_line.try_read(HEADER_LEN, 0, &mut []);
-                    debug_assert!(consumed, "a one-line message whose first line is ready");
-                    peer.rx_bulk.push_back(BulkRx {
-                        len,
-                        done: 0,
-                        target,
-                    });
-                    peer.rx_bulk_next_seq += 1;
-                }
+            let kind = h.kind();
+            let body = match kind {
+                Kind::Eager | Kind::EagerSync => h.len as usize,
+                Kind::Rts => 8,
+                _ => 0,
+            };
+            if !ch.rx_line.message_ready(HEADER_LEN, body) {
+                break;
             }
+            let addr = if kind == Kind::Rts {
+                u64::from_le_bytes(first[HEADER_LEN..].try_into().expect("8 bytes"))
+            } else {
+                0
+            };
+            let (side, slots, el) = (&mut self.side, &self.slots, self.eager_limit);
+            let act = self
+                .proto
+                .on_message(p as u32, &h, addr, &mut |c: proto::SlotCopy| {
+                    let s = &mut side[c.op.index()];
+                    // SAFETY: the receive just completed and was pending.
+                    let dst = unsafe { s.dst() };
+                    let n = c.len as usize;
+                    dst[..n].copy_from_slice(&slots[c.slot * el..c.slot * el + n]);
+                    s.moved = n;
+                });
+            let act = match act {
+                Ok(a) => a,
+                Err(e) => {
+                    self.break_channel(
+                        p,
+                        Error::Protocol {
+                            peer: p,
+                            detail: e.to_string(),
+                        },
+                    );
+                    return true;
+                }
+            };
+            let ch = &mut self.chans[p];
+            let read = match act {
+                Action::Deliver { op, len } => {
+                    let s = &mut self.side[op.index()];
+                    // SAFETY: the receive was pending until this message.
+                    let dst = unsafe { &mut s.dst()[..len as usize] };
+                    s.moved = len as usize;
+                    ch.rx_line.try_read(HEADER_LEN, body, dst)
+                }
+                Action::Store { slot } => {
+                    let at = slot * self.eager_limit;
+                    let dst = &mut self.slots[at..at + body];
+                    ch.rx_line.try_read(HEADER_LEN, body, dst)
+                }
+                Action::None => ch.rx_line.try_read(HEADER_LEN, body, &mut []),
+                Action::Stream { op, len, .. } => {
+                    ch.tx_streams.push_back(Stream {
+                        op: Some(op),
+                        len: len as usize,
+                        done: 0,
+                    });
+                    ch.rx_line.try_read(HEADER_LEN, body, &mut [])
+                }
+            };
+            debug_assert!(read, "a message whose last line is ready");
             did = true;
         }
-    }
-
-    /// Moves payload of the front bulk message out of the slot ring.
-    fn stream_bulk(&mut self, p: usize) -> bool {
-        let slot = self.slot_bytes;
-        let peer = &mut self.peers[p];
-        let mut did = false;
-        while let Some(front) = peer.rx_bulk.front_mut() {
-            let op = match front.target {
-                Target::Waiting => return did,
-                Target::Op(i) => {
-                    let o = &mut self.ops[i as usize];
-                    debug_assert!(o.state == State::Pending && o.kind == OpKind::Recv);
-                    Some(o)
-                }
-                Target::Discard => None,
-            };
-            let cap = op.as_ref().map_or(0, |o| o.len);
-            while front.done < front.len {
-                let a = front.done;
-                let n = slot.min(front.len - a);
-                let ok = match &op {
-                    Some(o) if a < cap => {
-                        let end = (a + n).min(cap);
-                        // SAFETY: pending receive (see module docs).
-                        let dst = unsafe { &mut o.dst()[a..end] };
-                        peer.rx_slot.try_pop(dst)
-                    }
-                    _ => peer.rx_slot.try_skip(),
-                };
-                if !ok {
-                    break;
-                }
-                front.done += n;
-                did = true;
-            }
-            if let Some(o) = op {
-                o.moved = front.done;
-            }
-            if front.done < front.len {
-                return did;
-            }
-            let (len, target) = (front.len, front.target);
-            peer.rx_bulk.pop_front();
-            peer.rx_bulk_front_seq += 1;
-            if let Target::Op(i) = target {
-                let tag = self.ops[i as usize].tag;
-                let r = finish(p, tag, len, cap);
-                self.complete(i, r);
-                return true;
-            }
+        did |= self.pulls();
+        if did {
+            // Answers (CTS, FIN, ACK, credit) may be due.
+            self.progress_tx(p);
         }
         did
     }
 
-    /// Fails every pending operation with peer `p` and marks the channel
-    /// broken. Messages already buffered as unexpected stay receivable.
-    fn fail_peer(&mut self, p: usize, e: Error) {
-        let peer = &mut self.peers[p];
-        if peer.broken.is_none() {
-            peer.broken = Some(e.clone());
-        }
-        let mut victims: Vec<u32> = Vec::new();
-        victims.extend(peer.line_q.drain(..));
-        victims.extend(peer.bulk_q.drain(..));
-        victims.extend(peer.posted.drain(..));
-        for b in peer.rx_bulk.iter_mut() {
-            if let Target::Op(i) = b.target {
-                victims.push(i);
-                b.target = Target::Discard;
+    /// Serves matched rendezvous receives: pull the payload across with
+    /// cross-memory attach, or ask the sender to stream it.
+    fn pulls(&mut self) -> bool {
+        let mut did = false;
+        while let Some(pl) = self.proto.next_pull() {
+            did = true;
+            let p = pl.peer as usize;
+            let n = pl.len as usize;
+            let side = &mut self.side[pl.op.index()];
+            // SAFETY: the receive is pending; we are its only writer.
+            let dst = unsafe { &mut side.dst()[..n] };
+            let pulled = self.cma
+                && !self.chans[p].no_cma
+                && match cma_read(self.peer_pid(p), pl.addr, dst, self.own_pid) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        self.chans[p].no_cma = true;
+                        if self.debug {
+                            eprintln!(
+                                "tandem[{}]: cross-memory attach from rank {p} refused ({e}); \
+                                 streaming through the slot ring instead",
+                                self.rank
+                            );
+                        }
+                        false
+                    }
+                };
+            if pulled {
+                self.side[pl.op.index()].moved = n;
             }
+            if self.debug && debug_level() >= DebugLevel::Trace {
+                eprintln!(
+                    "tandem[{}]: rendezvous {n} bytes from rank {p}: {}",
+                    self.rank,
+                    if pulled {
+                        "single copy (process_vm_readv)"
+                    } else {
+                        "streamed through the slot ring"
+                    }
+                );
+            }
+            self.proto.pull_done(pl.op, pulled);
+            self.progress_tx(p);
         }
-        for i in victims {
-            self.complete(i, Err(e.clone()));
+        did
+    }
+
+    fn peer_pid(&mut self, p: usize) -> u32 {
+        let ch = &mut self.chans[p];
+        if ch.pid == 0 {
+            ch.pid = self.map.pid_slot(p).load(Ordering::Acquire);
         }
+        ch.pid
+    }
+
+    /// Fails every pending operation with peer `p` and marks the channel
+    /// broken. Eager messages already received stay receivable.
+    fn break_channel(&mut self, p: usize, e: Error) {
+        if self.debug {
+            eprintln!("tandem[{}]: channel from/to rank {p} fails: {e}", self.rank);
+        }
+        let ch = &mut self.chans[p];
+        if ch.broken.is_none() {
+            ch.broken = Some(e);
+        }
+        ch.tx_streams.clear();
+        for s in ch.rx_streams.iter_mut() {
+            s.op = None;
+        }
+        self.proto.fail_peer(p as u32);
     }
 
     /// Whether rank `p`'s process is known to have exited.
     fn peer_dead(&mut self, p: usize) -> bool {
         let own = self.own_pid;
-        let map = &self.map;
-        let peer = &mut self.peers[p];
-        if peer.pid == 0 {
-            peer.pid = map.pid_slot(p).load(Ordering::Acquire);
-        }
+        let pid = self.peer_pid(p);
+        let ch = &mut self.chans[p];
         // Not attached yet, or a thread of this very process.
-        if peer.pid == 0 || peer.pid == own {
+        if pid == 0 || pid == own {
             return false;
         }
-        if peer.pidfd.is_none() {
+        if ch.pidfd.is_none() {
             // SAFETY: plain syscall; a returned descriptor is ours to own.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, peer.pid as libc::pid_t, 0) };
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
             if fd < 0 {
                 let err = std::io::Error::last_os_error();
                 // ESRCH: it is gone already. Anything else (an old kernel):
@@ -724,12 +633,12 @@ impl Engine {
                     return true;
                 }
                 // SAFETY: signal 0 only checks for existence.
-                return unsafe { libc::kill(peer.pid as libc::pid_t, 0) } != 0;
+                return unsafe { libc::kill(pid as libc::pid_t, 0) } != 0;
             }
             // SAFETY: fd is a fresh descriptor we own.
-            peer.pidfd = Some(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+            ch.pidfd = Some(unsafe { OwnedFd::from_raw_fd(fd as i32) });
         }
-        let fd = peer
+        let fd = ch
             .pidfd
             .as_ref()
             .map(std::os::fd::AsRawFd::as_raw_fd)
@@ -744,19 +653,17 @@ impl Engine {
         n > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP) != 0
     }
 
-    /// Checks the peers of pending operations; a dead peer's channel is
-    /// drained of what it sent before dying, then every operation still
-    /// pending with it fails with [`Error::PeerLost`].
+    /// Checks the peers while operations are pending; a dead peer's channel
+    /// is drained of what it sent before dying, then every operation still
+    /// waiting on it fails with [`Error::PeerLost`].
     pub(crate) fn check_peers(&mut self) {
-        for p in 0..self.peers.len() {
-            let pr = &self.peers[p];
-            let busy = !pr.line_q.is_empty()
-                || !pr.bulk_q.is_empty()
-                || !pr.posted.is_empty()
-                || pr.rx_bulk.iter().any(|b| matches!(b.target, Target::Op(_)));
-            if busy && pr.broken.is_none() && p != self.rank && self.peer_dead(p) {
+        if self.proto.in_use() == 0 {
+            return;
+        }
+        for p in 0..self.chans.len() {
+            if p != self.rank && self.chans[p].broken.is_none() && self.peer_dead(p) {
                 self.progress_rx(p);
-                self.fail_peer(p, Error::PeerLost { rank: p });
+                self.break_channel(p, Error::PeerLost { rank: p });
             }
         }
     }
@@ -764,124 +671,187 @@ impl Engine {
     /// The result of a finished operation, freeing its slot; `None` while
     /// it is pending. A stale id yields an error.
     pub(crate) fn take(&mut self, id: OpId) -> Option<Result<Status>> {
-        let op = &mut self.ops[id.idx as usize];
-        if op.gen != id.gen || op.state == State::Free {
-            return Some(Err(Error::Io("request already completed".into())));
+        match self.proto.take(id) {
+            Taken::Pending => None,
+            Taken::Done(r) => {
+                self.side[id.index()] = Side::EMPTY;
+                Some(match r {
+                    Ok(s) => Ok(Status {
+                        source: s.source as usize,
+                        tag: s.tag,
+                        len: s.len as usize,
+                    }),
+                    Err(OpError::Truncated { status, got }) => Err(Error::Truncated {
+                        needed: status.len as usize,
+                        got: got as usize,
+                    }),
+                    Err(OpError::Cancelled) => Err(Error::Cancelled),
+                    Err(OpError::PeerLost { peer }) => Err(self.lost(peer as usize)),
+                    Err(OpError::Stale) => Err(Error::Io("request already completed".into())),
+                })
+            }
         }
-        if op.state != State::Done {
-            return None;
-        }
-        let r = op.result.take();
-        self.free_op(id.idx);
-        r
     }
 
     /// Bytes an operation has moved (to detect stalls).
     pub(crate) fn moved(&self, id: OpId) -> usize {
-        self.ops[id.idx as usize].moved
+        self.side[id.index()].moved
     }
 
-    /// Peer and tag of an operation, for error reports.
-    pub(crate) fn describe(&self, id: OpId) -> (OpKind, usize, u32) {
-        let op = &self.ops[id.idx as usize];
-        (op.kind, op.peer, op.tag)
+    /// What an operation is, for error reports.
+    pub(crate) fn info(&self, id: OpId) -> Option<OpInfo> {
+        self.proto.info(id)
+    }
+
+    /// Cancels a receive that has not matched; `false` if too late.
+    pub(crate) fn cancel_recv(&mut self, id: OpId) -> bool {
+        self.proto
+            .info(id)
+            .is_some_and(|i| !i.send && self.proto.cancel(id))
     }
 
     /// Withdraws a pending operation so its buffer is never touched again.
-    /// A receive in the middle of a bulk message leaves the rest to be
-    /// drained; a send in the middle of its payload breaks the channel
-    /// (the receiver would otherwise get a corrupt message).
-    pub(crate) fn cancel(&mut self, id: OpId, why: &Error) {
-        let op = &self.ops[id.idx as usize];
-        if op.gen != id.gen || op.state == State::Free {
+    /// A receive in the middle of a stream leaves the rest to be drained; a
+    /// rendezvous send the receiver may already be reading or expecting a
+    /// stream from breaks the channel (the receiver would otherwise get a
+    /// corrupt message).
+    pub(crate) fn withdraw(&mut self, id: OpId, why: &Error) {
+        let Some(info) = self.proto.info(id) else {
             return;
-        }
-        if op.state == State::Pending {
-            let (kind, p, moved) = (op.kind, op.peer, op.moved);
-            let peer = &mut self.peers[p];
-            let idx = id.idx;
-            match kind {
-                OpKind::Send => {
-                    if let Some(pos) = peer.line_q.iter().position(|&i| i == idx) {
-                        peer.line_q.remove(pos);
-                    } else if let Some(pos) = peer.bulk_q.iter().position(|&i| i == idx) {
-                        peer.bulk_q.remove(pos);
-                        // Its header is out, so the receiver expects the
-                        // payload: the stream cannot be continued.
-                        let reason =
-                            format!("a bulk send was abandoned after {moved} bytes: {why}");
-                        self.fail_peer(p, Error::ChannelBroken { peer: p, reason });
-                    }
-                }
-                OpKind::Recv => {
-                    if let Some(pos) = peer.posted.iter().position(|&i| i == idx) {
-                        peer.posted.remove(pos);
-                    }
-                    for b in peer.rx_bulk.iter_mut() {
-                        if b.target == Target::Op(idx) {
-                            b.target = Target::Discard;
-                        }
+        };
+        let p = info.peer as usize;
+        match (info.send, info.phase) {
+            (true, Phase::WaitReceiver | Phase::Streaming) => {
+                let reason = format!("a rendezvous send was abandoned: {why}");
+                self.break_channel(p, Error::ChannelBroken { peer: p, reason });
+            }
+            (false, Phase::Streaming) => {
+                for ch in &mut self.chans {
+                    for s in ch.rx_streams.iter_mut().filter(|s| s.op == Some(id)) {
+                        s.op = None;
                     }
                 }
             }
+            _ => {}
         }
-        self.free_op(id.idx);
+        self.side[id.index()] = Side::EMPTY;
+        if self.proto.info(id).is_some_and(|i| i.phase == Phase::Done) {
+            self.proto.take(id);
+        } else {
+            self.proto.abandon(id);
+        }
     }
 
     /// The first operation of `scope` (pending, or finished but not yet
     /// collected) at table index `from` or later, with the index to resume
     /// from; walking the table this way needs no allocation.
     pub(crate) fn next_scope_op(&self, scope: u32, from: usize) -> Option<(OpId, usize)> {
-        if self.in_use == 0 {
+        if self.proto.in_use() == 0 {
             return None;
         }
-        self.ops.iter().enumerate().skip(from).find_map(|(i, op)| {
-            (op.state != State::Free && op.scope == scope).then_some((
-                OpId {
-                    idx: i as u32,
-                    gen: op.gen,
-                },
-                i + 1,
-            ))
+        (from..self.side.len()).find_map(|i| {
+            let s = &self.side[i];
+            if s.scope != scope {
+                return None;
+            }
+            self.proto.handle_at(i).map(|h| (h, i + 1))
         })
+    }
+
+    /// This rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
     }
 
     /// Number of operations in the table.
     pub(crate) fn in_use(&self) -> usize {
-        self.in_use
+        self.proto.in_use()
+    }
+
+    /// Publishes (or clears, with `None`) what this rank is blocked in, for
+    /// the hang reports of its peers.
+    pub(crate) fn publish_wait(&self, what: Option<(OpKind, u16, usize, u32)>) {
+        let slot = self.map.wait_slot(self.rank);
+        match what {
+            None => slot[0].store(0, Ordering::Relaxed),
+            Some((op, ctx, peer, tag)) => {
+                let kind = match op {
+                    OpKind::Send => 1u64,
+                    OpKind::Ssend => 2,
+                    OpKind::Recv => 3,
+                    OpKind::Probe => 4,
+                };
+                slot[1].store(tag as u64, Ordering::Relaxed);
+                slot[0].store(
+                    WAIT_VALID | kind << 48 | (ctx as u64) << 32 | (peer as u32) as u64,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+
+    /// What rank `p` says it is blocked in, if anything.
+    pub(crate) fn peer_wait(&self, p: usize) -> Option<(OpKind, usize, u32)> {
+        let slot = self.map.wait_slot(p);
+        let w = slot[0].load(Ordering::Relaxed);
+        if w & WAIT_VALID == 0 {
+            return None;
+        }
+        let op = match (w >> 48) & 0x7fff {
+            1 => OpKind::Send,
+            2 => OpKind::Ssend,
+            3 => OpKind::Recv,
+            _ => OpKind::Probe,
+        };
+        let peer = (w & 0xffff_ffff) as u32;
+        let peer = if peer == ANY_SOURCE {
+            usize::MAX
+        } else {
+            peer as usize
+        };
+        Some((op, peer, slot[1].load(Ordering::Relaxed) as u32))
     }
 }
 
-/// The first 8 encoded bytes of an eager, context-0 header with `tag`.
-#[inline(always)]
-fn eager_word(tag: u32) -> u64 {
-    let h = Header::new(Kind::Eager, 0, tag, 0).encode();
-    u64::from_le_bytes(h[..8].try_into().expect("8 bytes"))
-}
-
-/// Outcome of a fast-path attempt.
-pub(crate) enum Fast {
-    /// Finished.
-    Done(Result<Status>),
-    /// Nothing has arrived yet; try again.
-    NotYet,
-    /// The general path must handle it.
-    Fallback,
-}
-
-/// The largest message tandem moves (1 TiB; the slot ring streams it).
-pub const MAX_MESSAGE: usize = 1 << 40;
-
-fn finish(src: usize, tag: u32, len: usize, got: usize) -> Result<Status> {
-    if len > got {
-        Err(Error::Truncated { needed: len, got })
-    } else {
-        Ok(Status {
-            source: src,
-            tag,
-            len,
-        })
+/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`: a plain
+/// copy when `pid` is this process (ranks as threads), else
+/// `process_vm_readv`.
+fn cma_read(pid: u32, addr: u64, dst: &mut [u8], own: u32) -> std::io::Result<()> {
+    if dst.is_empty() {
+        return Ok(());
     }
+    if pid == own {
+        // SAFETY: the sender is a thread of this process whose send is
+        // pending, so `addr..addr + len` is its live, shared-borrowed buffer
+        // (nothing writes it) and it cannot overlap our exclusive `dst`.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) };
+        return Ok(());
+    }
+    if pid == 0 {
+        return Err(std::io::Error::other("peer pid unknown"));
+    }
+    let mut done = 0usize;
+    while done < dst.len() {
+        let local = libc::iovec {
+            iov_base: dst[done..].as_mut_ptr().cast(),
+            iov_len: dst.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
+        // SAFETY: `local` is our exclusive buffer of that length; the kernel
+        // validates `remote` against the peer's address space.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(std::io::Error::other("process_vm_readv made no progress"));
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -891,7 +861,9 @@ mod tests {
 
     fn engine_pair() -> (Arc<JobMap>, Engine) {
         let map = Arc::new(JobMap::anon(2, &Layout::default()).unwrap());
-        let e = Engine::new(map.clone(), 0, &Config::default());
+        map.attach(0, std::process::id());
+        map.attach(1, std::process::id());
+        let e = Engine::new(map.clone(), 1, &Config::default()).unwrap();
         (map, e)
     }
 
@@ -905,96 +877,85 @@ mod tests {
         panic!("operation did not finish");
     }
 
+    /// Writes raw bytes into rank 0's line ring to rank 1.
+    fn inject(map: &JobMap, bytes: &[u8], body: &[u8]) {
+        let (line, _) = map.channel(0, 1);
+        assert!(line.producer().try_write(bytes, body));
+    }
+
     proptest! {
-        /// Random bytes where a header should be: the receive fails with a
-        /// protocol error (or, if the bytes happen to form a valid header,
-        /// completes normally); never a panic, and traffic on other channels
-        /// is unaffected.
         #[test]
         fn corrupt_header_is_an_error_not_a_panic(
-            head in proptest::collection::vec(any::<u8>(), 16),
-            body in proptest::collection::vec(any::<u8>(), 0..200),
+            head in proptest::collection::vec(any::<u8>(), HEADER_LEN),
             valid_magic: bool,
         ) {
             let (map, mut e) = engine_pair();
             let mut head = head;
             if valid_magic {
                 head[0] = tandem_core::wire::MAGIC;
+                head[1] = (head[1] % 8).max(1);
             }
-            let (line, _) = map.channel(1, 0);
-            prop_assert!(line.producer().try_write(&head, &body));
-            let tag = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-            let mut buf = vec![0u8; 4096];
-            let id = e.post_recv(&mut buf, 1, tag, 0).unwrap();
-            // A bulk header that decodes waits for payload that never
-            // comes: that is a pending receive, not an error.
-            let mut outcome = None;
+            inject(&map, &head, &[]);
+            let mut buf = [0u8; 64];
+            let id = e.post_recv(&mut buf, 0, 0, ANY_TAG, 0).unwrap();
             for _ in 0..100 {
                 e.progress();
-                if let Some(r) = e.take(id) {
-                    outcome = Some(r);
-                    break;
-                }
             }
-            match outcome {
-                Some(Err(Error::Protocol { peer, .. })) => prop_assert_eq!(peer, 1),
-                Some(Ok(_)) | Some(Err(Error::Truncated { .. })) => {
-                    prop_assert!(Header::decode(&head, &e.limits).is_ok())
-                }
-                Some(Err(other)) => prop_assert!(false, "unexpected error {other}"),
-                None => {
-                    let h = Header::decode(&head, &e.limits);
-                    prop_assert!(h.is_ok() && h.unwrap().kind() == Kind::Bulk);
-                    e.cancel(id, &Error::Io("test".into()));
-                }
+            // Either a protocol error on the channel, or a (possibly
+            // incomplete) message that never panics the engine.
+            if let Some(r) = e.take(id) {
+                let ok = r.is_ok()
+                    || matches!(r, Err(Error::Protocol { .. }) | Err(Error::Truncated { .. }));
+                prop_assert!(ok, "unexpected result {:?}", r);
+            } else {
+                e.withdraw(id, &Error::Cancelled);
             }
-            // The self channel still works.
-            let msg = [42u8; 100];
-            let s = e.post_send(&msg, 0, 9, 0).unwrap();
-            let mut got = [0u8; 100];
-            let r = e.post_recv(&mut got, 0, 9, 0).unwrap();
-            prop_assert!(drive(&mut e, s).is_ok());
-            prop_assert_eq!(drive(&mut e, r).unwrap().len, 100);
-            prop_assert_eq!(got, msg);
-            // Further receives from the broken peer fail fast.
-            if e.peers[1].broken.is_some() {
-                prop_assert!(e.post_recv(&mut buf, 1, 0, 0).is_err());
-            }
+            // The other direction keeps working: rank 1 can still post.
+            let mut b2 = [0u8; 4];
+            let r2 = e.post_recv(&mut b2, 1, 0, 1, 0);
+            prop_assert!(r2.is_ok());
         }
     }
 
     #[test]
-    fn unexpected_pool_exhaustion_backpressures_instead_of_dropping() {
-        let map = Arc::new(JobMap::anon(2, &Layout::default()).unwrap());
-        let cfg = Config::default().unexpected(2);
-        let mut rx = Engine::new(map.clone(), 0, &cfg);
-        let mut tx = Engine::new(map.clone(), 1, &cfg);
-        let msgs: Vec<[u8; 8]> = (0..5u64).map(|i| i.to_le_bytes()).collect();
+    fn rendezvous_within_one_process_is_single_copy() {
+        let map = Arc::new(JobMap::anon(1, &Layout::default()).unwrap());
+        map.attach(0, std::process::id());
+        let mut e = Engine::new(map.clone(), 0, &Config::default()).unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let mut got = vec![0u8; 100_000];
+        let s = e.post_send(&data, 0, 0, 3, false, 0).unwrap();
+        let r = e.post_recv(&mut got, 0, 0, 3, 0).unwrap();
+        assert_eq!(drive(&mut e, r).unwrap().len, 100_000);
+        assert_eq!(drive(&mut e, s).unwrap().len, 100_000);
+        assert_eq!(got, data);
+        assert!(!e.chans[0].no_cma);
+    }
+
+    #[test]
+    fn credits_backpressure_instead_of_dropping() {
+        let layout = Layout {
+            credits: 2,
+            ..Layout::default()
+        };
+        let map = Arc::new(JobMap::anon(1, &layout).unwrap());
+        map.attach(0, std::process::id());
+        let mut e = Engine::new(map, 0, &Config::default()).unwrap();
+        let msgs: Vec<[u8; 8]> = (0..10u8).map(|i| [i; 8]).collect();
         let sends: Vec<_> = msgs
             .iter()
-            .enumerate()
-            .map(|(i, m)| tx.post_send(m, 0, i as u32, 0).unwrap())
+            .map(|m| e.post_send(m, 0, 0, 1, false, 0).unwrap())
             .collect();
-        // Nothing posted: two messages fill the pool, the rest stay queued
-        // in the channel (the sender's problem), none is dropped.
-        rx.progress();
-        assert_eq!(rx.peers[1].unexpected.len(), 2);
-        assert!(rx.peers[1].rx_line.peek_prefix(&mut [0u8; 16]));
-        for i in [2u32, 0, 1, 3, 4] {
-            let mut b = [0u8; 8];
-            let id = rx.post_recv(&mut b, 1, i, 0).unwrap();
-            let r = loop {
-                tx.progress();
-                rx.progress();
-                if let Some(r) = rx.take(id) {
-                    break r;
-                }
-            };
-            assert_eq!(r.unwrap().tag, i);
-            assert_eq!(u64::from_le_bytes(b), i as u64);
+        for _ in 0..10 {
+            e.progress();
         }
-        for s in sends {
-            assert!(drive(&mut tx, s).is_ok());
+        assert_eq!(e.proto.credits_available(0), 0, "two credits, both used");
+        for (i, s) in sends.into_iter().enumerate() {
+            let mut b = [0u8; 8];
+            let r = e.post_recv(&mut b, 0, 0, 1, 0).unwrap();
+            drive(&mut e, r).unwrap();
+            assert_eq!(b, [i as u8; 8]);
+            drive(&mut e, s).unwrap();
         }
     }
 }

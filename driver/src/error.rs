@@ -10,6 +10,10 @@ pub enum OpKind {
     Send,
     /// A receive (blocking or not).
     Recv,
+    /// A synchronous send (completes once the receiver matched it).
+    Ssend,
+    /// A blocking probe.
+    Probe,
 }
 
 impl fmt::Display for OpKind {
@@ -17,6 +21,8 @@ impl fmt::Display for OpKind {
         f.write_str(match self {
             Self::Send => "send",
             Self::Recv => "recv",
+            Self::Ssend => "ssend",
+            Self::Probe => "probe",
         })
     }
 }
@@ -33,6 +39,11 @@ pub enum Error {
         needed: usize,
         /// The receive buffer length.
         got: usize,
+    },
+    /// A tag above `TAG_UB` (or the wildcard on a send).
+    InvalidTag {
+        /// The tag given.
+        tag: u32,
     },
     /// A rank outside `0..size`.
     InvalidRank {
@@ -57,6 +68,20 @@ pub enum Error {
         /// How long it waited without progress.
         waited: Duration,
     },
+    /// An operation waited past the timeout while its peer was itself
+    /// blocked in an operation that waits on this rank: the two can never
+    /// complete (for instance both ranks in a blocking `ssend` to each
+    /// other). Both operations are named.
+    Deadlock {
+        /// This rank's blocked operation, e.g. "rank 0: ssend to rank 1 tag 5".
+        ours: String,
+        /// The peer's, as it published it.
+        theirs: String,
+        /// How long this rank waited.
+        waited: Duration,
+    },
+    /// The operation was cancelled before it matched.
+    Cancelled,
     /// The peer sent bytes that violate the protocol (a corrupt header).
     Protocol {
         /// The peer's rank.
@@ -113,6 +138,11 @@ impl fmt::Display for Error {
             Self::Truncated { needed, got } => {
                 write!(f, "message of {needed} bytes truncated to a {got}-byte receive buffer")
             }
+            Self::InvalidTag { tag } => write!(
+                f,
+                "invalid tag {tag:#x}: user tags are 0..={} (ANY_TAG only on receives)",
+                crate::engine::TAG_UB
+            ),
             Self::InvalidRank { rank, size } => {
                 write!(f, "invalid rank {rank}: the communicator has ranks 0..{size}")
             }
@@ -122,6 +152,12 @@ impl fmt::Display for Error {
                 "{op} with rank {peer} tag {tag} made no progress for {:.1}s (raise TANDEM_TIMEOUT if the peer is just slow)",
                 waited.as_secs_f64()
             ),
+            Self::Deadlock { ours, theirs, waited } => write!(
+                f,
+                "deadlock: {ours} waited {:.1}s while {theirs} (each waits for the other; post both in a group or reorder them)",
+                waited.as_secs_f64()
+            ),
+            Self::Cancelled => f.write_str("operation cancelled before it matched"),
             Self::Protocol { peer, detail } => write!(f, "protocol error from rank {peer}: {detail}"),
             Self::JobMismatch { expected, found } => {
                 write!(f, "job mismatch: expected {expected}, found {found}")

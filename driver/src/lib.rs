@@ -36,7 +36,7 @@ pub mod error;
 pub mod launch;
 pub mod shm;
 
-pub use comm::{Comm, Request, Scope, Tag};
+pub use comm::{Comm, Group, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
 pub use config::{Config, Layout, WaitPolicy};
-pub use engine::Status;
+pub use engine::{Status, TAG_UB};
 pub use error::{Error, OpKind, Result};

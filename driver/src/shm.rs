@@ -22,10 +22,13 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use tandem_core::line_ring::LineRing;
 use tandem_core::slot_ring::SlotRing;
-use tandem_core::sync::{AtomicU32, Ordering};
+use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Set in a published wait record (see `JobMap::wait_slot`).
+pub(crate) const WAIT_VALID: u64 = 1 << 63;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const PAGE: usize = 4096;
 const PIDS_AT: usize = 128;
 /// Most ranks one shared-memory job supports.
@@ -41,6 +44,7 @@ struct JobHeader {
     slot_steps: u32,
     slot_bytes: u32,
     eager_limit: u32,
+    credits: u32,
     total_len: u64,
     attached: AtomicU32,
 }
@@ -49,8 +53,12 @@ const fn round_up(n: usize) -> usize {
     n.div_ceil(PAGE) * PAGE
 }
 
+fn waits_at(nranks: usize) -> usize {
+    (PIDS_AT + 4 * nranks).next_multiple_of(8)
+}
+
 fn header_len(nranks: usize) -> usize {
-    round_up(PIDS_AT + 4 * nranks)
+    round_up(waits_at(nranks) + 16 * nranks)
 }
 
 fn line_len(l: &Layout) -> usize {
@@ -151,6 +159,7 @@ impl JobMap {
         h.slot_steps = layout.slot_steps;
         h.slot_bytes = layout.slot_bytes;
         h.eager_limit = layout.eager_limit;
+        h.credits = layout.credits;
         h.total_len = len as u64;
         map.flush()?;
         std::mem::forget(guard);
@@ -188,6 +197,7 @@ impl JobMap {
             slot_steps: h.slot_steps,
             slot_bytes: h.slot_bytes,
             eager_limit: h.eager_limit,
+            credits: h.credits,
         };
         layout.validate()?;
         check_ranks(nranks)?;
@@ -251,6 +261,16 @@ impl JobMap {
         // SAFETY: header_len() reserves 4 bytes per rank at PIDS_AT, which is
         // 4-aligned; AtomicU32 accepts any bits.
         unsafe { &*(self.base.add(PIDS_AT + 4 * r) as *const AtomicU32) }
+    }
+
+    /// Where rank `r` publishes what it is blocked in (for hang reports):
+    /// word 0 is [`WAIT_VALID`] | kind << 48 | context << 32 | peer, word 1
+    /// the tag; zero when it is not blocked.
+    pub(crate) fn wait_slot(&self, r: usize) -> &[AtomicU64; 2] {
+        assert!(r < self.nranks);
+        // SAFETY: header_len() reserves 16 bytes per rank at waits_at(),
+        // which is 8-aligned; AtomicU64 accepts any bits.
+        unsafe { &*(self.base.add(waits_at(self.nranks) + 16 * r) as *const [AtomicU64; 2]) }
     }
 
     /// Records that `rank` (process `pid`) mapped the file; returns how many

@@ -45,8 +45,11 @@ fn killed_mid_transfer(name: &str, victim_sends: bool) {
         );
         return;
     }
+    // Streamed through the slot ring, so the victim dies mid-stream (a
+    // single-copy pull of the whole buffer may finish before the kill).
     let l = common::launcher(2, name)
         .env("TANDEM_TIMEOUT", "60")
+        .env("TANDEM_CMA", "0")
         .kill_grace(Duration::from_secs(30));
     let job = l.job_id();
     let o = l.run().unwrap();

@@ -159,9 +159,15 @@ fn receives_match_by_tag_out_of_arrival_order() {
     ranks(2, "receives_match_by_tag_out_of_arrival_order", |comm| {
         let big = 1 << 20;
         if comm.rank() == 1 {
-            comm.send(b"first", 0, 1).unwrap();
-            comm.send(&pattern(big, 9), 0, 3).unwrap();
-            comm.send(b"second", 0, 2).unwrap();
+            // A blocking send of the large (rendezvous) message would wait
+            // for its receive, which rank 0 posts last: post all three.
+            let data = pattern(big, 9);
+            comm.scope(|s| {
+                drop(s.isend(b"first", 0, 1).unwrap());
+                drop(s.isend(&data, 0, 3).unwrap());
+                drop(s.isend(b"second", 0, 2).unwrap());
+            })
+            .unwrap();
         } else {
             let mut b = [0u8; 16];
             let st = comm.recv(&mut b, 1, 2).unwrap();

@@ -10,6 +10,8 @@ use std::vec;
 use std::vec::Vec;
 
 type Eng = Engine<Vec<Op>, Vec<Entry>, Vec<Peer>>;
+/// A streamed payload labelled with the receive's token.
+type Labelled = (u32, Vec<u8>);
 
 struct Wire {
     h: Header,
@@ -32,7 +34,7 @@ struct Net {
     /// Messages in flight, per (from, to).
     wire: HashMap<(u32, u32), VecDeque<Wire>>,
     /// Streamed payloads in flight, per (from, to).
-    data: HashMap<(u32, u32), VecDeque<(u32, Vec<u8>)>>,
+    data: HashMap<(u32, u32), VecDeque<Labelled>>,
     pull_ok: bool,
     /// Highest number of matching messages ever in flight + buffered for
     /// one receiver from one sender (must never exceed the credits).
@@ -138,7 +140,10 @@ impl Net {
                     .count() as u64;
                 let total = in_flight + held;
                 self.max_outstanding = self.max_outstanding.max(total);
-                assert!(total <= c as u64, "{s}->{d}: {total} messages outstanding > {c} credits");
+                assert!(
+                    total <= c as u64,
+                    "{s}->{d}: {total} messages outstanding > {c} credits"
+                );
             }
         }
     }
@@ -155,10 +160,9 @@ impl Net {
         let w = q.remove(pick % q.len()).unwrap();
         let rk = &mut self.ranks[to as usize];
         let mut copies = Vec::new();
-        let act = rk
-            .e
-            .on_message(from, &w.h, w.addr, &mut |c| copies.push(c))
-            .unwrap_or_else(|e| panic!("{from}->{to}: {e} on {:?}", w.h));
+        let act =
+            rk.e.on_message(from, &w.h, w.addr, &mut |c| copies.push(c))
+                .unwrap_or_else(|e| panic!("{from}->{to}: {e} on {:?}", w.h));
         for c in copies {
             let n = c.len as usize;
             let src = rk.slots[c.slot][..n].to_vec();
@@ -176,7 +180,10 @@ impl Net {
             Action::Stream { op, len, remote } => {
                 let bytes = rk.bufs[&op.index()][..len as usize].to_vec();
                 rk.e.stream_done(op);
-                self.data.entry((to, from)).or_default().push_back((remote, bytes));
+                self.data
+                    .entry((to, from))
+                    .or_default()
+                    .push_back((remote, bytes));
             }
         }
         self.pulls(to);
@@ -203,7 +210,10 @@ impl Net {
             while let Some((token, bytes)) = self.data.get_mut(&(from, to)).unwrap().pop_front() {
                 let rk = &mut self.ranks[to as usize];
                 let q = &mut rk.rx_streams[from as usize];
-                let at = q.iter().position(|h| h.token() == token).expect("a stream we asked for");
+                let at = q
+                    .iter()
+                    .position(|h| h.token() == token)
+                    .expect("a stream we asked for");
                 let op = q.remove(at).unwrap();
                 rk.bufs.get_mut(&op.index()).unwrap()[..bytes.len()].copy_from_slice(&bytes);
                 rk.e.stream_done(op);
@@ -246,7 +256,9 @@ impl Net {
 }
 
 fn bytes(seed: u8, n: usize) -> Vec<u8> {
-    (0..n).map(|i| seed.wrapping_mul(31).wrapping_add(i as u8)).collect()
+    (0..n)
+        .map(|i| seed.wrapping_mul(31).wrapping_add(i as u8))
+        .collect()
 }
 
 #[test]
@@ -260,7 +272,14 @@ fn eager_and_rendezvous_in_both_posting_orders() {
             net.run(|| 0);
             assert_eq!(net.take(0, s).0.unwrap().len, len as u64);
             let (st, buf) = net.take(1, r);
-            assert_eq!(st.unwrap(), Status { source: 0, tag: 5, len: len as u64 });
+            assert_eq!(
+                st.unwrap(),
+                Status {
+                    source: 0,
+                    tag: 5,
+                    len: len as u64
+                }
+            );
             assert_eq!(&buf[..len], &bytes(1, len)[..]);
             // Send first: the message waits as unexpected.
             let s = net.send(0, 1, 6, bytes(2, len), false);
@@ -278,9 +297,14 @@ fn eager_and_rendezvous_in_both_posting_orders() {
 #[test]
 fn credits_hold_back_the_sender_and_nothing_is_lost() {
     let mut net = Net::new(2, 1, 8, true);
-    let sends: Vec<_> = (0..10).map(|i| net.send(0, 1, 3, bytes(i, 8), false)).collect();
+    let sends: Vec<_> = (0..10)
+        .map(|i| net.send(0, 1, 3, bytes(i, 8), false))
+        .collect();
     net.run(|| 0);
-    assert_eq!(net.max_outstanding, 1, "one credit: one message outstanding");
+    assert_eq!(
+        net.max_outstanding, 1,
+        "one credit: one message outstanding"
+    );
     assert_eq!(net.ranks[0].e.credits_available(1), 0);
     for (i, s) in sends.iter().enumerate() {
         let r = net.recv(1, 0, 3, 8);
@@ -304,7 +328,14 @@ fn truncation_completes_the_receive_and_spares_the_next_message() {
         let (e, buf) = net.take(1, r1);
         assert_eq!(
             e,
-            Err(OpError::Truncated { status: Status { source: 0, tag: 1, len: len as u64 }, got: 8 })
+            Err(OpError::Truncated {
+                status: Status {
+                    source: 0,
+                    tag: 1,
+                    len: len as u64
+                },
+                got: 8
+            })
         );
         assert_eq!(&buf[..], &bytes(3, len)[..8]);
         assert_eq!(net.take(1, r2).1[..4], bytes(4, 4)[..]);
@@ -352,7 +383,11 @@ fn cancel_probe_and_peer_loss() {
     net.run(|| 0);
     assert_eq!(
         net.ranks[1].e.probe(ANY_SOURCE, 0, ANY_TAG),
-        Some(Status { source: 0, tag: 2, len: 4 })
+        Some(Status {
+            source: 0,
+            tag: 2,
+            len: 4
+        })
     );
     assert_eq!(net.ranks[1].e.probe(2, 0, ANY_TAG), None);
     let lost = net.recv(1, 2, 1, 4);
@@ -373,27 +408,67 @@ fn hostile_headers_are_errors() {
     let e = &mut net.ranks[1].e;
     e.on_message(0, &h, 0, &mut |_| {}).unwrap();
     h.seq = 1;
-    assert_eq!(e.on_message(0, &h, 0, &mut |_| {}), Err(ProtoError::CreditOverrun { peer: 0 }));
-    let fin = Header { token: 12345, ..Header::new(Kind::Fin, 0, 0, 0) };
-    assert!(matches!(e.on_message(0, &fin, 0, &mut |_| {}), Err(ProtoError::BadToken { .. })));
-    let credit = Header { credit: 5, ..Header::new(Kind::Credit, 0, 0, 0) };
-    assert_eq!(e.on_message(0, &credit, 0, &mut |_| {}), Err(ProtoError::BadCredit { peer: 0 }));
-    assert!(matches!(e.on_message(7, &credit, 0, &mut |_| {}), Err(ProtoError::InvalidRank { .. })));
+    assert_eq!(
+        e.on_message(0, &h, 0, &mut |_| {}),
+        Err(ProtoError::CreditOverrun { peer: 0 })
+    );
+    let fin = Header {
+        token: 12345,
+        ..Header::new(Kind::Fin, 0, 0, 0)
+    };
+    assert!(matches!(
+        e.on_message(0, &fin, 0, &mut |_| {}),
+        Err(ProtoError::BadToken { .. })
+    ));
+    let credit = Header {
+        credit: 5,
+        ..Header::new(Kind::Credit, 0, 0, 0)
+    };
+    assert_eq!(
+        e.on_message(0, &credit, 0, &mut |_| {}),
+        Err(ProtoError::BadCredit { peer: 0 })
+    );
+    assert!(matches!(
+        e.on_message(7, &credit, 0, &mut |_| {}),
+        Err(ProtoError::InvalidRank { .. })
+    ));
 }
 
 #[derive(Debug, Clone)]
 enum Step {
-    Send { from: u32, to: u32, tag: u32, len: usize, sync: bool },
-    Recv { at: u32, src: Option<u32>, tag: Option<u32>, cap: usize },
+    Send {
+        from: u32,
+        to: u32,
+        tag: u32,
+        len: usize,
+        sync: bool,
+    },
+    Recv {
+        at: u32,
+        src: Option<u32>,
+        tag: Option<u32>,
+        cap: usize,
+    },
     Run,
 }
 
 fn step(n: u32) -> impl Strategy<Value = Step> {
     prop_oneof![
         (0..n, 0..n, 0u32..3, 0usize..40, any::<bool>()).prop_map(|(from, to, tag, len, sync)| {
-            Step::Send { from, to, tag, len, sync }
+            Step::Send {
+                from,
+                to,
+                tag,
+                len,
+                sync,
+            }
         }),
-        (0..n, proptest::option::of(0..n), proptest::option::of(0u32..3), 0usize..48)
+        (
+            0..n,
+            proptest::option::of(0..n),
+            proptest::option::of(0u32..3),
+            0usize..48
+        )
             .prop_map(|(at, src, tag, cap)| Step::Recv { at, src, tag, cap }),
         Just(Step::Run),
     ]
