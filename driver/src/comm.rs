@@ -559,7 +559,9 @@ impl Comm {
             }
             w.pause(1);
         };
-        if w.published.is_some() {
+        // A wait that failed stays published: the peer it deadlocked with
+        // may not have reached its own deadline yet and names it then.
+        if w.published.is_some() && r.is_ok() {
             self.engine().publish_wait(None);
         }
         r

@@ -482,11 +482,11 @@ proptest! {
     /// never more messages outstanding than credits.
     #[test]
     fn random_programs_deliver_exactly_once_in_order(
-        n in 2u32..4,
+        n in 2u32..5,
         credits in 1u16..4,
         reorder in any::<bool>(),
         pull_ok in any::<bool>(),
-        steps in proptest::collection::vec(step(3), 1..40),
+        steps in proptest::collection::vec(step(4), 1..40),
         seed in any::<u64>(),
     ) {
         let mut net = Net::new(n, credits, 16, pull_ok);
