@@ -146,6 +146,10 @@ pub struct Config {
     /// rendezvous when the kernel allows it (`TANDEM_CMA`, 1 or 0; default
     /// 1). Off, or refused, large messages stream through the slot ring.
     pub cma: bool,
+    /// Smallest rendezvous payload pulled single-copy; smaller ones stream
+    /// through the slot ring, where one extra round trip costs less than
+    /// the system call (`TANDEM_CMA_MIN`, bytes; default 32 KiB).
+    pub cma_min: usize,
     /// Run a progress thread pinned to this core (`TANDEM_PROXY_CORE`).
     pub proxy_core: Option<usize>,
     /// Pin the calling thread to this core when the communicator is created
@@ -160,6 +164,7 @@ impl Default for Config {
             wait: WaitPolicy::default(),
             max_requests: 1024,
             cma: true,
+            cma_min: 32 * 1024,
             proxy_core: None,
             pin_core: None,
         }
@@ -184,6 +189,7 @@ impl Config {
             wait: d.wait,
             max_requests: env_num("TANDEM_MAX_REQUESTS")?.unwrap_or(d.max_requests),
             cma: env_num::<u8>("TANDEM_CMA")?.map_or(d.cma, |v| v != 0),
+            cma_min: env_num("TANDEM_CMA_MIN")?.unwrap_or(d.cma_min),
             proxy_core: env_num("TANDEM_PROXY_CORE")?,
             pin_core: env_num("TANDEM_PIN_CORE")?,
         };
@@ -217,6 +223,12 @@ impl Config {
     /// attach.
     pub fn cma(mut self, on: bool) -> Self {
         self.cma = on;
+        self
+    }
+
+    /// Sets the smallest rendezvous payload pulled single-copy.
+    pub fn cma_min(mut self, bytes: usize) -> Self {
+        self.cma_min = bytes;
         self
     }
 

@@ -149,7 +149,9 @@ pub(crate) struct Engine {
     eager_limit: usize,
     slot_bytes: usize,
     cma: bool,
+    cma_min: usize,
     debug: bool,
+    trace: bool,
     own_pid: u32,
     map: Arc<JobMap>,
 }
@@ -218,7 +220,9 @@ impl Engine {
             eager_limit: layout.eager_limit as usize,
             slot_bytes: layout.slot_bytes as usize,
             cma: cfg.cma,
+            cma_min: cfg.cma_min,
             debug: debug_level() >= DebugLevel::Info,
+            trace: debug_level() >= DebugLevel::Trace,
             own_pid: std::process::id(),
             map,
         })
@@ -552,7 +556,9 @@ impl Engine {
             let side = &mut self.side[pl.op.index()];
             // SAFETY: the receive is pending; we are its only writer.
             let dst = unsafe { &mut side.dst()[..n] };
+            let same_process = self.peer_pid(p) == self.own_pid;
             let pulled = self.cma
+                && (n >= self.cma_min || same_process)
                 && !self.chans[p].no_cma
                 && match cma_read(self.peer_pid(p), pl.addr, dst, self.own_pid) {
                     Ok(()) => true,
@@ -571,7 +577,7 @@ impl Engine {
             if pulled {
                 self.side[pl.op.index()].moved = n;
             }
-            if self.debug && debug_level() >= DebugLevel::Trace {
+            if self.trace {
                 eprintln!(
                     "tandem[{}]: rendezvous {n} bytes from rank {p}: {}",
                     self.rank,

@@ -1,6 +1,6 @@
 //! Steady-state messaging allocates nothing: a counting global allocator
-//! in each rank process watches 10,000 ping-pongs of 8 B and of 64 KiB
-//! (bulk path) after warm-up, blocking and scoped non-blocking.
+//! in each rank process watches 10,000 ping-pongs after warm-up, eager and
+//! both rendezvous paths, blocking and scoped non-blocking.
 //!
 //! The count is per thread: it covers everything the messaging thread does
 //! (tandem runs no thread of its own here: no proxy), and leaves out the
@@ -90,8 +90,12 @@ fn no_allocations_per_message_after_warm_up() {
             ALLOCS.load(Ordering::Relaxed) > before,
             "counting allocator not installed"
         );
+        // Eager (8 B, 16 B), rendezvous streamed through the slot ring
+        // (4 KiB: above the eager limit, below the single-copy minimum) and
+        // rendezvous pulled single-copy (64 KiB, 128 KiB).
         for (size, scoped) in [
             (8usize, false),
+            (4 << 10, false),
             (64 << 10, false),
             (16, true),
             (128 << 10, true),
