@@ -23,21 +23,26 @@
 //!   16-bit sequence number (one sequence space per peer covers every
 //!   context). A message that arrives ahead of its turn (a transport that
 //!   reorders) is held back and released in sequence order.
-//! * **Credits**: each peer may have at most `credits` matching messages
-//!   (eager, synchronous eager or RTS) outstanding at this rank, one per
-//!   receive entry reserved for it. An entry is freed once its message no
-//!   longer needs it (delivered, or its acknowledgement sent) and the
-//!   running count of freed entries rides in every header back to the peer
-//!   (16 bits, wrapping); an explicit [`Kind::Credit`] message goes out when
-//!   `credit_threshold` frees are owed and nothing else carries them. A
-//!   sender without credit waits: a receiver is never overrun and nothing
-//!   is dropped. Control messages (CTS, FIN, ACK, credit) consume no credit:
-//!   at most one of each answers one credited message, so the peer's
-//!   reserve for them is bounded by the same window.
+//! * **Credits**, two kinds. Each peer may have at most `envelopes`
+//!   matching messages (eager, synchronous eager or RTS) outstanding at this
+//!   rank, one per receive entry reserved for it, and at most `credits` of
+//!   them eager, one per `eager_limit`-byte payload buffer reserved for it.
+//!   An entry (buffer) is freed once its message no longer needs it
+//!   (delivered, or its acknowledgement sent) and the running counts of
+//!   freed entries and buffers ride in every header back to the peer (16
+//!   bits each, wrapping); an explicit [`Kind::Credit`] message goes out
+//!   when `credit_threshold` frees are owed and nothing else carries them.
+//!   A receiver is never overrun and nothing is dropped. Control messages
+//!   (CTS, FIN, ACK, credit) consume no credit: at most one answers each
+//!   credited message, so the peer's reserve for them is bounded by the
+//!   same window.
 //! * **Eager** (`len <= eager_limit`): the payload follows the header. One
-//!   that arrives before its receive is stored in the entry's buffer
-//!   (driver-owned, `eager_limit` bytes per entry), so unexpected payloads
-//!   never need more than `nranks * credits * eager_limit` bytes.
+//!   that arrives before its receive is stored in a payload buffer, so
+//!   unexpected payloads never need more than `nranks * credits *
+//!   eager_limit` bytes. A sender out of eager credit does not wait: it
+//!   sends the message as an RTS, which needs only an entry. So messages a
+//!   receiver has not received yet can never keep a later, matchable one
+//!   from being sent (MPI's progress rule), within the entries reserved.
 //! * **Rendezvous** (`len > eager_limit`): an RTS carries tag, length and an
 //!   8-byte body (the driver's source address). When a receive matches, the
 //!   driver may *pull* the data itself ([`Engine::next_pull`], e.g. Linux
@@ -54,8 +59,11 @@
 //!
 //! ```
 //! use tandem_core::proto::{Engine, Entry, Op, Params, Peer, Taken, TxWhat};
-//! let params = Params { rank: 0, nranks: 1, credits: 4, credit_threshold: 2, eager_limit: 64 };
-//! let mut e = Engine::new(params, [Op::EMPTY; 8], [Entry::EMPTY; 4], [Peer::EMPTY; 1]).unwrap();
+//! let params = Params {
+//!     rank: 0, nranks: 1, credits: 2, envelopes: 4, credit_threshold: 2, eager_limit: 64,
+//! };
+//! let mut e = Engine::new(params, [Op::EMPTY; 8], [Entry::EMPTY; 4], [Peer::EMPTY; 1], [0u32; 2])
+//!     .unwrap();
 //! // Rank 0 sends 5 bytes to itself: post, transmit, deliver.
 //! let s = e.post_send(0, 0, 7, 5, false).unwrap();
 //! let tx = e.next_tx(0).unwrap();
@@ -233,10 +241,19 @@ pub struct Params {
     pub rank: u32,
     /// Number of ranks.
     pub nranks: u32,
-    /// Matching messages each peer may have outstanding here (at least 1,
-    /// below 2^15 so 16-bit sequence numbers stay unambiguous).
+    /// Eager payload buffers reserved here for each peer: eager messages
+    /// a peer may have outstanding at this rank (at least 1).
     pub credits: u16,
-    /// Freed entries owed before an explicit credit message goes out.
+    /// Receive entries reserved here for each peer: matching messages of
+    /// any kind (eager or RTS) it may have outstanding (more than
+    /// `credits`, below 2^15 so 16-bit sequence numbers stay unambiguous).
+    /// A sender out of eager credit sends small messages as RTS, which need
+    /// only an entry, so unreceived messages never keep a matchable one
+    /// from being sent, as long as a sender keeps fewer than
+    /// `envelopes - credits` rendezvous sends pending to one peer.
+    pub envelopes: u16,
+    /// Freed entries (or buffers) owed before an explicit credit message
+    /// goes out.
     pub credit_threshold: u16,
     /// Longest payload sent eagerly; longer messages use rendezvous.
     pub eager_limit: u64,
@@ -356,6 +373,8 @@ pub struct Entry {
     addr: u64,
     /// For a CTS: the receive operation it answers.
     op: u32,
+    /// The eager payload buffer it holds (NIL if none).
+    buf: u32,
     next: u32,
 }
 
@@ -371,6 +390,7 @@ impl Entry {
         len: 0,
         addr: 0,
         op: NIL,
+        buf: NIL,
         next: NIL,
     };
 }
@@ -391,13 +411,18 @@ impl List {
 /// Per-peer protocol state (contents private).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Peer {
-    /// Sender side: credits for matching messages to this peer.
+    /// Sender side: entries the peer holds for us, and eager buffers.
     window: CreditWindow,
-    /// Total entries the peer reported freed for us.
+    bwindow: CreditWindow,
+    /// Totals the peer reported freed for us (entries, buffers).
     seen_freed: u64,
-    /// Receiver side: entries freed for this peer, and the count last told.
+    seen_bfreed: u64,
+    /// Receiver side: entries and buffers freed for this peer, and the
+    /// counts last told.
     freed: u64,
     told: u64,
+    bfreed: u64,
+    btold: u64,
     send_seq: u16,
     recv_seq: u16,
     held: u16,
@@ -405,15 +430,20 @@ pub struct Peer {
     sendq: List,
     ctrlq: List,
     free: u32,
+    bfree: u32,
 }
 
 impl Peer {
     /// Unused peer state.
     pub const EMPTY: Peer = Peer {
         window: CreditWindow::new(0),
+        bwindow: CreditWindow::new(0),
         seen_freed: 0,
+        seen_bfreed: 0,
         freed: 0,
         told: 0,
+        bfreed: 0,
+        btold: 0,
         send_seq: 0,
         recv_seq: 0,
         held: 0,
@@ -421,6 +451,7 @@ impl Peer {
         sendq: List::EMPTY,
         ctrlq: List::EMPTY,
         free: NIL,
+        bfree: NIL,
     };
 }
 
@@ -477,6 +508,7 @@ pub struct Tx {
     /// What follows it.
     pub what: TxWhat,
     freed: u64,
+    bfreed: u64,
     entry: u32,
 }
 
@@ -538,11 +570,13 @@ pub struct OpInfo {
 
 /// One rank's protocol engine over caller-provided storage.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Engine<O, E, P> {
+pub struct Engine<O, E, P, B> {
     p: Params,
     ops: O,
     entries: E,
     peers: P,
+    /// Free-list links of the eager payload buffers.
+    bufs: B,
     free_ops: u32,
     in_use: u32,
     posted: List,
@@ -562,28 +596,35 @@ enum Lst {
     Ctrl(u32),
 }
 
-impl<O, E, P> Engine<O, E, P>
+impl<O, E, P, B> Engine<O, E, P, B>
 where
     O: AsRef<[Op]> + AsMut<[Op]>,
     E: AsRef<[Entry]> + AsMut<[Entry]>,
     P: AsRef<[Peer]> + AsMut<[Peer]>,
+    B: AsRef<[u32]> + AsMut<[u32]>,
 {
     /// An engine over `ops` (at most [`MAX_OPS`] are used), `entries`
-    /// (at least `nranks * credits`) and `peers` (at least `nranks`).
-    pub fn new(p: Params, mut ops: O, mut entries: E, mut peers: P) -> R<Self> {
-        if p.credits == 0 || p.credits >= 1 << 15 {
-            return Err(ProtoError::Setup("credits must be in 1..32768"));
+    /// (at least `nranks * envelopes`), `peers` (at least `nranks`) and
+    /// `bufs` (at least `nranks * credits`; buffer `i` is the driver's
+    /// `i`-th `eager_limit`-byte buffer).
+    pub fn new(p: Params, mut ops: O, mut entries: E, mut peers: P, mut bufs: B) -> R<Self> {
+        if p.credits == 0 || p.envelopes <= p.credits || p.envelopes >= 1 << 15 {
+            return Err(ProtoError::Setup("need 1 <= credits < envelopes < 32768"));
         }
         if p.rank >= p.nranks || p.nranks == ANY_SOURCE {
             return Err(ProtoError::Setup("rank must be below nranks"));
         }
-        let c = p.credits as usize;
+        let c = p.envelopes as usize;
+        let k = p.credits as usize;
         let n = p.nranks as usize;
         if peers.as_ref().len() < n {
             return Err(ProtoError::Setup("fewer peer slots than ranks"));
         }
         if entries.as_ref().len() < n.saturating_mul(c) {
-            return Err(ProtoError::Setup("fewer entries than nranks * credits"));
+            return Err(ProtoError::Setup("fewer entries than nranks * envelopes"));
+        }
+        if bufs.as_ref().len() < n.saturating_mul(k) {
+            return Err(ProtoError::Setup("fewer buffers than nranks * credits"));
         }
         if ops.as_ref().is_empty() {
             return Err(ProtoError::Setup("no operation slots"));
@@ -601,10 +642,15 @@ where
                 ..Entry::EMPTY
             };
         }
+        for (i, b) in bufs.as_mut()[..n * k].iter_mut().enumerate() {
+            *b = if (i + 1) % k != 0 { i as u32 + 1 } else { NIL };
+        }
         for (i, q) in peers.as_mut()[..n].iter_mut().enumerate() {
             *q = Peer {
                 window: CreditWindow::new(c as u64),
+                bwindow: CreditWindow::new(k as u64),
                 free: (i * c) as u32,
+                bfree: (i * k) as u32,
                 ..Peer::EMPTY
             };
         }
@@ -613,6 +659,7 @@ where
             ops,
             entries,
             peers,
+            bufs,
             free_ops: 0,
             in_use: 0,
             posted: List::EMPTY,
@@ -792,10 +839,26 @@ where
     }
 
     fn entry_peer(&self, e: u32) -> u32 {
-        e / self.p.credits as u32
+        e / self.p.envelopes as u32
+    }
+
+    /// Frees entry `e`'s eager buffer, if it holds one.
+    fn free_buf(&mut self, e: u32) {
+        let b = self.ent(e).buf;
+        if b == NIL {
+            return;
+        }
+        self.ent_mut(e).buf = NIL;
+        let peer = self.entry_peer(e);
+        let q = self.peer_mut(peer);
+        let head = q.bfree;
+        q.bfree = b;
+        q.bfreed += 1;
+        self.bufs.as_mut()[b as usize] = head;
     }
 
     fn free_entry(&mut self, e: u32) {
+        self.free_buf(e);
         let peer = self.entry_peer(e);
         let head = self.peer(peer).free;
         *self.ent_mut(e) = Entry {
@@ -865,11 +928,12 @@ where
                 && (tag == ANY_TAG || tag == ent.tag)
             {
                 self.ent_unlink(Lst::Unexpected, prev, e);
+                let buf = ent.buf as usize;
                 let copy = self.bind(i, e, from);
                 return Ok((
                     h,
                     copy.map(|len| SlotCopy {
-                        slot: e as usize,
+                        slot: buf,
                         op: h,
                         len,
                     }),
@@ -900,6 +964,8 @@ where
                 Res::Ok
             };
             self.finish(i, res, from, ent.tag, ent.len);
+            // The caller copies the payload before the buffer is reused.
+            self.free_buf(e);
             self.answer_or_free(e, from, Kind::Ack, ent.kind == Kind::EagerSync, n);
             Some(n)
         } else {
@@ -964,10 +1030,12 @@ where
         }
         let mut h = Header::new(Kind::Credit, 0, 0, 0);
         h.credit = q.freed as u16;
+        h.ecredit = q.bfreed as u16;
         let mut tx = Tx {
             header: h,
             what: TxWhat::Control,
             freed: q.freed,
+            bfreed: q.bfreed,
             entry: NIL,
         };
         if q.ctrlq.head != NIL {
@@ -987,7 +1055,7 @@ where
             }
             return Some(tx);
         }
-        if q.freed - q.told >= self.p.credit_threshold.max(1) as u64 {
+        if self.credit_due(q) {
             return Some(tx);
         }
         let i = q.sendq.head;
@@ -996,7 +1064,10 @@ where
         }
         let o = self.op(i);
         let h = self.handle(i);
-        let (kind, what) = if o.len > self.p.eager_limit {
+        // Out of eager buffers at the peer: announce it as an RTS, which
+        // needs only an entry, rather than wait (unreceived messages must
+        // not keep this one, perhaps matchable, from the receiver).
+        let (kind, what) = if o.len > self.p.eager_limit || q.bwindow.available() == 0 {
             (Kind::Rts, TxWhat::Rts(h))
         } else if o.sync {
             (Kind::EagerSync, TxWhat::Payload(h))
@@ -1017,6 +1088,7 @@ where
     pub fn tx_done(&mut self, peer: u32, tx: &Tx) {
         let q = self.peer_mut(peer);
         q.told = q.told.max(tx.freed);
+        q.btold = q.btold.max(tx.bfreed);
         match tx.header.kind() {
             Kind::Credit => {}
             Kind::Cts | Kind::Fin | Kind::Ack => {
@@ -1032,6 +1104,10 @@ where
                 let q = self.peer_mut(peer);
                 let took = q.window.try_take(1);
                 debug_assert!(took);
+                if kind.is_eager() {
+                    let took = q.bwindow.try_take(1);
+                    debug_assert!(took);
+                }
                 q.send_seq = q.send_seq.wrapping_add(1);
                 let o = *self.op(i);
                 match kind {
@@ -1057,7 +1133,7 @@ where
         copy: &mut impl FnMut(SlotCopy),
     ) -> R<Action> {
         self.check_rank(peer)?;
-        self.apply_credit(peer, h.credit)?;
+        self.apply_credit(peer, h.credit, h.ecredit)?;
         let kind = h.kind();
         match kind {
             Kind::Credit => Ok(Action::None),
@@ -1094,25 +1170,12 @@ where
         }
     }
 
-    fn apply_credit(&mut self, peer: u32, credit: u16) -> R<()> {
-        let initial = self.p.credits as u64;
+    fn apply_credit(&mut self, peer: u32, credit: u16, ecredit: u16) -> R<()> {
+        let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
         let q = self.peer_mut(peer);
-        // Counts are 16-bit and at most `credits` (< 2^15) apart, so the
-        // signed difference tells a newer count from a stale one that a
-        // reordering transport delivered late.
-        let diff = credit.wrapping_sub(q.seen_freed as u16) as i16;
-        if diff <= 0 {
-            return Ok(());
-        }
-        let delta = diff as u64;
-        let total = q.seen_freed + delta;
-        if total > q.window.used() {
-            return Err(ProtoError::BadCredit { peer });
-        }
-        q.seen_freed = total;
-        q.window
-            .grant(initial + total)
-            .map_err(|_| ProtoError::BadCredit { peer })
+        let bad = ProtoError::BadCredit { peer };
+        grant(&mut q.window, &mut q.seen_freed, credit, c).ok_or(bad)?;
+        grant(&mut q.bwindow, &mut q.seen_bfreed, ecredit, k).ok_or(bad)
     }
 
     fn on_matching(
@@ -1124,11 +1187,12 @@ where
     ) -> R<Action> {
         let q = self.peer(peer);
         let e = q.free;
-        if e == NIL {
+        let b = if h.kind().is_eager() { q.bfree } else { 0 };
+        if e == NIL || b == NIL {
             return Err(ProtoError::CreditOverrun { peer });
         }
         let ahead = h.seq.wrapping_sub(q.recv_seq);
-        if ahead >= self.p.credits {
+        if ahead >= self.p.envelopes {
             return Err(ProtoError::BadSeq {
                 peer,
                 seq: h.seq,
@@ -1137,6 +1201,13 @@ where
         }
         let next_free = self.ent(e).next;
         self.peer_mut(peer).free = next_free;
+        let buf = if h.kind().is_eager() {
+            let next = self.bufs.as_ref()[b as usize];
+            self.peer_mut(peer).bfree = next;
+            b
+        } else {
+            NIL
+        };
         *self.ent_mut(e) = Entry {
             st: ESt::Held,
             kind: h.kind(),
@@ -1147,13 +1218,14 @@ where
             len: h.len,
             addr,
             op: NIL,
+            buf,
             next: NIL,
         };
         if ahead != 0 {
             // Early: hold it back (its payload is stored) until its turn.
             self.peer_mut(peer).held += 1;
             return Ok(if h.kind().is_eager() {
-                Action::Store { slot: e as usize }
+                Action::Store { slot: buf as usize }
             } else {
                 Action::None
             });
@@ -1166,7 +1238,7 @@ where
     /// Releases held-back messages from `peer` whose turn has come.
     fn release_held(&mut self, peer: u32, copy: &mut impl FnMut(SlotCopy)) {
         'next: while self.peer(peer).held > 0 {
-            let c = self.p.credits as u32;
+            let c = self.p.envelopes as u32;
             let want = self.peer(peer).recv_seq;
             for e in peer * c..(peer + 1) * c {
                 let ent = self.ent(e);
@@ -1205,7 +1277,7 @@ where
                     Some(len) if wire => Action::Deliver { op: h, len },
                     Some(len) => {
                         copy(SlotCopy {
-                            slot: e as usize,
+                            slot: ent.buf as usize,
                             op: h,
                             len,
                         });
@@ -1220,7 +1292,9 @@ where
         self.ent_mut(e).st = ESt::Unexpected;
         self.ent_push(Lst::Unexpected, e);
         if wire && ent.kind.is_eager() {
-            Action::Store { slot: e as usize }
+            Action::Store {
+                slot: ent.buf as usize,
+            }
         } else {
             Action::None
         }
@@ -1465,7 +1539,7 @@ where
             }
             e = next;
         }
-        let c = self.p.credits as u32;
+        let c = self.p.envelopes as u32;
         for e in peer * c..(peer + 1) * c {
             if self.ent(e).st == ESt::Held {
                 self.free_entry(e);
@@ -1477,11 +1551,14 @@ where
     /// Whether anything is queued for `peer` (sends, answers, credit).
     pub fn tx_pending(&self, peer: u32) -> bool {
         self.peers.as_ref().get(peer as usize).is_some_and(|q| {
-            !q.dead
-                && (q.ctrlq.head != NIL
-                    || q.sendq.head != NIL
-                    || q.freed - q.told >= self.p.credit_threshold.max(1) as u64)
+            !q.dead && (q.ctrlq.head != NIL || q.sendq.head != NIL || self.credit_due(q))
         })
+    }
+
+    /// Whether enough frees are owed to `q` for an explicit credit message.
+    fn credit_due(&self, q: &Peer) -> bool {
+        let t = self.p.credit_threshold.max(1) as u64;
+        q.freed - q.told >= t || q.bfreed - q.btold >= t.min(self.p.credits as u64)
     }
 
     /// Whether a receive is posted that nothing has matched yet.
@@ -1496,6 +1573,25 @@ where
             .get(peer as usize)
             .map_or(0, |q| q.window.available())
     }
+}
+
+/// Applies a 16-bit freed count from the peer to `window`: `seen` is the
+/// full count so far, `initial` the window's size. `None` if the peer
+/// claims to have freed more than we ever sent.
+fn grant(window: &mut CreditWindow, seen: &mut u64, count: u16, initial: u64) -> Option<()> {
+    // Counts are 16-bit and at most a window (< 2^15) apart, so the signed
+    // difference tells a newer count from a stale one that a reordering
+    // transport delivered late.
+    let diff = count.wrapping_sub(*seen as u16) as i16;
+    if diff <= 0 {
+        return Some(());
+    }
+    let total = *seen + diff as u64;
+    if total > window.used() {
+        return None;
+    }
+    *seen = total;
+    window.grant(initial + total).ok()
 }
 
 impl Header {

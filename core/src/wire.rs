@@ -1,6 +1,6 @@
 //! The wire header every message starts with.
 //!
-//! 24 bytes, little-endian, `#[repr(C)]` with its size and alignment fixed
+//! 32 bytes, little-endian, `#[repr(C)]` with its size and alignment fixed
 //! at compile time. [`Header::decode`] validates every field against the
 //! receiver's [`Limits`] and returns a [`WireError`]; no byte pattern can
 //! make it panic (a property test feeds it random bytes).
@@ -12,16 +12,18 @@
 //! | 2–3   | `context` | communicator context                                 |
 //! | 4–7   | `tag`     | the user's tag (matching messages)                   |
 //! | 8–9   | `seq`     | per-peer sequence number (matching messages)         |
-//! | 10–11 | `credit`  | the receiver's freed-buffer count, low 16 bits       |
+//! | 10–11 | `credit`  | receive entries freed for the peer, low 16 bits      |
 //! | 12–15 | `token`   | the sender's operation (RTS, sync eager, CTS, FIN)   |
 //! | 16–23 | `len`     | payload length (CTS/FIN: bytes granted / moved)      |
+//! | 24–25 | `ecredit` | eager buffers freed for the peer, low 16 bits        |
+//! | 26–31 | reserved  | zero                                                 |
 //!
 //! ```
 //! use tandem_core::wire::{Header, Kind, Limits};
 //! let h = Header::new(Kind::Eager, 0, 42, 8);
 //! let limits = Limits { eager_max: 1024, msg_max: 1 << 40, contexts: 1 };
 //! assert_eq!(Header::decode(&h.encode(), &limits), Ok(h));
-//! assert!(Header::decode(&[0xff; 24], &limits).is_err());
+//! assert!(Header::decode(&[0xff; 32], &limits).is_err());
 //! ```
 
 /// First byte of every header: catches a peer writing garbage or a
@@ -29,7 +31,7 @@
 pub const MAGIC: u8 = 0x7e;
 
 /// Encoded size of a [`Header`].
-pub const HEADER_LEN: usize = 24;
+pub const HEADER_LEN: usize = 32;
 
 /// Message kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,14 +100,19 @@ pub struct Header {
     pub tag: u32,
     /// Per-peer sequence number of a matching message.
     pub seq: u16,
-    /// Low 16 bits of the count of buffers the sender of this header has
-    /// freed for its receiver (the piggybacked credit return).
+    /// Low 16 bits of the count of receive entries the sender of this
+    /// header has freed for its receiver (the piggybacked credit return).
     pub credit: u16,
     /// An operation token of the sender (RTS, sync eager) or echoed back
     /// (CTS, FIN, ACK).
     pub token: u32,
     /// Payload length in bytes.
     pub len: u64,
+    /// Low 16 bits of the count of eager payload buffers the sender of this
+    /// header has freed for its receiver.
+    pub ecredit: u16,
+    /// Reserved, zero.
+    pub reserved: [u8; 6],
 }
 
 static_assertions::assert_eq_size!(Header, [u8; HEADER_LEN]);
@@ -133,6 +140,8 @@ pub enum WireError {
     BadKind(u8),
     /// Context outside `0..contexts`.
     BadContext(u16),
+    /// Reserved bytes are not zero.
+    Reserved,
     /// An eager payload longer than `eager_max`.
     EagerTooLong {
         /// Announced length.
@@ -156,6 +165,7 @@ impl core::fmt::Display for WireError {
             Self::BadMagic(b) => write!(f, "bad header magic {b:#04x}"),
             Self::BadKind(k) => write!(f, "unknown message kind {k}"),
             Self::BadContext(c) => write!(f, "unknown context {c}"),
+            Self::Reserved => f.write_str("reserved header bytes are not zero"),
             Self::EagerTooLong { len, max } => {
                 write!(f, "eager message of {len} bytes exceeds limit {max}")
             }
@@ -178,6 +188,8 @@ impl Header {
             credit: 0,
             token: 0,
             len,
+            ecredit: 0,
+            reserved: [0; 6],
         }
     }
 
@@ -199,6 +211,8 @@ impl Header {
         b[10..12].copy_from_slice(&self.credit.to_le_bytes());
         b[12..16].copy_from_slice(&self.token.to_le_bytes());
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b[24..26].copy_from_slice(&self.ecredit.to_le_bytes());
+        b[26..32].copy_from_slice(&self.reserved);
         b
     }
 
@@ -234,6 +248,9 @@ impl Header {
                 max: limits.eager_max,
             });
         }
+        if b[26..32] != [0; 6] {
+            return Err(WireError::Reserved);
+        }
         Ok(Self {
             magic: MAGIC,
             kind: kind as u8,
@@ -243,6 +260,8 @@ impl Header {
             credit: u16_at(10),
             token: u32_at(12),
             len,
+            ecredit: u16_at(24),
+            reserved: [0; 6],
         })
     }
 }
@@ -269,6 +288,9 @@ mod tests {
         b[1] = 9;
         assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::BadKind(9)));
         let mut b = good;
+        b[31] = 1;
+        assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::Reserved));
+        let mut b = good;
         b[2] = 4;
         assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::BadContext(4)));
         let big = Header::new(Kind::Rts, 0, 0, (1 << 32) + 1).encode();
@@ -284,8 +306,8 @@ mod tests {
             ));
         }
         assert_eq!(
-            Header::decode(&good[..23], &LIMITS),
-            Err(WireError::Short(23))
+            Header::decode(&good[..31], &LIMITS),
+            Err(WireError::Short(31))
         );
     }
 
@@ -305,8 +327,8 @@ mod tests {
 
         #[test]
         fn round_trip(kind in kinds(), ctx in 0u16..4, tag: u32, seq: u16, credit: u16,
-                      token: u32, len in 0u64..1024) {
-            let h = Header { seq, credit, token, ..Header::new(kind, ctx, tag, len) };
+                      token: u32, len in 0u64..1024, ecredit: u16) {
+            let h = Header { seq, credit, token, ecredit, ..Header::new(kind, ctx, tag, len) };
             prop_assert_eq!(Header::decode(&h.encode(), &LIMITS), Ok(h));
         }
     }

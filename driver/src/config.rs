@@ -60,6 +60,13 @@ pub struct Layout {
     /// peer reserves this many receive entries (and `eager_limit`-byte
     /// buffers) per sender (`TANDEM_CREDITS`, 1..=16384).
     pub credits: u32,
+    /// Matching messages of any kind (eager or rendezvous announcements) a
+    /// rank may have outstanding at each peer (`TANDEM_ENVELOPES`, more than
+    /// `credits`, at most 16384). A sender out of eager credit announces
+    /// small messages as rendezvous instead of waiting, so unreceived
+    /// messages never block a matchable one while fewer than
+    /// `envelopes - credits` rendezvous sends to one peer are pending.
+    pub envelopes: u32,
 }
 
 impl Default for Layout {
@@ -70,6 +77,7 @@ impl Default for Layout {
             slot_bytes: 128 * 1024,
             eager_limit: 512,
             credits: 32,
+            envelopes: 1024,
         }
     }
 }
@@ -84,6 +92,7 @@ impl Layout {
             slot_bytes: env_num("TANDEM_SLOT_BYTES")?.unwrap_or(d.slot_bytes),
             eager_limit: env_num("TANDEM_EAGER_LIMIT")?.unwrap_or(d.eager_limit),
             credits: env_num("TANDEM_CREDITS")?.unwrap_or(d.credits),
+            envelopes: env_num("TANDEM_ENVELOPES")?.unwrap_or(d.envelopes),
         };
         l.validate()?;
         Ok(l)
@@ -118,6 +127,12 @@ impl Layout {
             return Err(Error::Config(format!(
                 "credits must be in 1..=16384, got {}",
                 self.credits
+            )));
+        }
+        if self.envelopes <= self.credits || self.envelopes > 1 << 14 {
+            return Err(Error::Config(format!(
+                "envelopes must be above credits ({}) and at most 16384, got {}",
+                self.credits, self.envelopes
             )));
         }
         let max = self.lines as usize * tandem_core::line_ring::LINE_PAYLOAD

@@ -133,7 +133,7 @@ struct Chan {
     pidfd: Option<OwnedFd>,
 }
 
-type Proto = proto::Engine<Box<[Op]>, Box<[Entry]>, Box<[proto::Peer]>>;
+type Proto = proto::Engine<Box<[Op]>, Box<[Entry]>, Box<[proto::Peer]>, Box<[u32]>>;
 
 /// The engine of one rank.
 pub(crate) struct Engine {
@@ -174,6 +174,7 @@ impl Engine {
         let layout: Layout = *map.layout();
         let q = cfg.max_requests.clamp(1, proto::MAX_OPS);
         let credits = layout.credits as usize;
+        let envelopes = layout.envelopes as usize;
         let chans = (0..n)
             .map(|p| {
                 let (tx_line, tx_slot) = map.channel(rank, p);
@@ -184,7 +185,7 @@ impl Engine {
                     rx_line: rx_line.consumer(),
                     rx_slot: rx_slot.consumer(),
                     tx_streams: VecDeque::with_capacity(q),
-                    rx_streams: VecDeque::with_capacity(credits),
+                    rx_streams: VecDeque::with_capacity(q),
                     broken: None,
                     no_cma: false,
                     pid: 0,
@@ -196,14 +197,16 @@ impl Engine {
             rank: rank as u32,
             nranks: n as u32,
             credits: credits as u16,
+            envelopes: envelopes as u16,
             credit_threshold: (credits as u16).div_ceil(2),
             eager_limit: layout.eager_limit as u64,
         };
         let proto = Proto::new(
             params,
             vec![Op::EMPTY; q].into_boxed_slice(),
-            vec![Entry::EMPTY; n * credits].into_boxed_slice(),
+            vec![Entry::EMPTY; n * envelopes].into_boxed_slice(),
             vec![proto::Peer::EMPTY; n].into_boxed_slice(),
+            vec![0u32; n * credits].into_boxed_slice(),
         )
         .map_err(|e| Error::Config(e.to_string()))?;
         Ok(Self {
@@ -940,8 +943,11 @@ mod tests {
 
     #[test]
     fn credits_backpressure_instead_of_dropping() {
+        // Two eager buffers and four entries: two messages go eager, two
+        // more as rendezvous announcements, the rest wait at the sender.
         let layout = Layout {
             credits: 2,
+            envelopes: 4,
             ..Layout::default()
         };
         let map = Arc::new(JobMap::anon(1, &layout).unwrap());
@@ -955,7 +961,14 @@ mod tests {
         for _ in 0..10 {
             e.progress();
         }
-        assert_eq!(e.proto.credits_available(0), 0, "two credits, both used");
+        assert_eq!(e.proto.credits_available(0), 0, "four entries, all used");
+        let phases: Vec<_> = sends.iter().map(|&s| e.proto.phase(s).unwrap()).collect();
+        assert_eq!(&phases[..2], &[Phase::Done; 2], "eager: complete at once");
+        assert_eq!(&phases[2..4], &[Phase::WaitReceiver; 2], "announced");
+        assert!(
+            phases[4..].iter().all(|&p| p == Phase::Queued),
+            "{phases:?}"
+        );
         for (i, s) in sends.into_iter().enumerate() {
             let mut b = [0u8; 8];
             let r = e.post_recv(&mut b, 0, 0, 1, 0).unwrap();

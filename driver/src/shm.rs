@@ -45,6 +45,7 @@ struct JobHeader {
     slot_bytes: u32,
     eager_limit: u32,
     credits: u32,
+    envelopes: u32,
     total_len: u64,
     attached: AtomicU32,
 }
@@ -160,6 +161,7 @@ impl JobMap {
         h.slot_bytes = layout.slot_bytes;
         h.eager_limit = layout.eager_limit;
         h.credits = layout.credits;
+        h.envelopes = layout.envelopes;
         h.total_len = len as u64;
         map.flush()?;
         std::mem::forget(guard);
@@ -198,6 +200,7 @@ impl JobMap {
             slot_bytes: h.slot_bytes,
             eager_limit: h.eager_limit,
             credits: h.credits,
+            envelopes: h.envelopes,
         };
         layout.validate()?;
         check_ranks(nranks)?;

@@ -9,10 +9,6 @@
 //! default, and 32 KiB (nearly everything eager), with one credit per peer
 //! in some, and rendezvous both single-copy (cross-memory attach) and
 //! streamed through the slot ring. Ranks are threads (`Comm::threads`).
-//!
-//! Tests named `library_bug_*` are `#[ignore]`d: they reproduce a known
-//! library bug (see their docs) and fail until it is fixed; run them with
-//! `cargo test --release -p tandem-driver --test conformance -- --ignored`.
 
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -827,49 +823,16 @@ fn dup_scenario(world: &Comm, case: &Case) -> Result<()> {
     Ok(())
 }
 
-/// With one credit per peer the scenario deadlocks: see
-/// [`library_bug_unexpected_messages_beyond_the_credit_window_block_matchable_ones`].
-fn enough_credits_for_dup_scenario(c: &Case) -> bool {
-    c.layout.credits >= 3
-}
-
+/// Every configuration, one credit per peer included: a message on the
+/// dup'd communicator that waits unreceived must not hold back the world
+/// message whose receive is posted.
 #[test]
 fn dup_traffic_never_matches_world_receives() {
-    // The one-credit configurations are left out only because of the
-    // LIBRARY BUG documented at `library_bug_dup_traffic_with_one_credit`,
-    // which runs (and fails) them.
-    let cases = cases()
-        .into_iter()
-        .filter(enough_credits_for_dup_scenario)
-        .collect();
     run_cases(
         "dup_traffic_never_matches_world_receives",
         2,
-        cases,
+        cases(),
         TIMEOUT,
-        dup_scenario,
-    );
-}
-
-/// LIBRARY BUG (credit window, see
-/// [`library_bug_unexpected_messages_beyond_the_credit_window_block_matchable_ones`]):
-/// the dup scenario under the one-credit configurations. Rank 0's d1
-/// message takes the only credit while it waits unexpected at rank 1, so the
-/// world message, whose receive is posted, is never sent: rank 0 reports
-/// `Deadlock` ("send to rank 1 tag 3 ... while rank 1: recv from any rank
-/// any tag") and rank 1 `Timeout`.
-#[test]
-#[ignore = "LIBRARY BUG: unexpected messages hold credits, so a matchable message is never sent (MPI progress rule)"]
-fn library_bug_dup_traffic_with_one_credit() {
-    let cases = cases()
-        .into_iter()
-        .filter(|c| !enough_credits_for_dup_scenario(c))
-        .collect();
-    run_cases(
-        "library_bug_dup_traffic_with_one_credit",
-        2,
-        cases,
-        Duration::from_secs(5),
         dup_scenario,
     );
 }
@@ -1121,24 +1084,19 @@ fn wait_any_and_test_all() {
 }
 
 // ---------------------------------------------------------------------------
-// 13. LIBRARY BUG: the credit window limits unexpected messages
+// 13. Unexpected messages beyond the eager credits (MPI progress rule)
 // ---------------------------------------------------------------------------
 
-/// LIBRARY BUG. Rank 0 starts `credits + 1` non-blocking sends (tags
-/// `0..=credits`), rank 1 receives the last one first. MPI's progress rule
-/// (a send and a matching receive both started: one of them completes)
-/// makes this a correct program in MPI, and MPICH runs it; tandem's sender
-/// holds the last message back until rank 1 frees a credit, which only a
-/// receive of one of the earlier messages would do. Both ranks hang and
-/// the library reports `Deadlock` ("rank 0: send to rank 1 tag N waited
-/// ... while rank 1: recv from rank 0 tag N") in every configuration:
-/// with the default 32 credits and 33 messages as with 1 credit and 2.
-/// The same limit breaks the dup scenario under one credit.
+/// Rank 0 starts `credits + 1` non-blocking sends (tags `0..=credits`),
+/// rank 1 receives the last one first. MPI's progress rule (a send and a
+/// matching receive both started: one of them completes) makes this a
+/// correct program. It used to hang: the earlier, unreceived messages held
+/// every eager credit, so the last was never sent. Now a sender out of
+/// eager credit announces the message as a rendezvous instead.
 #[test]
-#[ignore = "LIBRARY BUG: unexpected messages hold credits, so a matchable message is never sent (MPI progress rule)"]
-fn library_bug_unexpected_messages_beyond_the_credit_window_block_matchable_ones() {
+fn unexpected_messages_beyond_the_eager_credits_never_block_a_matchable_one() {
     run_cases(
-        "library_bug_unexpected_messages_beyond_the_credit_window_block_matchable_ones",
+        "unexpected_messages_beyond_the_eager_credits_never_block_a_matchable_one",
         2,
         cases(),
         Duration::from_secs(5),
@@ -1156,7 +1114,7 @@ fn library_bug_unexpected_messages_beyond_the_credit_window_block_matchable_ones
                     Request::wait_all_vec(reqs)
                 })??;
             } else {
-                let mut buf = vec![0u8; case.eager() + 1];
+                let mut buf = vec![0u8; (case.eager() + 1).max(4)];
                 for i in std::iter::once(c).chain(0..c) {
                     let st = comm.recv(&mut buf, 0, i as Tag)?;
                     check_status(format_args!("message {i}"), st, 0, i as Tag, len(i));

@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::vec;
 use std::vec::Vec;
 
-type Eng = Engine<Vec<Op>, Vec<Entry>, Vec<Peer>>;
+type Eng = Engine<Vec<Op>, Vec<Entry>, Vec<Peer>, Vec<u32>>;
 /// A streamed payload labelled with the receive's token.
 type Labelled = (u32, Vec<u8>);
 
@@ -45,24 +45,28 @@ impl Net {
     fn new(n: u32, credits: u16, eager_limit: u64, pull_ok: bool) -> Self {
         let ranks = (0..n)
             .map(|r| {
+                let envelopes = credits + 3;
                 let p = Params {
                     rank: r,
                     nranks: n,
                     credits,
+                    envelopes,
                     credit_threshold: credits.div_ceil(2),
                     eager_limit,
                 };
-                let ents = n as usize * credits as usize;
+                let ents = n as usize * envelopes as usize;
+                let nbufs = n as usize * credits as usize;
                 Rank {
                     e: Engine::new(
                         p,
                         vec![Op::EMPTY; 64],
                         vec![Entry::EMPTY; ents],
                         vec![Peer::EMPTY; n as usize],
+                        vec![0u32; nbufs],
                     )
                     .unwrap(),
                     bufs: HashMap::new(),
-                    slots: vec![vec![0; eager_limit as usize]; ents],
+                    slots: vec![vec![0; eager_limit as usize]; nbufs],
                     rx_streams: (0..n).map(|_| VecDeque::new()).collect(),
                 }
             })
@@ -133,16 +137,25 @@ impl Net {
                 let in_flight = self.wire.get(&(s, d)).map_or(0, |q| {
                     q.iter().filter(|w| w.h.kind().is_matching()).count() as u64
                 });
+                let eager_in_flight = self.wire.get(&(s, d)).map_or(0, |q| {
+                    q.iter().filter(|w| w.h.kind().is_eager()).count() as u64
+                });
                 let rcv = &self.ranks[d as usize].e;
-                let c = rcv.p.credits as u32;
-                let held = (s * c..(s + 1) * c)
-                    .filter(|&e| rcv.ent(e).st != ESt::Free)
-                    .count() as u64;
+                let c = rcv.p.envelopes as u32;
+                let used = (s * c..(s + 1) * c).filter(|&e| rcv.ent(e).st != ESt::Free);
+                let held = used.clone().count() as u64;
+                let with_buf = used.filter(|&e| rcv.ent(e).buf != NIL).count() as u64;
                 let total = in_flight + held;
-                self.max_outstanding = self.max_outstanding.max(total);
+                let eager = eager_in_flight + with_buf;
+                self.max_outstanding = self.max_outstanding.max(eager);
                 assert!(
                     total <= c as u64,
-                    "{s}->{d}: {total} messages outstanding > {c} credits"
+                    "{s}->{d}: {total} messages outstanding > {c} entries"
+                );
+                let k = rcv.p.credits as u64;
+                assert!(
+                    eager <= k,
+                    "{s}->{d}: {eager} eager messages outstanding > {k} credits"
                 );
             }
         }
@@ -569,5 +582,31 @@ proptest! {
         }
         prop_assert!(net.max_outstanding <= credits as u64);
         for r in &net.ranks { prop_assert_eq!(r.e.in_use(), 0); }
+    }
+}
+
+/// MPI's progress rule with one eager credit: unreceived earlier messages
+/// must not keep a later one, whose receive is posted, from being sent.
+#[test]
+fn out_of_eager_credit_a_matchable_message_still_goes_as_rts() {
+    for pull_ok in [true, false] {
+        let mut net = Net::new(2, 1, 16, pull_ok);
+        let sends: Vec<_> = (0..4)
+            .map(|t| net.send(0, 1, t, bytes(t as u8, 8), false))
+            .collect();
+        net.run(|| 0);
+        // Receive the last first: it must arrive although tags 0..2 wait.
+        let r = net.recv(1, 0, 3, 8);
+        net.run(|| 0);
+        assert_eq!(net.take(1, r).1, bytes(3, 8));
+        for t in (0..3).rev() {
+            let r = net.recv(1, 0, t, 8);
+            net.run(|| 0);
+            assert_eq!(net.take(1, r).1, bytes(t as u8, 8));
+        }
+        for s in sends {
+            assert!(net.take(0, s).0.is_ok());
+        }
+        assert!(net.max_outstanding <= 1);
     }
 }
