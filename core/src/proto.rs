@@ -1119,6 +1119,75 @@ where
         }
     }
 
+    // ---- fast paths for blocking calls (no operation recorded) ----
+
+    /// Fast path of a blocking eager send: if nothing is queued ahead of
+    /// it for `peer` and both credits are available, commits the message
+    /// (sequence number, credits, piggybacked returns) and returns its
+    /// header; the caller must then write header and payload to the peer
+    /// unconditionally (check the transport has room first). `None`: take
+    /// the general path.
+    #[inline]
+    pub fn eager_now(&mut self, peer: u32, ctx: u16, tag: u32, len: u64) -> Option<Header> {
+        if peer >= self.p.nranks || tag > TAG_UB || len > self.p.eager_limit {
+            return None;
+        }
+        let q = self.peer_mut(peer);
+        if q.dead
+            || q.sendq.head != NIL
+            || q.ctrlq.head != NIL
+            || q.window.available() == 0
+            || q.bwindow.available() == 0
+        {
+            return None;
+        }
+        let took = q.window.try_take(1) && q.bwindow.try_take(1);
+        debug_assert!(took);
+        let mut h = Header::new(Kind::Eager, ctx, tag, len);
+        h.seq = q.send_seq;
+        h.credit = q.freed as u16;
+        h.ecredit = q.bfreed as u16;
+        q.send_seq = q.send_seq.wrapping_add(1);
+        q.told = q.freed;
+        q.btold = q.bfreed;
+        Some(h)
+    }
+
+    /// Fast path of a blocking receive from `peer` (not a wildcard source)
+    /// with `tag` in `ctx`: `h` is the next header from `peer`. If it is an
+    /// in-order, non-synchronous eager message this receive takes (no
+    /// receive is posted ahead of it and nothing that arrived earlier
+    /// matches), consumes it and returns `true`: the caller copies the
+    /// payload straight into its buffer. `false`: take the general path.
+    #[inline]
+    pub fn eager_recv_now(&mut self, peer: u32, ctx: u16, tag: u32, h: &Header) -> R<bool> {
+        if peer >= self.p.nranks
+            || h.kind() != Kind::Eager
+            || h.context != ctx
+            || (tag != ANY_TAG && tag != h.tag)
+            || self.posted.head != NIL
+        {
+            return Ok(false);
+        }
+        let q = self.peer(peer);
+        if q.dead || q.held != 0 || h.seq != q.recv_seq {
+            return Ok(false);
+        }
+        if self.unexpected.head != NIL && self.probe(peer, ctx, tag).is_some() {
+            return Ok(false);
+        }
+        self.apply_credit(peer, h.credit, h.ecredit)?;
+        let q = self.peer_mut(peer);
+        if q.free == NIL || q.bfree == NIL {
+            return Err(ProtoError::CreditOverrun { peer });
+        }
+        // As if an entry and a buffer were taken and freed at once.
+        q.recv_seq = q.recv_seq.wrapping_add(1);
+        q.freed += 1;
+        q.bfreed += 1;
+        Ok(true)
+    }
+
     // ---- receive ----
 
     /// Feeds a validated header from `peer` (with `addr`, the 8-byte body,

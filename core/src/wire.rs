@@ -216,6 +216,42 @@ impl Header {
         b
     }
 
+    /// The first 8 encoded bytes of an eager header with `context` and
+    /// `tag`, for [`decode_eager`](Self::decode_eager).
+    #[inline]
+    pub const fn eager_word(context: u16, tag: u32) -> u64 {
+        MAGIC as u64 | (Kind::Eager as u64) << 8 | (context as u64) << 16 | (tag as u64) << 32
+    }
+
+    /// A receiver's shortcut: decodes `bytes` only if it is an eager header
+    /// whose first 8 bytes are `word` (see [`eager_word`](Self::eager_word))
+    /// with a valid length; the same checks as [`decode`](Self::decode) for
+    /// that case, in a few compares.
+    #[inline(always)]
+    pub fn decode_eager(bytes: &[u8; 56], word: u64, eager_max: u64) -> Option<Self> {
+        let w = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (w0, w1, len, w3) = (w(0), w(8), w(16), w(24));
+        if w0 != word || len > eager_max || w3 >> 16 != 0 {
+            return None;
+        }
+        Some(Self {
+            magic: MAGIC,
+            kind: Kind::Eager as u8,
+            context: (word >> 16) as u16,
+            tag: (word >> 32) as u32,
+            seq: w1 as u16,
+            credit: (w1 >> 16) as u16,
+            token: (w1 >> 32) as u32,
+            len,
+            ecredit: w3 as u16,
+            reserved: [0; 6],
+        })
+    }
+
     /// Parses and validates a header; never panics.
     #[inline]
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, WireError> {
@@ -309,6 +345,28 @@ mod tests {
             Header::decode(&good[..31], &LIMITS),
             Err(WireError::Short(31))
         );
+    }
+
+    #[test]
+    fn the_eager_shortcut_agrees_with_decode() {
+        let h = Header {
+            seq: 9,
+            credit: 7,
+            token: 5,
+            ecredit: 3,
+            ..Header::new(Kind::Eager, 2, 77, 20)
+        };
+        let mut line = [0u8; 56];
+        line[..HEADER_LEN].copy_from_slice(&h.encode());
+        let w = Header::eager_word(2, 77);
+        assert_eq!(Header::decode_eager(&line, w, 1024), Some(h));
+        assert_eq!(Header::decode_eager(&line, w, 19), None, "too long");
+        assert_eq!(
+            Header::decode_eager(&line, Header::eager_word(2, 78), 1024),
+            None
+        );
+        line[30] = 1;
+        assert_eq!(Header::decode_eager(&line, w, 1024), None, "reserved bytes");
     }
 
     fn kinds() -> impl Strategy<Value = Kind> {

@@ -1,7 +1,7 @@
 //! The communicator: blocking and scoped non-blocking point-to-point calls.
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
-use crate::engine::{Engine, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
+use crate::engine::{Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
 use crate::error::{Error, OpKind, Result};
 use crate::launch::Children;
 use crate::shm::JobMap;
@@ -13,6 +13,9 @@ use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
 
 /// A message tag.
 pub type Tag = u32;
+
+/// Polls of the fast receive path per lock hold.
+const FAST_POLLS: u32 = 64;
 
 /// Receive from any source (MPI's `MPI_ANY_SOURCE`).
 pub const ANY_SOURCE: usize = usize::MAX;
@@ -361,6 +364,10 @@ impl Comm {
     /// larger one is handed over once the receiver matched it and copied it
     /// out.
     pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
+        Self::check_send_tag(tag)?;
+        if self.engine().try_send_now(buf, dst, self.ctx, tag) {
+            return Ok(());
+        }
         let id = self.post_send(buf, dst, tag, false, 0)?;
         self.wait_one(id, OpKind::Send).map(|_| ())
     }
@@ -381,6 +388,33 @@ impl Comm {
     /// fills it and fails with [`Error::Truncated`]; the next message is
     /// unaffected.
     pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
+        Self::check_recv_tag(tag)?;
+        if src < self.size() {
+            // Fast path while spinning: poll the source's line ring directly;
+            // no operation is recorded. Anything unusual (a rendezvous, a
+            // posted receive ahead, a long wait) takes the general path,
+            // which has the deadlines and diagnostics.
+            let spins = self.sh.cfg.wait.spin.max(FAST_POLLS);
+            let mut polls = 0;
+            while polls < spins {
+                let mut e = self.engine();
+                for _ in 0..FAST_POLLS {
+                    match e.try_recv_now(buf, src, self.ctx, tag) {
+                        Fast::Done(r) => return r,
+                        Fast::NotYet => std::hint::spin_loop(),
+                        Fast::Fallback => {
+                            polls = spins;
+                            break;
+                        }
+                    }
+                }
+                if e.in_use() > 0 {
+                    // Others' operations need progress too.
+                    e.progress();
+                }
+                polls += FAST_POLLS;
+            }
+        }
         let id = self.post_recv(buf, src, tag, 0)?;
         self.wait_one(id, OpKind::Recv)
     }

@@ -75,7 +75,7 @@ impl Default for Layout {
             lines: 1024,
             slot_steps: 8,
             slot_bytes: 128 * 1024,
-            eager_limit: 512,
+            eager_limit: 4096,
             credits: 32,
             envelopes: 1024,
         }
@@ -157,13 +157,19 @@ pub struct Config {
     pub wait: WaitPolicy,
     /// Most operations pending at once (`TANDEM_MAX_REQUESTS`).
     pub max_requests: usize,
-    /// Use Linux cross-memory attach (`process_vm_readv`) for single-copy
-    /// rendezvous when the kernel allows it (`TANDEM_CMA`, 1 or 0; default
-    /// 1). Off, or refused, large messages stream through the slot ring.
+    /// Let the receiver pull rendezvous payloads straight from the sender's
+    /// buffer, single-copy: `process_vm_readv` (Linux cross-memory attach)
+    /// between processes, a plain copy between ranks that are threads of
+    /// one process (`TANDEM_CMA`, 1 or 0). Off by default: on the machines
+    /// measured so far (BENCHMARKS.md) the system call costs ~25 us and
+    /// reaches half the bandwidth of streaming through the slot ring, whose
+    /// two copies run in parallel on two cores. Refused by the kernel (no
+    /// ptrace permission, a seccomp filter), it falls back to streaming.
     pub cma: bool,
-    /// Smallest rendezvous payload pulled single-copy; smaller ones stream
-    /// through the slot ring, where one extra round trip costs less than
-    /// the system call (`TANDEM_CMA_MIN`, bytes; default 32 KiB).
+    /// With `cma` on, the smallest rendezvous payload pulled from another
+    /// process; smaller ones stream through the slot ring, where one extra
+    /// round trip costs less than the system call (`TANDEM_CMA_MIN`, bytes;
+    /// default 32 KiB).
     pub cma_min: usize,
     /// Run a progress thread pinned to this core (`TANDEM_PROXY_CORE`).
     pub proxy_core: Option<usize>,
@@ -178,7 +184,7 @@ impl Default for Config {
             timeout: Duration::from_secs(120),
             wait: WaitPolicy::default(),
             max_requests: 1024,
-            cma: true,
+            cma: false,
             cma_min: 32 * 1024,
             proxy_core: None,
             pin_core: None,

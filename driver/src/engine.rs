@@ -38,7 +38,7 @@ use crate::shm::{JobMap, WAIT_VALID};
 use std::collections::VecDeque;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
-use tandem_core::line_ring::{LineConsumer, LineProducer};
+use tandem_core::line_ring::{lines_for, LineConsumer, LineProducer, LINE_PAYLOAD};
 use tandem_core::proto::{
     self, Action, Entry, Handle, Op, OpError, OpInfo, Params, Phase, Taken, TxWhat,
 };
@@ -326,6 +326,89 @@ impl Engine {
         }
         self.pulls();
         Ok(h)
+    }
+
+    /// Blocking-send fast path: an eager message goes straight into the
+    /// line ring when nothing is queued ahead of it for `dst`, credits
+    /// allow and the ring has room; no operation is recorded. `false`: take
+    /// the general path.
+    #[inline]
+    pub(crate) fn try_send_now(&mut self, buf: &[u8], dst: usize, ctx: u16, tag: u32) -> bool {
+        if dst >= self.chans.len() || buf.len() > self.eager_limit {
+            return false;
+        }
+        let ch = &mut self.chans[dst];
+        let lines = lines_for(HEADER_LEN + buf.len()) as u64;
+        if ch.broken.is_some() || ch.tx_line.free(lines) < lines {
+            return false;
+        }
+        let Some(h) = self.proto.eager_now(dst as u32, ctx, tag, buf.len() as u64) else {
+            return false;
+        };
+        let wrote = ch.tx_line.try_write(&h.encode(), buf);
+        debug_assert!(wrote, "room was checked");
+        true
+    }
+
+    /// Blocking-receive fast path: when no receive is posted and nothing
+    /// buffered matches, an in-order eager message from `src` with `tag` at
+    /// the head of its line ring is copied straight into `buf`; no
+    /// operation is recorded.
+    #[inline]
+    pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
+        let Some(ch) = self.chans.get_mut(src) else {
+            return Fast::Fallback;
+        };
+        if ch.broken.is_some() {
+            return Fast::Fallback;
+        }
+        let mut line = [0u8; LINE_PAYLOAD];
+        if !ch.rx_line.peek_line(&mut line) {
+            return Fast::NotYet;
+        }
+        // The common case in a few compares: an eager header of this
+        // context and tag. Anything else gets the full validation.
+        let word = Header::eager_word(ctx, tag);
+        let h = match Header::decode_eager(&line, word, self.limits.eager_max) {
+            Some(h) => h,
+            None => match Header::decode(&line[..HEADER_LEN], &self.limits) {
+                Ok(h) if h.kind() == Kind::Eager => h,
+                _ => return Fast::Fallback,
+            },
+        };
+        let len = h.len as usize;
+        if HEADER_LEN + len > LINE_PAYLOAD && !ch.rx_line.message_ready(HEADER_LEN, len) {
+            return Fast::NotYet;
+        }
+        match self.proto.eager_recv_now(src as u32, ctx, tag, &h) {
+            Ok(true) => {}
+            // The general path reports a protocol error properly.
+            Ok(false) | Err(_) => return Fast::Fallback,
+        }
+        let n = len.min(buf.len());
+        if HEADER_LEN + len <= LINE_PAYLOAD {
+            buf[..n].copy_from_slice(&line[HEADER_LEN..HEADER_LEN + n]);
+            ch.rx_line.consume_peeked_line();
+        } else {
+            let read = ch.rx_line.try_read(HEADER_LEN, len, &mut buf[..n]);
+            debug_assert!(read, "readiness was checked");
+        }
+        if self.proto.tx_pending(src as u32) {
+            // A credit return may be due (a receiver that never answers).
+            self.progress_tx(src);
+        }
+        Fast::Done(if len > buf.len() {
+            Err(Error::Truncated {
+                needed: len,
+                got: buf.len(),
+            })
+        } else {
+            Ok(Status {
+                source: src,
+                tag: h.tag,
+                len,
+            })
+        })
     }
 
     /// The first message that arrived and matches, without receiving it.
@@ -822,6 +905,16 @@ impl Engine {
     }
 }
 
+/// Outcome of a fast-path receive attempt.
+pub(crate) enum Fast {
+    /// Finished.
+    Done(Result<Status>),
+    /// Nothing has arrived yet; try again.
+    NotYet,
+    /// The general path must handle it.
+    Fallback,
+}
+
 /// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`: a plain
 /// copy when `pid` is this process (ranks as threads), else
 /// `process_vm_readv`.
@@ -930,7 +1023,7 @@ mod tests {
     fn rendezvous_within_one_process_is_single_copy() {
         let map = Arc::new(JobMap::anon(1, &Layout::default()).unwrap());
         map.attach(0, std::process::id());
-        let mut e = Engine::new(map.clone(), 0, &Config::default()).unwrap();
+        let mut e = Engine::new(map.clone(), 0, &Config::default().cma(true)).unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
         let mut got = vec![0u8; 100_000];
         let s = e.post_send(&data, 0, 0, 3, false, 0).unwrap();
@@ -939,6 +1032,7 @@ mod tests {
         assert_eq!(drive(&mut e, s).unwrap().len, 100_000);
         assert_eq!(got, data);
         assert!(!e.chans[0].no_cma);
+        assert!(e.chans[0].tx_streams.is_empty() && e.chans[0].rx_streams.is_empty());
     }
 
     #[test]

@@ -82,7 +82,19 @@ fn pingpong(comm: &Comm, buf: &mut [u8], iters: usize, scoped: bool) {
 
 #[test]
 fn no_allocations_per_message_after_warm_up() {
-    common::ranks(2, "no_allocations_per_message_after_warm_up", |comm| {
+    let name = "no_allocations_per_message_after_warm_up";
+    if !common::is_rank() {
+        // Rendezvous streamed (the default) and pulled single-copy.
+        for cma in ["0", "1"] {
+            let o = common::launcher(2, name)
+                .env("TANDEM_CMA", cma)
+                .run()
+                .unwrap();
+            assert_eq!(o.code(), 0, "TANDEM_CMA={cma}: exit codes {:?}", o.codes);
+        }
+        return;
+    }
+    common::ranks(2, name, |comm| {
         // The counter is live: an allocation shows up.
         let before = ALLOCS.load(Ordering::Relaxed);
         drop(std::hint::black_box(vec![0u8; 16]));
@@ -90,12 +102,11 @@ fn no_allocations_per_message_after_warm_up() {
             ALLOCS.load(Ordering::Relaxed) > before,
             "counting allocator not installed"
         );
-        // Eager (8 B, 16 B), rendezvous streamed through the slot ring
-        // (4 KiB: above the eager limit, below the single-copy minimum) and
-        // rendezvous pulled single-copy (64 KiB, 128 KiB).
+        // Eager (8 B, 16 B) and rendezvous (8 KiB: always streamed; 64 KiB
+        // and 128 KiB: pulled single-copy when TANDEM_CMA=1).
         for (size, scoped) in [
             (8usize, false),
-            (4 << 10, false),
+            (8 << 10, false),
             (64 << 10, false),
             (16, true),
             (128 << 10, true),
