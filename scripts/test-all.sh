@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of tandem: unit, multi-process integration and doc tests,
-# the benchmark smoke runs, and the loom models. This is the command
+# the benchmark smoke runs, and the verification (model check of the
+# protocol engine, loom models, mutation checks). This is the command
 # README.md documents and .ci/run calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,7 @@ cargo run --release -q -p tandem-driver --example pingpong -- 10000
 step "criterion handshake bench, one pass each (--test)"
 cargo bench -q -p tandem-benches --bench handshake -- --test
 
-step "loom models (tandem-verify)"
-LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test --release -p tandem-verify -- --nocapture
+step "verification: model check, loom models, mutation checks (scripts/verify.sh)"
+./scripts/verify.sh
 
 step "all tests passed"

@@ -23,6 +23,7 @@
 pub mod credit;
 pub mod line_ring;
 pub mod lock;
+pub mod mutation;
 pub mod proto;
 pub mod slot_ring;
 pub mod sync;

@@ -219,7 +219,7 @@ impl LineProducer<'_> {
             // head), so nobody else accesses the payload until the flag below.
             line.data.with_mut(|p| unsafe { *p = buf });
             self.tail += 1;
-            line.flag.store(self.tail, Ordering::Release);
+            line.flag.store(self.tail, publish_order());
             return true;
         }
         let n = lines_for(total) as u64;
@@ -243,7 +243,7 @@ impl LineProducer<'_> {
                 d[at..at + take].copy_from_slice(&rest[..take]);
             });
             rest = &rest[take..];
-            line.flag.store(seq + 1, Ordering::Release);
+            line.flag.store(seq + 1, publish_order());
         }
         self.tail += n;
         true
@@ -252,6 +252,17 @@ impl LineProducer<'_> {
     /// Lines written so far.
     pub fn tail(&self) -> u64 {
         self.tail
+    }
+}
+
+/// The ordering a line's flag is published with (Release; see
+/// [`crate::mutation::Mutant::RelaxedFlagPublish`]).
+#[inline(always)]
+fn publish_order() -> Ordering {
+    if crate::mutation::active(crate::mutation::Mutant::RelaxedFlagPublish) {
+        Ordering::Relaxed
+    } else {
+        Ordering::Release
     }
 }
 

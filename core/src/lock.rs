@@ -1,7 +1,7 @@
 //! A test-and-set lock for state that a user thread and a progress (proxy)
 //! thread hand back and forth.
 //!
-//! Taking it uncontended is one atomic swap, releasing it one store. It
+//! Taking it uncontended is one compare-and-swap, releasing it one store. It
 //! never blocks: [`SpinLock::lock_with`] calls a caller-supplied back-off
 //! between attempts (spin, yield, ...), since `core` cannot sleep.
 //!
@@ -27,7 +27,7 @@ pub struct SpinLock<T> {
 }
 
 // SAFETY: the value is only reached through a guard, which the lock hands
-// to one thread at a time (swap with Acquire, release with Release); for a
+// to one thread at a time (CAS with Acquire, release with Release); for a
 // `new_single` lock the creator promised single-threaded use.
 unsafe impl<T: Send> Sync for SpinLock<T> {}
 
@@ -64,7 +64,14 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         let free = if self.shared {
-            !self.locked.swap(true, Ordering::Acquire)
+            // compare_exchange, not swap: a failed attempt then writes
+            // nothing (same cost on x86). loom 0.7 lets the `true` a failed
+            // swap writes land after the holder's release in modification
+            // order, which reports the lock held forever; with a CAS the
+            // model checks cleanly.
+            self.locked
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
         } else {
             let free = !self.locked.load(Ordering::Relaxed);
             self.locked.store(true, Ordering::Relaxed);
@@ -125,7 +132,12 @@ impl<T> core::ops::DerefMut for SpinGuard<'_, T> {
 impl<T> Drop for SpinGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.0.locked.store(false, Ordering::Release);
+        let order = if crate::mutation::active(crate::mutation::Mutant::LockReleaseRelaxed) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        self.0.locked.store(false, order);
     }
 }
 

@@ -61,6 +61,7 @@
 //! use tandem_core::proto::{Engine, Entry, Op, Params, Peer, Taken, TxWhat};
 //! let params = Params {
 //!     rank: 0, nranks: 1, credits: 2, envelopes: 4, credit_threshold: 2, eager_limit: 64,
+//!     seq_start: 0,
 //! };
 //! let mut e = Engine::new(params, [Op::EMPTY; 8], [Entry::EMPTY; 4], [Peer::EMPTY; 1], [0u32; 2])
 //!     .unwrap();
@@ -78,6 +79,7 @@
 //! ```
 
 use crate::credit::CreditWindow;
+use crate::mutation::{active, Mutant};
 use crate::wire::{Header, Kind};
 
 /// Receive from any source.
@@ -257,6 +259,9 @@ pub struct Params {
     pub credit_threshold: u16,
     /// Longest payload sent eagerly; longer messages use rendezvous.
     pub eager_limit: u64,
+    /// First sequence number on every pair (all ranks must agree; 0 unless
+    /// a test wants to cross the 16-bit wrap early).
+    pub seq_start: u16,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -651,6 +656,8 @@ where
                 bwindow: CreditWindow::new(k as u64),
                 free: (i * c) as u32,
                 bfree: (i * k) as u32,
+                send_seq: p.seq_start,
+                recv_seq: p.seq_start,
                 ..Peer::EMPTY
             };
         }
@@ -853,7 +860,9 @@ where
         let q = self.peer_mut(peer);
         let head = q.bfree;
         q.bfree = b;
-        q.bfreed += 1;
+        if !active(Mutant::CreditReturnLost) {
+            q.bfreed += 1;
+        }
         self.bufs.as_mut()[b as usize] = head;
     }
 
@@ -867,7 +876,9 @@ where
         };
         let q = self.peer_mut(peer);
         q.free = e;
-        q.freed += 1;
+        if !active(Mutant::CreditReturnLost) {
+            q.freed += 1;
+        }
     }
 
     // ---- posting ----
@@ -1059,7 +1070,8 @@ where
             return Some(tx);
         }
         let i = q.sendq.head;
-        if i == NIL || q.window.available() == 0 {
+        let skip = active(Mutant::SkipCreditCheck);
+        if i == NIL || (q.window.available() == 0 && !skip) {
             return None;
         }
         let o = self.op(i);
@@ -1067,7 +1079,7 @@ where
         // Out of eager buffers at the peer: announce it as an RTS, which
         // needs only an entry, rather than wait (unreceived messages must
         // not keep this one, perhaps matchable, from the receiver).
-        let (kind, what) = if o.len > self.p.eager_limit || q.bwindow.available() == 0 {
+        let (kind, what) = if o.len > self.p.eager_limit || (q.bwindow.available() == 0 && !skip) {
             (Kind::Rts, TxWhat::Rts(h))
         } else if o.sync {
             (Kind::EagerSync, TxWhat::Payload(h))
@@ -1102,11 +1114,12 @@ where
                 debug_assert!(i != NIL);
                 self.op_unlink(Lst::Send(peer), NIL, i);
                 let q = self.peer_mut(peer);
+                let skip = active(Mutant::SkipCreditCheck);
                 let took = q.window.try_take(1);
-                debug_assert!(took);
+                debug_assert!(took || skip);
                 if kind.is_eager() {
                     let took = q.bwindow.try_take(1);
-                    debug_assert!(took);
+                    debug_assert!(took || skip);
                 }
                 q.send_seq = q.send_seq.wrapping_add(1);
                 let o = *self.op(i);
@@ -1290,7 +1303,10 @@ where
             buf,
             next: NIL,
         };
-        if ahead != 0 {
+        if ahead != 0 && active(Mutant::HoldBackBypass) {
+            // The broken variant delivers it at once, as if it were next.
+            self.peer_mut(peer).recv_seq = h.seq;
+        } else if ahead != 0 {
             // Early: hold it back (its payload is stored) until its turn.
             self.peer_mut(peer).held += 1;
             return Ok(if h.kind().is_eager() {
@@ -1331,7 +1347,11 @@ where
         copy: &mut impl FnMut(SlotCopy),
     ) -> Action {
         let q = self.peer_mut(peer);
-        q.recv_seq = q.recv_seq.wrapping_add(1);
+        q.recv_seq = if active(Mutant::SeqWrap) {
+            q.recv_seq.saturating_add(1)
+        } else {
+            q.recv_seq.wrapping_add(1)
+        };
         let ent = *self.ent(e);
         let (mut prev, mut i) = (NIL, self.posted.head);
         while i != NIL {
@@ -1622,6 +1642,68 @@ where
         self.peers.as_ref().get(peer as usize).is_some_and(|q| {
             !q.dead && (q.ctrlq.head != NIL || q.sendq.head != NIL || self.credit_due(q))
         })
+    }
+
+    /// Receive entries and eager buffers this rank holds for messages from
+    /// `peer` right now (each backed by a credit the peer spent).
+    pub fn held_for(&self, peer: u32) -> (u64, u64) {
+        let c = self.p.envelopes as u32;
+        let mut held = (0, 0);
+        for e in peer * c..(peer + 1) * c {
+            let ent = self.ent(e);
+            if ent.st != ESt::Free {
+                held.0 += 1;
+                held.1 += (ent.buf != NIL) as u64;
+            }
+        }
+        held
+    }
+
+    /// Checks the engine's internal bookkeeping: per peer, every receive
+    /// entry and eager buffer is either on its free list or in use, never
+    /// both and never twice; the operation count matches the table. For
+    /// model checkers and tests.
+    pub fn audit(&self) -> Result<(), &'static str> {
+        let (c, k) = (self.p.envelopes as u32, self.p.credits as u32);
+        for peer in 0..self.p.nranks {
+            let q = self.peer(peer);
+            let mut free = 0u64;
+            let mut e = q.free;
+            while e != NIL {
+                if e / c != peer || self.ent(e).st != ESt::Free || free > c as u64 {
+                    return Err("receive entry free list corrupt");
+                }
+                free += 1;
+                e = self.ent(e).next;
+            }
+            let (used, bufs) = self.held_for(peer);
+            if free + used != c as u64 {
+                return Err("receive entries lost or counted twice");
+            }
+            let mut bfree = 0u64;
+            let mut b = q.bfree;
+            while b != NIL {
+                if b / k != peer || bfree > k as u64 {
+                    return Err("eager buffer free list corrupt");
+                }
+                for e in peer * c..(peer + 1) * c {
+                    if self.ent(e).st != ESt::Free && self.ent(e).buf == b {
+                        return Err("an eager buffer is both free and in use");
+                    }
+                }
+                bfree += 1;
+                b = self.bufs.as_ref()[b as usize];
+            }
+            if bfree + bufs != k as u64 {
+                return Err("eager buffers lost or held twice");
+            }
+        }
+        let nops = self.ops.as_ref().len().min(MAX_OPS) as u32;
+        let live = (0..nops).filter(|&i| self.op(i).st != St::Free).count();
+        if live != self.in_use as usize {
+            return Err("operation count wrong");
+        }
+        Ok(())
     }
 
     /// Whether enough frees are owed to `q` for an explicit credit message.

@@ -247,10 +247,15 @@ impl SlotProducer<'_> {
     fn free_cached(&self) -> u64 {
         // A corrupt head (ahead of tail) is clamped: it can never let us
         // write more than `steps` slots past what we published.
+        let steps = if crate::mutation::active(crate::mutation::Mutant::SlotHeadOffByOne) {
+            self.ring.steps + 1
+        } else {
+            self.ring.steps
+        };
         self.head_cache
-            .saturating_add(self.ring.steps)
+            .saturating_add(steps)
             .saturating_sub(self.tail)
-            .min(self.ring.steps)
+            .min(steps)
     }
 
     /// Copies `src` into the next slot and publishes it, or returns `false`

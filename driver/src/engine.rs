@@ -200,6 +200,7 @@ impl Engine {
             envelopes: envelopes as u16,
             credit_threshold: (credits as u16).div_ceil(2),
             eager_limit: layout.eager_limit as u64,
+            seq_start: 0,
         };
         let proto = Proto::new(
             params,

@@ -55,14 +55,21 @@
 #[cfg(loom)]
 pub use harness::*;
 
+#[cfg(not(loom))]
+pub mod model;
+
 /// Shared helpers for the models (only built under `--cfg loom`).
 #[cfg(loom)]
 mod harness {
     use std::time::Instant;
 
+    use loom::sync::Arc;
+    use loom::thread;
     use tandem_core::line_ring::Line;
+    use tandem_core::lock::SpinLock;
     use tandem_core::slot_ring::{PaddedCounter, SlotRingCtrl};
     use tandem_core::sync::Block;
+    use tandem_core::sync::{spin_hint, SharedCell};
 
     /// The preemption bound used when `LOOM_MAX_PREEMPTIONS` is not set.
     pub const DEFAULT_PREEMPTION_BOUND: usize = 3;
@@ -147,6 +154,73 @@ mod harness {
         match accepted.iter().find(|a| msg.contains(*a)) {
             Some(a) => panic!("{CAUGHT}: {name} failed with {a:?}"),
             None => panic!("broken model {name} failed for an unexpected reason: {msg}"),
+        }
+    }
+
+    /// An operation's state as the engine keeps it.
+    #[derive(Default)]
+    struct OpState {
+        posted: bool,
+        done: bool,
+        result: u64,
+    }
+
+    /// The request-completion model: the user thread (the model's main
+    /// thread) posts an operation under a [`SpinLock`] and waits for it; a
+    /// proxy thread completes it under the lock. The operation's state is a
+    /// loom-checked cell, so an access the lock does not order fails the
+    /// model; a user that saw completion must see the proxy's result.
+    pub fn request_model() {
+        let engine = Arc::new(SpinLock::new(SharedCell::new(OpState::default())));
+        let proxy = {
+            let engine = engine.clone();
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    if let Some(g) = engine.try_lock() {
+                        g.with_mut(|s| {
+                            // SAFETY: the guard gives this thread the state.
+                            let s = unsafe { &mut *s };
+                            if s.posted && !s.done {
+                                s.result = 42;
+                                s.done = true;
+                            }
+                        });
+                    }
+                    spin_hint();
+                }
+            })
+        };
+        // Post.
+        engine.lock_with(|_| spin_hint()).with_mut(|s| {
+            // SAFETY: as above.
+            unsafe { (*s).posted = true }
+        });
+        // Wait (bounded: loom explores every outcome; completion by the proxy
+        // or by the user's own progress).
+        let mut result = None;
+        for _ in 0..2 {
+            if let Some(g) = engine.try_lock() {
+                result = g.with(|s| {
+                    // SAFETY: as above.
+                    let s = unsafe { &*s };
+                    s.done.then_some(s.result)
+                });
+                if result.is_some() {
+                    break;
+                }
+            }
+            spin_hint();
+        }
+        proxy.join().unwrap();
+        let g = engine.try_lock().expect("lock free after the proxy exited");
+        let finally = g.with(|s| {
+            // SAFETY: as above.
+            let s = unsafe { &*s };
+            s.done.then_some(s.result)
+        });
+        if let Some(r) = result {
+            assert_eq!(r, 42, "the user saw the result the proxy wrote");
+            assert_eq!(finally, Some(42));
         }
     }
 

@@ -53,6 +53,7 @@ impl Net {
                     envelopes,
                     credit_threshold: credits.div_ceil(2),
                     eager_limit,
+                    seq_start: u16::MAX - 2,
                 };
                 let ents = n as usize * envelopes as usize;
                 let nbufs = n as usize * credits as usize;
@@ -127,6 +128,9 @@ impl Net {
             }
         }
         self.check_credit_invariant();
+        for r in &self.ranks {
+            r.e.audit().unwrap();
+        }
         did
     }
 

@@ -1,0 +1,76 @@
+//! Deliberately broken variants of the core, for proving that the
+//! verification (`tandem-verify`) catches real bugs. Compiled in only with
+//! the `mutants` feature (which only `tandem-verify`'s tests enable); in
+//! every other build [`active`] is a constant `false` and the mutation
+//! sites compile away.
+//!
+//! One mutant at a time is switched on for the whole process with
+//! [`set`]; tests that use it must not run concurrently with tests that
+//! assume the correct code (`tandem-verify` keeps them in one test binary
+//! with a single test).
+
+/// The broken variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Mutant {
+    /// `proto`: the sender ignores its credit windows.
+    SkipCreditCheck = 1,
+    /// `line_ring`: a line's flag is published with a Relaxed store instead
+    /// of Release.
+    RelaxedFlagPublish = 2,
+    /// `slot_ring`: the producer's free-slot check is off by one (it may
+    /// fill step `head + steps`).
+    SlotHeadOffByOne = 3,
+    /// `proto`: the receiver's expected sequence number saturates instead
+    /// of wrapping at 2^16.
+    SeqWrap = 4,
+    /// `proto`: a message that arrives ahead of its turn is delivered at
+    /// once instead of being held back.
+    HoldBackBypass = 5,
+    /// `proto`: freed receive entries and buffers are never counted, so no
+    /// credit ever returns.
+    CreditReturnLost = 6,
+    /// `lock`: the lock is released with a Relaxed store instead of Release.
+    LockReleaseRelaxed = 7,
+}
+
+impl Mutant {
+    /// Every mutant.
+    pub const ALL: [Mutant; 7] = [
+        Mutant::SkipCreditCheck,
+        Mutant::RelaxedFlagPublish,
+        Mutant::SlotHeadOffByOne,
+        Mutant::SeqWrap,
+        Mutant::HoldBackBypass,
+        Mutant::CreditReturnLost,
+        Mutant::LockReleaseRelaxed,
+    ];
+}
+
+#[cfg(feature = "mutants")]
+#[allow(clippy::disallowed_types)]
+static ACTIVE: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+/// Switches `m` on (or every mutant off, with `None`) for the whole
+/// process.
+#[cfg(feature = "mutants")]
+pub fn set(m: Option<Mutant>) {
+    ACTIVE.store(
+        m.map_or(0, |m| m as u8),
+        core::sync::atomic::Ordering::SeqCst,
+    );
+}
+
+/// Whether mutant `m` is switched on.
+#[cfg(feature = "mutants")]
+#[inline]
+pub fn active(m: Mutant) -> bool {
+    ACTIVE.load(core::sync::atomic::Ordering::Relaxed) == m as u8
+}
+
+/// Whether mutant `m` is switched on: never, without the `mutants` feature.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub const fn active(_m: Mutant) -> bool {
+    false
+}
