@@ -5,6 +5,9 @@
 //! same code runs over a shared-memory mapping, a registered RDMA region, or
 //! loom's model-checked memory (`--cfg loom`, see `tandem-verify`).
 //!
+//! * [`proto`]: the point-to-point protocol engine (MPI matching with
+//!   wildcards, sequence numbers and hold-back, eager with credits,
+//!   rendezvous, synchronous sends), sans-IO over caller-provided storage.
 //! * [`slot_ring`]: NCCL "Simple"-style ring of `steps` slots with monotonic
 //!   head/tail counters; the consumer's head is the credit return.
 //! * [`line_ring`]: NCCL "LL"-style ring of 64-byte lines that each carry
@@ -13,6 +16,8 @@
 //! * [`wire`]: the fixed-size wire header, validated on decode.
 //! * [`lock`]: the test-and-set lock a user thread and a proxy thread share.
 //! * [`sync`]: the only place atomics and shared cells come from.
+//! * [`mutation`]: deliberately broken variants for `tandem-verify`'s
+//!   mutation checks (compiled in only with the `mutants` feature).
 //!
 //! Memory the core does not own (a mapping shared with another process) is
 //! reached through [`line_ring::LineRing`] and [`slot_ring::SlotRing`]

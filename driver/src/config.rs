@@ -82,6 +82,49 @@ impl Default for Layout {
     }
 }
 
+/// Builder-style setters, one per field (checked by
+/// [`Layout::validate`] when a job is created).
+///
+/// ```
+/// use tandem_driver::Layout;
+/// let l = Layout::default().eager_limit(8192).credits(8);
+/// assert_eq!((l.eager_limit, l.credits), (8192, 8));
+/// assert!(l.validate().is_ok());
+/// assert!(Layout::default().envelopes(4).validate().is_err(), "envelopes <= credits");
+/// ```
+impl Layout {
+    /// Sets `lines`.
+    pub fn lines(mut self, v: u32) -> Self {
+        self.lines = v;
+        self
+    }
+    /// Sets `slot_steps`.
+    pub fn slot_steps(mut self, v: u32) -> Self {
+        self.slot_steps = v;
+        self
+    }
+    /// Sets `slot_bytes`.
+    pub fn slot_bytes(mut self, v: u32) -> Self {
+        self.slot_bytes = v;
+        self
+    }
+    /// Sets `eager_limit`.
+    pub fn eager_limit(mut self, v: u32) -> Self {
+        self.eager_limit = v;
+        self
+    }
+    /// Sets `credits`.
+    pub fn credits(mut self, v: u32) -> Self {
+        self.credits = v;
+        self
+    }
+    /// Sets `envelopes`.
+    pub fn envelopes(mut self, v: u32) -> Self {
+        self.envelopes = v;
+        self
+    }
+}
+
 impl Layout {
     /// The default layout with `TANDEM_*` overrides applied.
     pub fn from_env() -> Result<Self> {

@@ -1,6 +1,7 @@
 //! # tandem-verify
 //!
-//! [loom] models of the lock-free structures in `tandem-core`. The models
+//! Verification of `tandem-core`: [loom] models of its lock-free
+//! structures and an exhaustive model check of its protocol engine. The models
 //! drive the *very same* ring code the driver uses: under `--cfg loom`,
 //! `tandem_core::sync` swaps its atomics for loom's and its
 //! [`SharedCell`](tandem_core::sync::SharedCell) for loom's race-checked
@@ -46,9 +47,23 @@
 //! * `tests/line_ring.rs`: [`LineRing`](tandem_core::line_ring::LineRing)
 //!   with 1-line and 2-line messages, including a message that straddles the
 //!   wrap: byte-exact, in order, exactly once, race-free.
+//! * `tests/handoff.rs`: the [`CreditWindow`](tandem_core::credit::CreditWindow)
+//!   carried over two line rings (a receiver with one buffer is never
+//!   overrun), and request completion between a user thread and a proxy
+//!   thread through [`SpinLock`](tandem_core::lock::SpinLock)
+//!   (`request_model`).
+//! * `tests/mutants_loom.rs` (with the `mutants` feature): the ring and lock
+//!   mutants of [`tandem_core::mutation`] are each caught.
 //!
 //! Each property is also shown to catch a deliberately broken use or variant
 //! (the `broken_*` models, marked `#[should_panic]`), so no check is vacuous.
+//!
+//! ## The protocol engine
+//!
+//! [`model`] (built without loom) is an exhaustive bounded model check of
+//! [`tandem_core::proto::Engine`]; `tandem-verify` (the binary) runs its
+//! suite and, with the `mutants` feature, the protocol mutants against it.
+//! `scripts/verify.sh` runs everything and prints the summary.
 //!
 //! [loom]: https://docs.rs/loom
 
