@@ -13,6 +13,7 @@
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
+use tandem_core::sync::{AtomicBool, Ordering};
 use tandem_driver::{
     Comm, Config, Error, Layout, Request, Result, Status, Tag, WaitPolicy, ANY_SOURCE, ANY_TAG,
     TAG_UB,
@@ -550,8 +551,20 @@ fn huge_messages_with_wildcards() {
 
 #[test]
 fn ssend_completes_only_after_the_receive_is_posted() {
-    const NAP: Duration = Duration::from_millis(50);
+    // Ranks are threads: these flags order their steps without any timing.
+    // POSTED: rank 1 is about to post the matching receive. GO: rank 0
+    // has checked what it must see before that receive exists; rank 1
+    // posts only after it.
+    static POSTED: AtomicBool = AtomicBool::new(false);
+    static GO: AtomicBool = AtomicBool::new(false);
     const START: Tag = 1000;
+    fn wait_for(flag: &AtomicBool) {
+        let t0 = Instant::now();
+        while !flag.load(Ordering::Acquire) {
+            assert!(t0.elapsed() < TIMEOUT, "the other rank never got there");
+            std::thread::yield_now();
+        }
+    }
     run_all(
         "ssend_completes_only_after_the_receive_is_posted",
         2,
@@ -561,55 +574,52 @@ fn ssend_completes_only_after_the_receive_is_posted() {
             if comm.rank() == 0 {
                 for (k, &len) in sizes.iter().enumerate() {
                     let msg = pattern(len, 600 + k as u64);
-                    // Blocking ssend. The clock starts before rank 1 can
-                    // see the start message it naps after.
-                    let t0 = Instant::now();
+                    // Blocking ssend: returns only once rank 1 posted.
+                    POSTED.store(false, Ordering::Release);
                     comm.send(&[], 1, START)?;
                     comm.ssend(&msg, 1, 10 + k as Tag)?;
-                    let took = t0.elapsed();
                     assert!(
-                        took >= NAP,
-                        "ssend of {len} bytes returned after {took:?}, before the receive \
-                         was posted (receiver napped {NAP:?})"
+                        POSTED.load(Ordering::Acquire),
+                        "ssend of {len} bytes returned before the receive was posted"
                     );
-                    // issend: still pending while the receiver naps.
-                    let t0 = Instant::now();
+                    // issend: pending until rank 1 posts, which it does
+                    // only after this check.
+                    GO.store(false, Ordering::Release);
                     comm.send(&[], 1, START)?;
                     comm.scope(|s| {
                         let mut r = s.issend(&msg, 1, 20 + k as Tag)?;
-                        std::thread::sleep(NAP / 5);
-                        assert!(
-                            r.test()?.is_none(),
-                            "issend of {len} bytes completed before the receive was posted"
-                        );
+                        for _ in 0..100 {
+                            assert!(
+                                r.test()?.is_none(),
+                                "issend of {len} bytes completed before the receive was posted"
+                            );
+                        }
+                        GO.store(true, Ordering::Release);
                         r.wait()
                     })??;
-                    let took = t0.elapsed();
-                    assert!(
-                        took >= NAP,
-                        "issend of {len} bytes completed after {took:?}"
-                    );
                 }
-                // A standard send of an eager-sized message completes while
-                // the receiver naps (rank 1's start message carries back
-                // the credits of everything before).
+                // A standard send of an eager-sized message completes before
+                // the receive exists (rank 1's start message carries back the
+                // credits of everything before).
                 let len = e;
                 let mut b = [0u8; 1];
+                GO.store(false, Ordering::Release);
                 comm.recv(&mut b, 1, START)?;
-                let t0 = Instant::now();
                 comm.send(&pattern(len, 699), 1, 30)?;
-                let took = t0.elapsed();
-                assert!(
-                    took < NAP / 2,
-                    "eager send of {len} bytes (eager limit {e}) waited {took:?} for the receiver"
-                );
+                GO.store(true, Ordering::Release);
             } else {
                 let mut b = [0u8; 1];
                 for (k, &len) in sizes.iter().enumerate() {
                     let want = pattern(len, 600 + k as u64);
-                    for tag in [10 + k as Tag, 20 + k as Tag] {
+                    for (i, tag) in [10 + k as Tag, 20 + k as Tag].into_iter().enumerate() {
                         comm.recv(&mut b, 0, START)?;
-                        std::thread::sleep(NAP);
+                        if i == 0 {
+                            // Give a wrong ssend time to return early.
+                            std::thread::sleep(Duration::from_millis(20));
+                            POSTED.store(true, Ordering::Release);
+                        } else {
+                            wait_for(&GO);
+                        }
                         let mut buf = vec![0u8; len];
                         let st = comm.recv(&mut buf, 0, tag)?;
                         check_status(format_args!("ssend tag {tag}"), st, 0, tag, len);
@@ -617,7 +627,9 @@ fn ssend_completes_only_after_the_receive_is_posted() {
                     }
                 }
                 comm.send(&[], 0, START)?;
-                std::thread::sleep(NAP);
+                // If the eager send waited for this receive, rank 0 never
+                // sets GO and both ranks time out.
+                wait_for(&GO);
                 let mut buf = vec![0u8; e];
                 let st = comm.recv(&mut buf, 0, 30)?;
                 check_status("eager send", st, 0, 30, e);
