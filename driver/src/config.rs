@@ -75,7 +75,7 @@ impl Default for Layout {
             lines: 1024,
             slot_steps: 8,
             slot_bytes: 128 * 1024,
-            eager_limit: 4096,
+            eager_limit: 8192,
             credits: 32,
             envelopes: 1024,
         }
@@ -87,8 +87,8 @@ impl Default for Layout {
 ///
 /// ```
 /// use tandem_driver::Layout;
-/// let l = Layout::default().eager_limit(8192).credits(8);
-/// assert_eq!((l.eager_limit, l.credits), (8192, 8));
+/// let l = Layout::default().eager_limit(1024).credits(8);
+/// assert_eq!((l.eager_limit, l.credits), (1024, 8));
 /// assert!(l.validate().is_ok());
 /// assert!(Layout::default().envelopes(4).validate().is_err(), "envelopes <= credits");
 /// ```

@@ -102,11 +102,11 @@ fn no_allocations_per_message_after_warm_up() {
             ALLOCS.load(Ordering::Relaxed) > before,
             "counting allocator not installed"
         );
-        // Eager (8 B, 16 B) and rendezvous (8 KiB: always streamed; 64 KiB
+        // Eager (8 B, 16 B) and rendezvous (16 KiB: always streamed; 64 KiB
         // and 128 KiB: pulled single-copy when TANDEM_CMA=1).
         for (size, scoped) in [
             (8usize, false),
-            (8 << 10, false),
+            (16 << 10, false),
             (64 << 10, false),
             (16, true),
             (128 << 10, true),
