@@ -70,6 +70,7 @@ impl CreditWindow {
     /// Applies a cumulative grant (`total` credits ever granted). Stale
     /// grants are ignored; a grant that would open the window past its
     /// initial size is a protocol violation.
+    #[inline]
     pub fn grant(&mut self, total: u64) -> Result<(), CreditError> {
         if total <= self.granted {
             return Ok(());

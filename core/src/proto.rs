@@ -1252,6 +1252,7 @@ where
         }
     }
 
+    #[inline]
     fn apply_credit(&mut self, peer: u32, credit: u16, ecredit: u16) -> R<()> {
         let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
         let q = self.peer_mut(peer);
@@ -1637,6 +1638,16 @@ where
         self.peer_mut(peer).held = 0;
     }
 
+    /// Whether an explicit credit return to `peer` is due (what a receive
+    /// that bypassed the operation table may have caused).
+    #[inline]
+    pub fn credit_owed(&self, peer: u32) -> bool {
+        self.peers
+            .as_ref()
+            .get(peer as usize)
+            .is_some_and(|q| self.credit_due(q))
+    }
+
     /// Whether anything is queued for `peer` (sends, answers, credit).
     pub fn tx_pending(&self, peer: u32) -> bool {
         self.peers.as_ref().get(peer as usize).is_some_and(|q| {
@@ -1707,6 +1718,7 @@ where
     }
 
     /// Whether enough frees are owed to `q` for an explicit credit message.
+    #[inline]
     fn credit_due(&self, q: &Peer) -> bool {
         let t = self.p.credit_threshold.max(1) as u64;
         q.freed - q.told >= t || q.bfreed - q.btold >= t.min(self.p.credits as u64)
@@ -1729,6 +1741,7 @@ where
 /// Applies a 16-bit freed count from the peer to `window`: `seen` is the
 /// full count so far, `initial` the window's size. `None` if the peer
 /// claims to have freed more than we ever sent.
+#[inline(always)]
 fn grant(window: &mut CreditWindow, seen: &mut u64, count: u16, initial: u64) -> Option<()> {
     // Counts are 16-bit and at most a window (< 2^15) apart, so the signed
     // difference tells a newer count from a stale one that a reordering

@@ -394,8 +394,8 @@ impl Engine {
             let read = ch.rx_line.try_read(HEADER_LEN, len, &mut buf[..n]);
             debug_assert!(read, "readiness was checked");
         }
-        if self.proto.tx_pending(src as u32) {
-            // A credit return may be due (a receiver that never answers).
+        if self.proto.credit_owed(src as u32) {
+            // A credit return is due (a receiver that never answers).
             self.progress_tx(src);
         }
         Fast::Done(if len > buf.len() {
