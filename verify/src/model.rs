@@ -32,6 +32,13 @@
 //!   finished (a state where some rank is stuck is a deadlock and a
 //!   violation); for a spec that cannot complete (`Expect::Deadlock`), the
 //!   deadlock is found and reported with every pending operation named.
+//!
+//! No livelock can hide from this: every transition strictly advances a
+//! well-founded measure (a program counter, a message leaving a queue, a
+//! pull decided, or a monotonic counter such as a sequence number or a
+//! freed-credit count that only grows to a bound fixed by the programs), so
+//! the state graph is finite and acyclic and every execution ends in a
+//! terminal state, which is checked.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashSet, VecDeque};
