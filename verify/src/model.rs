@@ -939,6 +939,25 @@ pub fn suite() -> Vec<Spec> {
             ],
         ),
     ];
+    // Three ranks over a reordering network: synchronous and rendezvous
+    // sends from two senders into wildcard receives.
+    let mut three = spec(
+        "3 ranks, reordering, ssend + rendezvous into wildcards",
+        true,
+        1,
+        vec![
+            vec![ssend(2, 0, 1), send(2, 1, 2)],
+            vec![send(2, 0, 2), send(2, 0, 1)],
+            vec![
+                recv(b, None, 2),
+                recv(None, Some(0), 2),
+                recv(None, None, 2),
+                recv(None, None, 2),
+            ],
+        ],
+    );
+    three.pulls = Pulls::Always;
+    v.push(three);
     // Sequence numbers crossing 2^16, reordering on.
     let mut wrap = spec(
         "sequence numbers wrap at 2^16, reordering",
