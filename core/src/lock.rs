@@ -22,7 +22,9 @@ use core::cell::UnsafeCell;
 /// See the [module docs](self).
 pub struct SpinLock<T> {
     locked: AtomicBool,
-    shared: bool,
+    /// Whether threads may share it (atomic so [`SpinLock::share`] can
+    /// switch a single-thread lock over).
+    shared: AtomicBool,
     value: UnsafeCell<T>,
 }
 
@@ -36,7 +38,7 @@ impl<T> SpinLock<T> {
     pub fn new(value: T) -> Self {
         Self {
             locked: AtomicBool::new(false),
-            shared: true,
+            shared: AtomicBool::new(true),
             value: UnsafeCell::new(value),
         }
     }
@@ -46,24 +48,35 @@ impl<T> SpinLock<T> {
     ///
     /// # Safety
     /// No two threads may ever call `try_lock`/`lock_with` concurrently
-    /// (e.g. the owner is `!Sync` and starts no thread that uses it).
+    /// (e.g. the owner is `!Sync` and starts no thread that uses it) until
+    /// [`share`](Self::share) was called, by the one thread using it, before
+    /// any other thread can reach it.
     pub unsafe fn new_single(value: T) -> Self {
         Self {
             locked: AtomicBool::new(false),
-            shared: false,
+            shared: AtomicBool::new(false),
             value: UnsafeCell::new(value),
         }
     }
 
+    /// Switches a [`new_single`](Self::new_single) lock to the shared
+    /// (atomic) protocol, for good. Call it from the one thread using the
+    /// lock before another thread can reach it (for instance before handing
+    /// a second owner to another thread); that hand-over orders this store
+    /// before the other thread's first use.
+    pub fn share(&self) {
+        self.shared.store(true, Ordering::Relaxed);
+    }
+
     /// Whether threads may share it.
     pub fn is_shared(&self) -> bool {
-        self.shared
+        self.shared.load(Ordering::Relaxed)
     }
 
     /// The guard if the lock is free now.
     #[inline]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
-        let free = if self.shared {
+        let free = if self.is_shared() {
             // compare_exchange, not swap: a failed attempt then writes
             // nothing (same cost on x86). loom 0.7 lets the `true` a failed
             // swap writes land after the holder's release in modification
@@ -98,7 +111,7 @@ impl<T> SpinLock<T> {
             if let Some(g) = self.try_lock() {
                 return g;
             }
-            assert!(self.shared, "single-thread SpinLock re-entered");
+            assert!(self.is_shared(), "single-thread SpinLock re-entered");
             // Acquire, not Relaxed: same code on x86, and loom then lets the
             // waiter see the release instead of a stale value forever.
             while self.locked.load(Ordering::Acquire) {

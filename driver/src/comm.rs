@@ -219,10 +219,10 @@ impl Comm {
                 SpinLock::new(engine)
             } else {
                 // SAFETY: without a proxy thread only the thread holding the
-                // `Comm` reaches the engine: `Comm` is `!Sync` and `!Send`
-                // once duplicated (dups share the engine and stay on the
-                // thread that made them), and scopes and requests borrow it
-                // on that same thread.
+                // `Comm` reaches the engine: `Comm` is `!Sync`, scopes and
+                // requests borrow it on that thread, and `dup` (the only way
+                // to a second owner, which may move to another thread)
+                // switches the lock to the shared protocol first.
                 unsafe { SpinLock::new_single(engine) }
             },
             rank,
@@ -274,7 +274,9 @@ impl Comm {
     /// from this one's: a receive on one never matches a message sent on
     /// the other, wildcards included (MPI's `MPI_Comm_dup`). Like MPI, every
     /// rank must call `dup` in the same order (contexts are numbered
-    /// locally). The duplicate shares this rank's engine and thread.
+    /// locally). The duplicate shares this rank's engine; it may be moved to
+    /// another thread (calls on the two are then serialized by the engine's
+    /// lock, which `dup` switches to its atomic protocol).
     ///
     /// ```
     /// use tandem_driver::{Comm, Config, Layout, ANY_TAG};
@@ -294,6 +296,9 @@ impl Comm {
     /// assert_eq!(out[1].as_ref().unwrap(), b"lib");
     /// ```
     pub fn dup(&self) -> Result<Comm> {
+        // The duplicate may be moved to another thread: from now on the
+        // engine is locked atomically (we are its only user right now).
+        self.sh.engine.share();
         let c = self.sh.next_ctx.fetch_add(1, Ordering::Relaxed);
         if c >= crate::engine::MAX_CONTEXTS as u32 {
             return Err(Error::Config(format!(

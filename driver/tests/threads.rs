@@ -192,3 +192,36 @@ fn a_panic_in_a_scope_withdraws_its_operations() {
     });
     out.into_iter().for_each(|r| r.unwrap());
 }
+
+/// A duplicate communicator moved to its own thread runs alongside the
+/// original: the two share one engine, whose lock `dup` made atomic.
+#[test]
+fn a_dup_on_another_thread_runs_alongside_the_original() {
+    let cfg = cfg().wait(tandem_driver::WaitPolicy::SHARED_CORES);
+    let out = Comm::threads(2, &Layout::default(), cfg, |world| {
+        let lib = world.dup()?;
+        let peer = 1 - world.rank();
+        let exchange = |c: &Comm, seed: u8, n: usize| -> tandem_driver::Result<()> {
+            for i in 0..n {
+                let out = [seed.wrapping_add(i as u8); 8];
+                let big = vec![seed; 20_000];
+                let mut back = [0u8; 8];
+                let mut big_back = vec![0u8; 20_000];
+                c.sendrecv(&out, peer, 1, &mut back, peer, 1)?;
+                assert_eq!(back, out, "the peer echoes the same pattern");
+                c.sendrecv(&big, peer, 2, &mut big_back, peer, 2)?;
+                assert!(big_back == big);
+            }
+            Ok(())
+        };
+        std::thread::scope(|s| {
+            let h = s.spawn(move || exchange(&lib, 100, 300));
+            let mine = exchange(&world, 7, 300);
+            let theirs = h.join().expect("dup thread");
+            mine.and(theirs)
+        })
+    });
+    for r in out {
+        r.unwrap();
+    }
+}
