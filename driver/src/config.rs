@@ -201,16 +201,16 @@ pub struct Config {
     /// Most operations pending at once (`TANDEM_MAX_REQUESTS`).
     pub max_requests: usize,
     /// Let the receiver pull rendezvous payloads straight from the sender's
-    /// buffer, single-copy: `process_vm_readv` (Linux cross-memory attach)
-    /// between processes, a plain copy between ranks that are threads of
-    /// one process (`TANDEM_CMA`, 1 or 0). Off by default: on the machines
+    /// buffer, single-copy, with `process_vm_readv` (Linux cross-memory
+    /// attach; also between ranks that are threads of one process)
+    /// (`TANDEM_CMA`, 1 or 0). Off by default: on the machines
     /// measured so far (BENCHMARKS.md) the system call costs ~25 us and
     /// reaches half the bandwidth of streaming through the slot ring, whose
     /// two copies run in parallel on two cores. Refused by the kernel (no
     /// ptrace permission, a seccomp filter), it falls back to streaming.
     pub cma: bool,
-    /// With `cma` on, the smallest rendezvous payload pulled from another
-    /// process; smaller ones stream through the slot ring, where one extra
+    /// With `cma` on, the smallest rendezvous payload pulled; smaller ones
+    /// stream through the slot ring, where one extra
     /// round trip costs less than the system call (`TANDEM_CMA_MIN`, bytes;
     /// default 32 KiB).
     pub cma_min: usize,

@@ -9,8 +9,7 @@
 //!   sender's buffer address as an 8-byte body;
 //! * a rendezvous payload goes **single-copy**: the receiver, once a
 //!   receive matched, reads the sender's buffer directly with
-//!   `process_vm_readv` (Linux cross-memory attach; a plain copy between
-//!   threads of one process) and answers FIN. If the kernel refuses (no
+//!   `process_vm_readv` (Linux cross-memory attach) and answers FIN. If the kernel refuses (no
 //!   ptrace permission, a seccomp filter) or `TANDEM_CMA=0`, it answers CTS
 //!   instead and the sender streams the payload through the **slot ring**,
 //!   cut into slot-sized chunks and pipelined; streams run in CTS order.
@@ -643,11 +642,10 @@ impl Engine {
             let side = &mut self.side[pl.op.index()];
             // SAFETY: the receive is pending; we are its only writer.
             let dst = unsafe { &mut side.dst()[..n] };
-            let same_process = self.peer_pid(p) == self.own_pid;
             let pulled = self.cma
-                && (n >= self.cma_min || same_process)
+                && n >= self.cma_min
                 && !self.chans[p].no_cma
-                && match cma_read(self.peer_pid(p), pl.addr, dst, self.own_pid) {
+                && match cma_read(self.peer_pid(p), pl.addr, dst) {
                     Ok(()) => true,
                     Err(e) => {
                         self.chans[p].no_cma = true;
@@ -916,18 +914,13 @@ pub(crate) enum Fast {
     Fallback,
 }
 
-/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`: a plain
-/// copy when `pid` is this process (ranks as threads), else
-/// `process_vm_readv`.
-fn cma_read(pid: u32, addr: u64, dst: &mut [u8], own: u32) -> std::io::Result<()> {
+/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst` with
+/// `process_vm_readv` — also when `pid` is this process (ranks as threads):
+/// the kernel validates the source range, so a sender that gave up on its
+/// send and freed the buffer meanwhile makes this fail or read stale bytes,
+/// never touch freed memory from Rust.
+fn cma_read(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
     if dst.is_empty() {
-        return Ok(());
-    }
-    if pid == own {
-        // SAFETY: the sender is a thread of this process whose send is
-        // pending, so `addr..addr + len` is its live, shared-borrowed buffer
-        // (nothing writes it) and it cannot overlap our exclusive `dst`.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) };
         return Ok(());
     }
     if pid == 0 {
