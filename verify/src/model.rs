@@ -136,6 +136,10 @@ pub struct Spec {
     pub pulls: Pulls,
     /// First sequence number (put it near 2^16 to cross the wrap).
     pub seq_start: u16,
+    /// Also explore the driver's fast paths for blocking eager sends and
+    /// receives (`Engine::eager_now`, `Engine::eager_recv_now`), which skip
+    /// the operation table (FIFO networks only, as in the driver).
+    pub fast_paths: bool,
     /// Each rank's program.
     pub programs: Vec<Vec<Step>>,
     /// What must happen.
@@ -148,6 +152,9 @@ struct Msg {
     h: Header,
     addr: u64,
     payload: Vec<u8>,
+    /// The sending rank's program step (the model's bookkeeping, not on the
+    /// wire).
+    step: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -351,15 +358,6 @@ impl Checker<'_> {
         }
     }
 
-    /// The sender's step of a message: the sender's operation token in the
-    /// header (eager sync, RTS) or, for plain eager, its (from, seq) order.
-    fn sender_step(&self, st: &State, from: usize, h: &Header) -> Option<usize> {
-        st.ranks[from]
-            .handles
-            .iter()
-            .position(|x| x.is_some_and(|x| x.token() == h.token))
-    }
-
     fn invariants(&self, st: &State) -> Res<()> {
         let s = self.spec;
         for r in 0..self.n {
@@ -388,11 +386,17 @@ impl Checker<'_> {
     /// Every state reachable in one transition from `st`.
     fn successors(&self, st: &State, out: &mut Vec<State>) -> Res<()> {
         for r in 0..self.n {
-            // Post the next step.
+            // Post the next step (and, if enabled, try its fast path).
             if (st.ranks[r].pc as usize) < self.spec.programs[r].len() && !self.blocked(st, r) {
                 let mut x = st.clone();
                 self.post(&mut x, r)?;
                 out.push(x);
+                if self.spec.fast_paths && !self.spec.reorder {
+                    let mut x = st.clone();
+                    if self.fast(&mut x, r)? {
+                        out.push(x);
+                    }
+                }
             }
             // Transmit to each peer.
             for p in 0..self.n {
@@ -472,25 +476,91 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// The driver's fast path for rank `r`'s next step, if it is a blocking
+    /// standard eager send or a blocking receive from one rank and the
+    /// engine accepts the shortcut; `false` if it does not apply.
+    fn fast(&self, st: &mut State, r: usize) -> Res<bool> {
+        let k = st.ranks[r].pc as usize;
+        match self.spec.programs[r][k] {
+            Step::Send {
+                to,
+                tag,
+                len,
+                sync: false,
+                blocking: true,
+            } => {
+                let Some(h) = st.ranks[r].e.eager_now(to as u32, 0, tag, len as u64) else {
+                    return Ok(false);
+                };
+                let i = self.pair(r, to);
+                st.wire[i].push_back(Msg {
+                    h,
+                    addr: 0,
+                    payload: content(r, k, len),
+                    step: k as u8,
+                });
+            }
+            Step::Recv {
+                from: Some(f),
+                tag,
+                cap,
+                blocking: true,
+            } => {
+                let i = self.pair(f, r);
+                let Some(m) = st.wire[i].front().cloned() else {
+                    return Ok(false);
+                };
+                let taken = st.ranks[r]
+                    .e
+                    .eager_recv_now(f as u32, 0, tag.unwrap_or(ANY_TAG), &m.h)
+                    .map_err(|e| format!("rank {r}: fast receive refused a header: {e}"))?;
+                if !taken {
+                    return Ok(false);
+                }
+                st.wire[i].pop_front();
+                let n = m.payload.len().min(cap);
+                let Step::Send { tag: stag, .. } = self.spec.programs[f][m.step as usize] else {
+                    return Err("fast receive of a non-send".into());
+                };
+                if tag.is_some_and(|t| t != stag) || m.h.tag != stag {
+                    return Err(format!(
+                        "rank {r}: fast receive took a message it does not match"
+                    ));
+                }
+                if m.payload != content(f, m.step as usize, m.payload.len()) {
+                    return Err(format!("rank {r}: fast receive got corrupt bytes"));
+                }
+                let rk = &mut st.ranks[r];
+                rk.bufs[k][..n].copy_from_slice(&m.payload[..n]);
+                rk.got[k] = Some((f as u8, m.step));
+            }
+            _ => return Ok(false),
+        }
+        let rk = &mut st.ranks[r];
+        rk.done[k] = true;
+        rk.pc += 1;
+        Ok(true)
+    }
+
     fn transmit(&self, st: &mut State, r: usize, p: usize) -> Res<()> {
         let tx = st.ranks[r].e.next_tx(p as u32).expect("enabled");
-        let (addr, payload) = match tx.what {
+        let (addr, payload, step) = match tx.what {
             TxWhat::Payload(h) => {
                 let k = self.step_of(st, r, h).expect("own op");
                 let Step::Send { len, .. } = self.spec.programs[r][k] else {
                     unreachable!()
                 };
-                (0, content(r, k, len))
+                (0, content(r, k, len), k as u8)
             }
             TxWhat::Rts(h) => {
                 let k = self.step_of(st, r, h).expect("own op");
-                (((r as u64) << 8) | k as u64, vec![])
+                (((r as u64) << 8) | k as u64, vec![], k as u8)
             }
             TxWhat::Cts(h) => {
                 st.ranks[r].rx_streams[p].push(h);
-                (0, vec![])
+                (0, vec![], u8::MAX)
             }
-            TxWhat::Control => (0, vec![]),
+            TxWhat::Control => (0, vec![], u8::MAX),
         };
         st.ranks[r].e.tx_done(p as u32, &tx);
         let i = self.pair(r, p);
@@ -498,13 +568,14 @@ impl Checker<'_> {
             h: tx.header,
             addr,
             payload,
+            step,
         });
         Ok(())
     }
 
     fn deliver(&self, st: &mut State, f: usize, t: usize, i: usize) -> Res<()> {
         let m = st.wire[self.pair(f, t)].remove(i).expect("in range");
-        let from_step = self.sender_step(st, f, &m.h);
+        let from_step = Some(m.step as usize);
         let mut copies: Vec<SlotCopy> = Vec::new();
         let act = st.ranks[t]
             .e
@@ -855,6 +926,7 @@ fn spec(name: &str, reorder: bool, credits: u16, programs: Vec<Vec<Step>>) -> Sp
         reorder,
         pulls: Pulls::Both,
         seq_start: 0,
+        fast_paths: false,
         programs,
         expect: Expect::Complete,
     }
@@ -958,6 +1030,38 @@ pub fn suite() -> Vec<Spec> {
     );
     three.pulls = Pulls::Always;
     v.push(three);
+    // The driver's shortcuts for blocking eager calls, mixed with the
+    // general path: ping-pong, then sends that may run out of eager credit.
+    let bsend = |to, tag, len| Step::Send {
+        to,
+        tag,
+        len,
+        sync: false,
+        blocking: true,
+    };
+    let mut fast = spec(
+        "fast paths of blocking eager calls, credit 1",
+        false,
+        1,
+        vec![
+            vec![
+                bsend(1, 0, 1),
+                brecv(b, Some(0), 1),
+                bsend(1, 0, 1),
+                bsend(1, 1, 0),
+                brecv(b, None, 1),
+            ],
+            vec![
+                brecv(a, Some(0), 1),
+                bsend(0, 0, 1),
+                brecv(a, Some(0), 1),
+                brecv(a, Some(1), 1),
+                bsend(0, 2, 1),
+            ],
+        ],
+    );
+    fast.fast_paths = true;
+    v.push(fast);
     // Sequence numbers crossing 2^16, reordering on.
     let mut wrap = spec(
         "sequence numbers wrap at 2^16, reordering",
