@@ -33,9 +33,12 @@
 //!   bits each, wrapping); an explicit [`Kind::Credit`] message goes out
 //!   when `credit_threshold` frees are owed and nothing else carries them.
 //!   A receiver is never overrun and nothing is dropped. Control messages
-//!   (CTS, FIN, ACK, credit) consume no credit: at most one answers each
-//!   credited message, so the peer's reserve for them is bounded by the
-//!   same window.
+//!   (CTS, FIN, ACK, credit) consume no credit: at most one answer (CTS,
+//!   FIN or ACK) goes back per credited message, and on a FIFO transport
+//!   each explicit credit message carries at least `credit_threshold` frees
+//!   the peer has not yet heard of, so a reserve of `envelopes` receive
+//!   slots per kind covers them (the model check in `tandem-verify` checks
+//!   both bounds).
 //! * **Eager** (`len <= eager_limit`): the payload follows the header. One
 //!   that arrives before its receive is stored in a payload buffer, so
 //!   unexpected payloads never need more than `nranks * credits *

@@ -17,7 +17,10 @@
 //!   receive entry (and, if eager, a free buffer) reserved for its sender —
 //!   the RDMA receiver-not-ready condition — and no header is refused as a
 //!   protocol violation; credits in flight plus credits held never exceed
-//!   the windows;
+//!   the windows; control messages in flight never exceed a reserve of
+//!   `envelopes` per kind (answers always; credit returns on FIFO networks,
+//!   where a reordering one may also hold stale ones), so a transport that
+//!   needs receive buffers for them (RDMA RC, which is FIFO) can size it;
 //! * **no slot overwritten**: the engine's own audit (every receive entry and
 //!   eager buffer free or in use, never both, never twice);
 //! * **no stale read**: a rendezvous pull only reads a send buffer whose send
@@ -49,7 +52,7 @@ use tandem_core::proto::{
     Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Phase, SlotCopy, Status, Taken,
     TxWhat, ANY_SOURCE, ANY_TAG,
 };
-use tandem_core::wire::Header;
+use tandem_core::wire::{Header, Kind};
 
 /// Most ranks a spec may have.
 pub const MAX_RANKS: usize = 3;
@@ -371,6 +374,25 @@ impl Checker<'_> {
                 let q = &st.wire[self.pair(f, t)];
                 let matching = q.iter().filter(|m| m.h.kind().is_matching()).count() as u64;
                 let eager = q.iter().filter(|m| m.h.kind().is_eager()).count() as u64;
+                // Answers (CTS, FIN, ACK) and credit messages need no
+                // credit: each answers a credited message, so a receive
+                // reserve of `envelopes` slots per kind covers them.
+                let answers = q
+                    .iter()
+                    .filter(|m| matches!(m.h.kind(), Kind::Cts | Kind::Fin | Kind::Ack))
+                    .count() as u64;
+                let credit_msgs = q.iter().filter(|m| m.h.kind() == Kind::Credit).count() as u64;
+                // On a FIFO network (shm, RDMA RC) each credit message in
+                // flight returns at least `credit_threshold` (1 here) frees the
+                // peer has not heard of, and those are bounded by its
+                // window. (A reordering network may also hold stale ones.)
+                let fifo = !s.reorder;
+                if answers > s.envelopes as u64 || (fifo && credit_msgs > s.envelopes as u64) {
+                    return Err(format!(
+                        "{f}->{t}: {answers} answers and {credit_msgs} credit messages in flight exceed the reserve of {}",
+                        s.envelopes
+                    ));
+                }
                 let (held, bufs) = st.ranks[t].e.held_for(f as u32);
                 if matching + held > s.envelopes as u64 || eager + bufs > s.credits as u64 {
                     return Err(format!(

@@ -59,7 +59,7 @@ mod real {
         }
         println!(
             "  total: {} specs, {states} states, {transitions} transitions, {:.2?}; properties: \
-             receiver never overrun (credits, entries), engine audit (no entry or buffer reused while held), \
+             receiver never overrun (credits, entries), control messages within the reserve, engine audit (no entry or buffer reused while held), \
              no pull from a finished send, byte-exact delivery, exactly once, non-overtaking, \
              termination (deadlocks only where expected, named)",
             specs.len(),
