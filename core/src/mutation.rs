@@ -32,11 +32,14 @@ pub enum Mutant {
     CreditReturnLost = 6,
     /// `lock`: the lock is released with a Relaxed store instead of Release.
     LockReleaseRelaxed = 7,
+    /// `proto`: the blocking-receive shortcut (`eager_recv_now`) forgets to
+    /// advance the expected sequence number.
+    FastRecvSeqStuck = 8,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::SkipCreditCheck,
         Mutant::RelaxedFlagPublish,
         Mutant::SlotHeadOffByOne,
@@ -44,6 +47,7 @@ impl Mutant {
         Mutant::HoldBackBypass,
         Mutant::CreditReturnLost,
         Mutant::LockReleaseRelaxed,
+        Mutant::FastRecvSeqStuck,
     ];
 }
 

@@ -1198,7 +1198,9 @@ where
             return Err(ProtoError::CreditOverrun { peer });
         }
         // As if an entry and a buffer were taken and freed at once.
-        q.recv_seq = q.recv_seq.wrapping_add(1);
+        if !active(Mutant::FastRecvSeqStuck) {
+            q.recv_seq = q.recv_seq.wrapping_add(1);
+        }
         q.freed += 1;
         q.bfreed += 1;
         Ok(true)

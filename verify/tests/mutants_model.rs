@@ -20,6 +20,7 @@ fn every_protocol_mutant_is_caught_by_the_model_check() {
         Mutant::SeqWrap,
         Mutant::HoldBackBypass,
         Mutant::CreditReturnLost,
+        Mutant::FastRecvSeqStuck,
     ] {
         set(Some(m));
         let caught = specs

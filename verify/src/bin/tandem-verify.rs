@@ -89,6 +89,7 @@ mod real {
             Mutant::SeqWrap,
             Mutant::HoldBackBypass,
             Mutant::CreditReturnLost,
+            Mutant::FastRecvSeqStuck,
         ] {
             set(Some(m));
             let caught = specs.iter().find_map(|s| {
