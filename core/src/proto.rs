@@ -786,66 +786,52 @@ where
         }
     }
 
-    fn op_push(&mut self, l: Lst, i: u32) {
-        self.op_mut(i).next = NIL;
+    /// The link field of node `i` of list `l` (operations for the posted,
+    /// pull and send lists; receive entries for the others).
+    fn next_mut(&mut self, l: Lst, i: u32) -> &mut u32 {
+        match l {
+            Lst::Posted | Lst::Pulls | Lst::Send(_) => &mut self.op_mut(i).next,
+            Lst::Unexpected | Lst::Ctrl(_) => &mut self.ent_mut(i).next,
+        }
+    }
+
+    fn push(&mut self, l: Lst, i: u32) {
+        *self.next_mut(l, i) = NIL;
         let tail = self.list(l).tail;
         if tail == NIL {
             self.list(l).head = i;
         } else {
-            self.op_mut(tail).next = i;
+            *self.next_mut(l, tail) = i;
         }
         self.list(l).tail = i;
     }
 
     /// Unlinks `i`, whose predecessor is `prev` (or NIL at the head).
-    fn op_unlink(&mut self, l: Lst, prev: u32, i: u32) {
-        let next = self.op(i).next;
+    fn unlink(&mut self, l: Lst, prev: u32, i: u32) {
+        let next = *self.next_mut(l, i);
         if prev == NIL {
             self.list(l).head = next;
         } else {
-            self.op_mut(prev).next = next;
+            *self.next_mut(l, prev) = next;
         }
         if self.list(l).tail == i {
             self.list(l).tail = prev;
         }
-        self.op_mut(i).next = NIL;
+        *self.next_mut(l, i) = NIL;
     }
 
-    fn op_remove(&mut self, l: Lst, i: u32) -> bool {
+    /// Finds and unlinks `i`; `false` if it is not in `l`.
+    fn remove(&mut self, l: Lst, i: u32) -> bool {
         let (mut prev, mut cur) = (NIL, self.list(l).head);
         while cur != NIL {
             if cur == i {
-                self.op_unlink(l, prev, i);
+                self.unlink(l, prev, i);
                 return true;
             }
             prev = cur;
-            cur = self.op(cur).next;
+            cur = *self.next_mut(l, cur);
         }
         false
-    }
-
-    fn ent_push(&mut self, l: Lst, i: u32) {
-        self.ent_mut(i).next = NIL;
-        let tail = self.list(l).tail;
-        if tail == NIL {
-            self.list(l).head = i;
-        } else {
-            self.ent_mut(tail).next = i;
-        }
-        self.list(l).tail = i;
-    }
-
-    fn ent_unlink(&mut self, l: Lst, prev: u32, i: u32) {
-        let next = self.ent(i).next;
-        if prev == NIL {
-            self.list(l).head = next;
-        } else {
-            self.ent_mut(prev).next = next;
-        }
-        if self.list(l).tail == i {
-            self.list(l).tail = prev;
-        }
-        self.ent_mut(i).next = NIL;
     }
 
     fn entry_peer(&self, e: u32) -> u32 {
@@ -905,7 +891,7 @@ where
             len,
             ..Op::EMPTY
         })?;
-        self.op_push(Lst::Send(peer), i);
+        self.push(Lst::Send(peer), i);
         Ok(self.handle(i))
     }
 
@@ -941,7 +927,7 @@ where
                 && (src == ANY_SOURCE || src == from)
                 && (tag == ANY_TAG || tag == ent.tag)
             {
-                self.ent_unlink(Lst::Unexpected, prev, e);
+                self.unlink(Lst::Unexpected, prev, e);
                 let buf = ent.buf as usize;
                 let copy = self.bind(i, e, from);
                 return Ok((
@@ -960,7 +946,7 @@ where
             self.finish(i, Res::PeerLost, src, tag, 0);
             return Ok((h, None));
         }
-        self.op_push(Lst::Posted, i);
+        self.push(Lst::Posted, i);
         Ok((h, None))
     }
 
@@ -990,7 +976,7 @@ where
             o.r_src = from;
             o.r_tag = ent.tag;
             o.r_len = ent.len;
-            self.op_push(Lst::Pulls, i);
+            self.push(Lst::Pulls, i);
             None
         }
     }
@@ -1003,7 +989,7 @@ where
             ent.st = ESt::Ctrl;
             ent.kind = kind;
             ent.len = len;
-            self.ent_push(Lst::Ctrl(peer), e);
+            self.push(Lst::Ctrl(peer), e);
         } else {
             self.free_entry(e);
         }
@@ -1109,13 +1095,13 @@ where
             Kind::Cts | Kind::Fin | Kind::Ack => {
                 let e = tx.entry;
                 debug_assert_eq!(self.peer(peer).ctrlq.head, e);
-                self.ent_unlink(Lst::Ctrl(peer), NIL, e);
+                self.unlink(Lst::Ctrl(peer), NIL, e);
                 self.free_entry(e);
             }
             kind => {
                 let i = self.peer(peer).sendq.head;
                 debug_assert!(i != NIL);
-                self.op_unlink(Lst::Send(peer), NIL, i);
+                self.unlink(Lst::Send(peer), NIL, i);
                 let q = self.peer_mut(peer);
                 let skip = active(Mutant::SkipCreditCheck);
                 let took = q.window.try_take(1);
@@ -1370,7 +1356,7 @@ where
                 && (o.peer == ANY_SOURCE || o.peer == peer)
                 && (o.tag == ANY_TAG || o.tag == ent.tag)
             {
-                self.op_unlink(Lst::Posted, prev, i);
+                self.unlink(Lst::Posted, prev, i);
                 let h = self.handle(i);
                 return match self.bind(i, e, peer) {
                     Some(len) if wire => Action::Deliver { op: h, len },
@@ -1389,7 +1375,7 @@ where
             i = o.next;
         }
         self.ent_mut(e).st = ESt::Unexpected;
-        self.ent_push(Lst::Unexpected, e);
+        self.push(Lst::Unexpected, e);
         if wire && ent.kind.is_eager() {
             Action::Store {
                 slot: ent.buf as usize,
@@ -1409,7 +1395,7 @@ where
         if i == NIL {
             return None;
         }
-        self.op_unlink(Lst::Pulls, NIL, i);
+        self.unlink(Lst::Pulls, NIL, i);
         let o = *self.op(i);
         let ent = self.ent(o.entry);
         Some(Pull {
@@ -1546,10 +1532,10 @@ where
         }
         let o = *self.op(h.idx);
         let removed = match o.st {
-            St::RecvPosted => self.op_remove(Lst::Posted, h.idx),
+            St::RecvPosted => self.remove(Lst::Posted, h.idx),
             St::SendQueued => {
                 let p = o.peer;
-                self.op_remove(Lst::Send(p), h.idx)
+                self.remove(Lst::Send(p), h.idx)
             }
             _ => false,
         };
@@ -1606,13 +1592,13 @@ where
             }
             match o.st {
                 St::SendQueued => {
-                    self.op_remove(Lst::Send(peer), i);
+                    self.remove(Lst::Send(peer), i);
                 }
                 St::RecvPosted => {
-                    self.op_remove(Lst::Posted, i);
+                    self.remove(Lst::Posted, i);
                 }
                 St::RecvPull => {
-                    self.op_remove(Lst::Pulls, i);
+                    self.remove(Lst::Pulls, i);
                     self.free_entry(o.entry);
                 }
                 _ => {}
@@ -1624,14 +1610,14 @@ where
         // and held-back messages from it.
         while self.peer(peer).ctrlq.head != NIL {
             let e = self.peer(peer).ctrlq.head;
-            self.ent_unlink(Lst::Ctrl(peer), NIL, e);
+            self.unlink(Lst::Ctrl(peer), NIL, e);
             self.free_entry(e);
         }
         let (mut prev, mut e) = (NIL, self.unexpected.head);
         while e != NIL {
             let next = self.ent(e).next;
             if self.entry_peer(e) == peer && !self.ent(e).kind.is_eager() {
-                self.ent_unlink(Lst::Unexpected, prev, e);
+                self.unlink(Lst::Unexpected, prev, e);
                 self.free_entry(e);
             } else {
                 prev = e;

@@ -547,16 +547,7 @@ impl Engine {
             }
             let h = match Header::decode(&first, &self.limits) {
                 Ok(h) => h,
-                Err(e) => {
-                    self.break_channel(
-                        p,
-                        Error::Protocol {
-                            peer: p,
-                            detail: e.to_string(),
-                        },
-                    );
-                    return true;
-                }
+                Err(e) => return self.protocol_error(p, e),
             };
             let kind = h.kind();
             let body = match kind {
@@ -585,16 +576,7 @@ impl Engine {
                 });
             let act = match act {
                 Ok(a) => a,
-                Err(e) => {
-                    self.break_channel(
-                        p,
-                        Error::Protocol {
-                            peer: p,
-                            detail: e.to_string(),
-                        },
-                    );
-                    return true;
-                }
+                Err(e) => return self.protocol_error(p, e),
             };
             let ch = &mut self.chans[p];
             let read = match act {
@@ -685,6 +667,14 @@ impl Engine {
             ch.pid = self.map.pid_slot(p).load(Ordering::Acquire);
         }
         ch.pid
+    }
+
+    /// Peer `p` broke the protocol: its channel is unusable from now on.
+    /// Returns `true` (something happened) for the progress loop.
+    fn protocol_error(&mut self, p: usize, e: impl std::fmt::Display) -> bool {
+        let detail = e.to_string();
+        self.break_channel(p, Error::Protocol { peer: p, detail });
+        true
     }
 
     /// Fails every pending operation with peer `p` and marks the channel

@@ -10,6 +10,8 @@
 //! in some, and rendezvous both single-copy (cross-memory attach) and
 //! streamed through the slot ring. Ranks are threads (`Comm::threads`).
 
+mod common;
+use common::pattern;
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
@@ -178,19 +180,6 @@ fn run_cases(
         failures.join("\n  ")
     );
     eprintln!("{test}: all configurations ok in {:.2?}", total.elapsed());
-}
-
-/// Deterministic test bytes for message `seed` of length `len`.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = mix(seed) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A 64-bit mixer (splitmix64's finalizer) for deterministic choices.

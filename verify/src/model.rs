@@ -1139,3 +1139,30 @@ pub fn suite() -> Vec<Spec> {
     v.push(swapped);
     v
 }
+
+/// The protocol-engine mutants (see [`tandem_core::mutation`]) the model
+/// check must catch; the ring and lock mutants are loom's.
+pub const PROTOCOL_MUTANTS: [tandem_core::mutation::Mutant; 5] = {
+    use tandem_core::mutation::Mutant;
+    [
+        Mutant::SkipCreditCheck,
+        Mutant::SeqWrap,
+        Mutant::HoldBackBypass,
+        Mutant::CreditReturnLost,
+        Mutant::FastRecvSeqStuck,
+    ]
+};
+
+/// Runs `specs` with mutant `m` switched on until one fails; returns that
+/// spec's report (`None`: the mutant went unnoticed). Switches every mutant
+/// off again before returning.
+#[cfg(feature = "mutants")]
+pub fn catch(m: tandem_core::mutation::Mutant, specs: &[Spec], max_states: u64) -> Option<Report> {
+    tandem_core::mutation::set(Some(m));
+    let caught = specs
+        .iter()
+        .map(|s| check(s, max_states))
+        .find(|r| r.violation.is_some());
+    tandem_core::mutation::set(None);
+    caught
+}

@@ -3,8 +3,7 @@
 //! mutants`). One test only: the mutant switch is process-wide.
 #![cfg(all(not(loom), feature = "mutants"))]
 
-use tandem_core::mutation::{set, Mutant};
-use tandem_verify::model::{check, suite};
+use tandem_verify::model::{catch, check, suite, PROTOCOL_MUTANTS};
 
 const MAX_STATES: u64 = 5_000_000;
 
@@ -15,19 +14,12 @@ fn every_protocol_mutant_is_caught_by_the_model_check() {
         let r = check(s, MAX_STATES);
         assert!(r.ok(), "correct engine fails {}: {:?}", s.name, r.violation);
     }
-    for m in [
-        Mutant::SkipCreditCheck,
-        Mutant::SeqWrap,
-        Mutant::HoldBackBypass,
-        Mutant::CreditReturnLost,
-        Mutant::FastRecvSeqStuck,
-    ] {
-        set(Some(m));
-        let caught = specs
-            .iter()
-            .find_map(|s| check(s, MAX_STATES).violation.map(|v| (s.name.clone(), v)));
-        set(None);
-        let (spec, why) = caught.unwrap_or_else(|| panic!("{m:?} was not caught"));
-        println!("{m:?}: caught by \"{spec}\": {why}");
+    for m in PROTOCOL_MUTANTS {
+        let r = catch(m, &specs, MAX_STATES).unwrap_or_else(|| panic!("{m:?} was not caught"));
+        println!(
+            "{m:?}: caught by \"{}\": {}",
+            r.name,
+            r.violation.unwrap_or_default()
+        );
     }
 }

@@ -81,22 +81,11 @@ mod real {
 
     #[cfg(feature = "mutants")]
     fn mutation_table(specs: &[tandem_verify::model::Spec]) -> usize {
-        use tandem_core::mutation::{set, Mutant};
         println!("mutation check (protocol engine mutants; ring and lock mutants: loom, see scripts/verify.sh):");
         let mut survived = 0;
-        for m in [
-            Mutant::SkipCreditCheck,
-            Mutant::SeqWrap,
-            Mutant::HoldBackBypass,
-            Mutant::CreditReturnLost,
-            Mutant::FastRecvSeqStuck,
-        ] {
-            set(Some(m));
-            let caught = specs.iter().find_map(|s| {
-                let r = check(s, MAX_STATES);
-                r.violation.map(|v| (s.name.clone(), v, r.states))
-            });
-            set(None);
+        for m in tandem_verify::model::PROTOCOL_MUTANTS {
+            let caught = tandem_verify::model::catch(m, specs, MAX_STATES)
+                .map(|r| (r.name, r.violation.unwrap_or_default(), r.states));
             match caught {
                 Some((spec, v, states)) => {
                     println!("  {m:?}: CAUGHT by \"{spec}\" after {states} states: {v}")
