@@ -1,0 +1,28 @@
+//! The protocol engine's own cost on the blocking fast path: one rank sends
+//! 8 bytes to itself and receives them, in a tight loop, so everything stays
+//! in the L1 cache and no other core is involved. What it prints is pure
+//! engine work per send + receive (BENCHMARKS.md, "Small messages").
+//!
+//! `cargo run --release -p tandem-driver --example engine_overhead -- 2000000`
+
+use tandem_driver::{Comm, Config, Layout};
+
+fn main() -> Result<(), tandem_driver::Error> {
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000_000);
+    let mut out = Comm::threads(1, &Layout::default(), Config::default(), |comm| {
+        let mut back = [0u8; 8];
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            comm.send(&i.to_le_bytes(), 0, 0)?;
+            comm.recv(&mut back, 0, 0)?;
+            debug_assert_eq!(u64::from_le_bytes(back), i);
+        }
+        Ok(t.elapsed().as_nanos() as f64 / n as f64)
+    });
+    let ns = out.remove(0)?;
+    println!("{n} send + recv of 8 bytes to self: {ns:.1} ns each");
+    Ok(())
+}
