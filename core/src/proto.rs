@@ -47,7 +47,7 @@
 //!   receiver has not received yet can never keep a later, matchable one
 //!   from being sent (MPI's progress rule), within the entries reserved.
 //! * **Rendezvous** (`len > eager_limit`): an RTS carries tag, length and an
-//!   8-byte body (the driver's source address). When a receive matches, the
+//!   [`MemDesc`] body (where the sender's payload lives). When a receive matches, the
 //!   driver may *pull* the data itself ([`Engine::next_pull`], e.g. Linux
 //!   cross-memory attach) and the engine answers FIN; or it declines and
 //!   the engine answers CTS, on which the sender streams the bytes. The
@@ -62,6 +62,7 @@
 //!
 //! ```
 //! use tandem_core::proto::{Engine, Entry, Op, Params, Peer, Taken, TxWhat};
+//! use tandem_core::wire::MemDesc;
 //! let params = Params {
 //!     rank: 0, nranks: 1, credits: 2, envelopes: 4, credit_threshold: 2, eager_limit: 64,
 //!     seq_start: 0,
@@ -83,7 +84,7 @@
 
 use crate::credit::CreditWindow;
 use crate::mutation::{active, Mutant};
-use crate::wire::{Header, Kind};
+use crate::wire::{Header, Kind, MemDesc};
 
 /// Receive from any source.
 pub const ANY_SOURCE: u32 = u32::MAX;
@@ -377,8 +378,8 @@ pub struct Entry {
     /// The peer's operation token (RTS, sync eager).
     token: u32,
     len: u64,
-    /// RTS body (the sender's address).
-    addr: u64,
+    /// RTS body (where the sender's payload lives).
+    desc: MemDesc,
     /// For a CTS: the receive operation it answers.
     op: u32,
     /// The eager payload buffer it holds (NIL if none).
@@ -396,7 +397,7 @@ impl Entry {
         tag: 0,
         token: 0,
         len: 0,
-        addr: 0,
+        desc: MemDesc::NONE,
         op: NIL,
         buf: NIL,
         next: NIL,
@@ -527,7 +528,7 @@ pub enum TxWhat {
     Control,
     /// The payload of eager send `op`.
     Payload(Handle),
-    /// The 8-byte body of the RTS of send `op` (the driver's address).
+    /// The body of the RTS of send `op`: a [`MemDesc`] of its buffer.
     Rts(Handle),
     /// A CTS: afterwards the peer streams `header.len` bytes for receive
     /// `op` (on a FIFO transport, in the order the CTS messages went out;
@@ -542,8 +543,8 @@ pub struct Pull {
     pub op: Handle,
     /// The sender.
     pub peer: u32,
-    /// The RTS body (the sender's address).
-    pub addr: u64,
+    /// The RTS body: where the sender's payload lives.
+    pub desc: MemDesc,
     /// Bytes to pull (the message, or the receive's capacity if smaller).
     pub len: u64,
 }
@@ -1194,15 +1195,15 @@ where
 
     // ---- receive ----
 
-    /// Feeds a validated header from `peer` (with `addr`, the 8-byte body,
-    /// for an RTS). Copies for held-back messages released by this one go
+    /// Feeds a validated header from `peer` (with `desc`, the body of an
+    /// RTS; ignored for other kinds). Copies for held-back messages released by this one go
     /// to `copy`; what to do with this message's own payload is returned.
     /// An error means the peer broke the protocol: stop reading from it.
     pub fn on_message(
         &mut self,
         peer: u32,
         h: &Header,
-        addr: u64,
+        desc: MemDesc,
         copy: &mut impl FnMut(SlotCopy),
     ) -> R<Action> {
         self.check_rank(peer)?;
@@ -1239,7 +1240,7 @@ where
                 self.finish(idx, Res::Ok, peer, o.tag, o.len);
                 Ok(Action::None)
             }
-            _ => self.on_matching(peer, h, addr, copy),
+            _ => self.on_matching(peer, h, desc, copy),
         }
     }
 
@@ -1260,7 +1261,7 @@ where
         &mut self,
         peer: u32,
         h: &Header,
-        addr: u64,
+        desc: MemDesc,
         copy: &mut impl FnMut(SlotCopy),
     ) -> R<Action> {
         let q = self.peer(peer);
@@ -1294,7 +1295,7 @@ where
             tag: h.tag,
             token: h.token,
             len: h.len,
-            addr,
+            desc,
             op: NIL,
             buf,
             next: NIL,
@@ -1401,7 +1402,7 @@ where
         Some(Pull {
             op: self.handle(i),
             peer: o.r_src,
-            addr: ent.addr,
+            desc: ent.desc,
             len: ent.len.min(o.len),
         })
     }

@@ -33,6 +33,63 @@ pub const MAGIC: u8 = 0x7e;
 /// Encoded size of a [`Header`].
 pub const HEADER_LEN: usize = 32;
 
+/// Encoded size of a [`MemDesc`].
+pub const DESC_LEN: usize = 24;
+
+/// Where a rendezvous payload lives: the body of an RTS (the sender's
+/// buffer) and of a CTS (the receiver's buffer). A transport reads or
+/// writes the remote buffer through it: shared memory uses the address
+/// with cross-memory attach, RDMA verbs the address with `key` as the
+/// remote key (rkey); TCP carries it only for diagnostics.
+///
+/// ```
+/// use tandem_core::wire::MemDesc;
+/// let d = MemDesc { addr: 0x7f00_1000, len: 1 << 20, key: 0x1234 };
+/// assert_eq!(MemDesc::decode(&d.encode()), d);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MemDesc {
+    /// Address of the buffer in its owner's address space.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// A transport-specific access key (the rkey on RDMA; 0 elsewhere).
+    pub key: u64,
+}
+
+impl MemDesc {
+    /// No buffer.
+    pub const NONE: MemDesc = MemDesc {
+        addr: 0,
+        len: 0,
+        key: 0,
+    };
+
+    /// Little-endian encoding: address, length, key.
+    pub fn encode(&self) -> [u8; DESC_LEN] {
+        let mut b = [0u8; DESC_LEN];
+        b[..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[16..].copy_from_slice(&self.key.to_le_bytes());
+        b
+    }
+
+    /// Decodes [`encode`](Self::encode)'s bytes (any bit pattern is a
+    /// descriptor; the transport that uses it validates it).
+    pub fn decode(b: &[u8; DESC_LEN]) -> MemDesc {
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        MemDesc {
+            addr: word(0),
+            len: word(8),
+            key: word(16),
+        }
+    }
+}
+
 /// Message kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]

@@ -141,7 +141,7 @@ impl fmt::Display for Error {
             Self::InvalidTag { tag } => write!(
                 f,
                 "invalid tag {tag:#x}: user tags are 0..={} (ANY_TAG only on receives)",
-                crate::engine::TAG_UB
+                crate::progress::TAG_UB
             ),
             Self::InvalidRank { rank, size } => {
                 write!(f, "invalid rank {rank}: the communicator has ranks 0..{size}")

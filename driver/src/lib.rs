@@ -1,13 +1,19 @@
 //! # tandem-driver
 //!
 //! Transports, progress and the [`Comm`] API of tandem, over the
-//! `no_std` protocol core in `tandem-core`.
+//! `no_std` protocol core in `tandem-core`. The crate is layered; each
+//! module belongs to one layer and depends only on those below it:
 //!
-//! Today the transport is shared memory between processes on one machine:
-//! per directed pair of ranks a line ring (small messages: one cache line
-//! for up to 40 payload bytes) and a slot ring (large messages, cut into
-//! chunks and pipelined). See [`engine`] for the protocol and [`shm`] for
-//! the file's life cycle.
+//! ```text
+//! comm        Comm / Scope / Group / Request: no transport names
+//! progress    drives core::proto for every transport: user buffers,
+//!             post / take / withdraw, dispatch of the engine's actions
+//! transport   per peer: shm (line + slot rings, CMA, pidfd) | tcp
+//! bootstrap   launcher detection, meeting, secret, parameter agreement,
+//!             routing (shm on one host, tcp between hosts)
+//! launch      tandem-run: local ranks, and remote hosts via an exec command
+//! sys         the operating-system calls that need unsafe
+//! ```
 //!
 //! ```
 //! use tandem_driver::{Comm, Config, Layout};
@@ -29,14 +35,16 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod bootstrap;
 mod comm;
 pub mod config;
-pub mod engine;
 pub mod error;
 pub mod launch;
-pub mod shm;
+mod progress;
+mod sys;
+pub mod transport;
 
 pub use comm::{Comm, Group, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
 pub use config::{Config, Layout, WaitPolicy};
-pub use engine::{Status, TAG_UB};
 pub use error::{Error, OpKind, Result};
+pub use progress::{Status, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};

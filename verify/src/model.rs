@@ -52,7 +52,7 @@ use tandem_core::proto::{
     Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Phase, SlotCopy, Status, Taken,
     TxWhat, ANY_SOURCE, ANY_TAG,
 };
-use tandem_core::wire::{Header, Kind};
+use tandem_core::wire::{Header, Kind, MemDesc};
 
 /// Most ranks a spec may have.
 pub const MAX_RANKS: usize = 3;
@@ -601,7 +601,7 @@ impl Checker<'_> {
         let mut copies: Vec<SlotCopy> = Vec::new();
         let act = st.ranks[t]
             .e
-            .on_message(f as u32, &m.h, m.addr, &mut |c| copies.push(c))
+            .on_message(f as u32, &m.h, MemDesc { addr: m.addr, ..MemDesc::NONE }, &mut |c| copies.push(c))
             .map_err(|e| {
                 format!("rank {t} refused a message from rank {f} ({e}): receiver not ready or protocol broken")
             })?;
@@ -650,7 +650,7 @@ impl Checker<'_> {
 
     fn pull(&self, st: &mut State, r: usize, pulled: bool) -> Res<()> {
         let p = st.ranks[r].e.next_pull().expect("enabled");
-        let (s, k) = ((p.addr >> 8) as usize, (p.addr & 0xff) as usize);
+        let (s, k) = ((p.desc.addr >> 8) as usize, (p.desc.addr & 0xff) as usize);
         self.note_match(st, r, p.op, s, k);
         if pulled {
             // The sender's buffer must still be lent to the send.

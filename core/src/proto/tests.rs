@@ -178,8 +178,16 @@ impl Net {
         let rk = &mut self.ranks[to as usize];
         let mut copies = Vec::new();
         let act =
-            rk.e.on_message(from, &w.h, w.addr, &mut |c| copies.push(c))
-                .unwrap_or_else(|e| panic!("{from}->{to}: {e} on {:?}", w.h));
+            rk.e.on_message(
+                from,
+                &w.h,
+                MemDesc {
+                    addr: w.addr,
+                    ..MemDesc::NONE
+                },
+                &mut |c| copies.push(c),
+            )
+            .unwrap_or_else(|e| panic!("{from}->{to}: {e} on {:?}", w.h));
         for c in copies {
             let n = c.len as usize;
             let src = rk.slots[c.slot][..n].to_vec();
@@ -211,7 +219,10 @@ impl Net {
         while let Some(p) = self.ranks[r as usize].e.next_pull() {
             let ok = self.pull_ok;
             if ok {
-                let (sr, si) = ((p.addr >> 32) as usize, (p.addr & 0xffff_ffff) as usize);
+                let (sr, si) = (
+                    (p.desc.addr >> 32) as usize,
+                    (p.desc.addr & 0xffff_ffff) as usize,
+                );
                 let bytes = self.ranks[sr].bufs[&si][..p.len as usize].to_vec();
                 self.ranks[r as usize].bufs.get_mut(&p.op.index()).unwrap()[..p.len as usize]
                     .copy_from_slice(&bytes);
@@ -423,10 +434,10 @@ fn hostile_headers_are_errors() {
     let mut net = Net::new(2, 1, 16, true);
     let mut h = Header::new(Kind::Eager, 0, 1, 4);
     let e = &mut net.ranks[1].e;
-    e.on_message(0, &h, 0, &mut |_| {}).unwrap();
+    e.on_message(0, &h, MemDesc::NONE, &mut |_| {}).unwrap();
     h.seq = 1;
     assert_eq!(
-        e.on_message(0, &h, 0, &mut |_| {}),
+        e.on_message(0, &h, MemDesc::NONE, &mut |_| {}),
         Err(ProtoError::CreditOverrun { peer: 0 })
     );
     let fin = Header {
@@ -434,7 +445,7 @@ fn hostile_headers_are_errors() {
         ..Header::new(Kind::Fin, 0, 0, 0)
     };
     assert!(matches!(
-        e.on_message(0, &fin, 0, &mut |_| {}),
+        e.on_message(0, &fin, MemDesc::NONE, &mut |_| {}),
         Err(ProtoError::BadToken { .. })
     ));
     let credit = Header {
@@ -442,11 +453,11 @@ fn hostile_headers_are_errors() {
         ..Header::new(Kind::Credit, 0, 0, 0)
     };
     assert_eq!(
-        e.on_message(0, &credit, 0, &mut |_| {}),
+        e.on_message(0, &credit, MemDesc::NONE, &mut |_| {}),
         Err(ProtoError::BadCredit { peer: 0 })
     );
     assert!(matches!(
-        e.on_message(7, &credit, 0, &mut |_| {}),
+        e.on_message(7, &credit, MemDesc::NONE, &mut |_| {}),
         Err(ProtoError::InvalidRank { .. })
     ));
 }

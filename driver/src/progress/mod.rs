@@ -1,47 +1,45 @@
-//! The shared-memory transport under the core protocol engine.
+//! The progress layer: drives [`tandem_core::proto::Engine`] for every
+//! transport.
 //!
-//! [`tandem_core::proto::Engine`] decides everything about matching,
-//! credits and rendezvous; this module moves the bytes it asks for over
-//! one channel per directed pair of ranks:
+//! The protocol engine decides everything about matching, credits and
+//! rendezvous; this layer owns it together with the table of user buffers
+//! and carries out what it asks for over each peer's [`Link`]:
 //!
-//! * the **line ring** carries every header. An eager payload (up to
-//!   `eager_limit`) follows its header in the same lines; an RTS carries the
-//!   sender's buffer address as an 8-byte body;
-//! * a rendezvous payload goes **single-copy**: the receiver, once a
-//!   receive matched, reads the sender's buffer directly with
-//!   `process_vm_readv` (Linux cross-memory attach) and answers FIN. If the kernel refuses (no
-//!   ptrace permission, a seccomp filter) or `TANDEM_CMA=0`, it answers CTS
-//!   instead and the sender streams the payload through the **slot ring**,
-//!   cut into slot-sized chunks and pipelined; streams run in CTS order.
+//! * posting, taking, withdrawing and the walk over a scope's operations;
+//! * dispatch of the engine's actions: headers and eager bodies out
+//!   ([`Transport::try_send`]), arrivals in ([`Transport::peek`] /
+//!   [`Transport::consume`]), rendezvous streams in clear-to-send order,
+//!   pulls (which may complete later, as an RDMA READ does);
+//! * error mapping, peer liveness, and the wait records for hang reports.
 //!
 //! A message that arrives before its receive is held in one of the
-//! receiver's entries (one per credit and sender): eager payloads in the
-//! entry's `eager_limit`-byte buffer, rendezvous messages as their header
-//! only. Senders without credit wait, so memory stays bounded and nothing
-//! is dropped.
+//! receiver's entries: eager payloads in an `eager_limit`-byte buffer per
+//! eager credit, rendezvous announcements as their header and descriptor
+//! only. Senders without credit announce instead of waiting, so memory
+//! stays bounded and nothing is dropped. All storage (operation table,
+//! entries and their buffers, stream queues) is allocated when the engine
+//! is built; steady-state messaging allocates nothing.
 //!
-//! All storage (operation table, entries and their buffers, stream queues)
-//! is allocated when the engine is built; steady-state messaging allocates
-//! nothing.
-//!
-//! User buffers are reached through raw pointers recorded when an operation
-//! is posted. They are valid because every operation is either waited for
-//! or withdrawn before the borrow it came from ends (blocking calls, or the
-//! end of a [`crate::Scope`]); only this process writes them, and a peer
-//! process only ever *reads* a send buffer (cross-memory attach), while the
-//! send that owns it is still pending.
+//! User buffers are reached through the views of [`buffers`], recorded when
+//! an operation is posted. They are valid because every operation is
+//! either waited for or withdrawn before the borrow it came from ends
+//! (blocking calls, or the end of a [`crate::Scope`]); only this process
+//! writes them, and a peer only ever *reads* a send buffer (cross-memory
+//! attach, an RDMA READ) while the send that owns it is still pending.
 
-use crate::config::{debug_level, Config, DebugLevel, Layout};
+mod buffers;
+
+use crate::config::{debug_level, Config, DebugLevel};
 use crate::error::{Error, OpKind, Result};
-use crate::shm::{JobMap, WAIT_VALID};
+use crate::transport::shm::map::{JobMap, WAIT_VALID};
+use crate::transport::{Kind as LinkKind, Link, Liveness, MemDesc, Peek, PullStart, Transport};
+use crate::transport::{DESC_LEN, PEEK_LEN};
+use buffers::UserBuf;
 use std::collections::VecDeque;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
-use tandem_core::line_ring::{lines_for, LineConsumer, LineProducer, LINE_PAYLOAD};
 use tandem_core::proto::{
     self, Action, Entry, Handle, Op, OpError, OpInfo, Params, Phase, Taken, TxWhat,
 };
-use tandem_core::slot_ring::{SlotConsumer, SlotProducer};
 use tandem_core::sync::Ordering;
 use tandem_core::wire::{Header, Kind, Limits, HEADER_LEN};
 
@@ -61,52 +59,7 @@ pub struct Status {
 /// Identifies an operation of the engine.
 pub(crate) type OpId = Handle;
 
-/// Driver-side state of an operation: its buffer and bookkeeping.
-#[derive(Clone, Copy)]
-struct Side {
-    ptr: *mut u8,
-    len: usize,
-    /// Payload bytes moved so far (the progress measure for timeouts).
-    moved: usize,
-    scope: u32,
-}
-
-impl Side {
-    const EMPTY: Side = Side {
-        ptr: std::ptr::null_mut(),
-        len: 0,
-        moved: 0,
-        scope: 0,
-    };
-
-    /// The user's buffer as bytes to read.
-    ///
-    /// # Safety
-    /// The op must be pending and not abandoned; its buffer borrow is then
-    /// alive (see module docs) and nothing writes it during the engine call.
-    unsafe fn src<'b>(&self) -> &'b [u8] {
-        if self.len == 0 || self.ptr.is_null() {
-            return &[];
-        }
-        // SAFETY: per the function contract.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    /// The user's buffer as bytes to write.
-    ///
-    /// # Safety
-    /// As for [`Side::src`], and the op is a receive (an exclusive borrow).
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn dst<'b>(&self) -> &'b mut [u8] {
-        if self.len == 0 || self.ptr.is_null() {
-            return &mut [];
-        }
-        // SAFETY: per the function contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-/// A payload stream through the slot ring.
+/// A payload stream of a rendezvous.
 #[derive(Clone, Copy)]
 struct Stream {
     /// `None`: its receive was abandoned; drain and drop the bytes.
@@ -115,50 +68,64 @@ struct Stream {
     done: usize,
 }
 
-struct Chan {
-    tx_line: LineProducer<'static>,
-    tx_slot: SlotProducer<'static>,
-    rx_line: LineConsumer<'static>,
-    rx_slot: SlotConsumer<'static>,
+/// One peer: its link and the streams running over it.
+struct Peer {
+    link: Link,
     /// Sends streaming to this peer, in CTS order.
     tx_streams: VecDeque<Stream>,
     /// Receives expecting a stream from this peer, in CTS order.
     rx_streams: VecDeque<Stream>,
-    /// Set once the channel cannot be used any more.
+    /// Set once the link cannot be used any more.
     broken: Option<Error>,
-    /// Cross-memory attach to this peer refused once: stream instead.
-    no_cma: bool,
-    pid: u32,
-    pidfd: Option<OwnedFd>,
+}
+
+/// A pull the transport completes later.
+#[derive(Clone, Copy)]
+struct PendingPull {
+    op: Handle,
+    peer: usize,
+    dst: u64,
+    len: usize,
+}
+
+/// Where ranks sharing this host's mapping publish what they are blocked
+/// in (for hang reports).
+pub(crate) struct WaitBoard {
+    /// The host's mapping.
+    pub map: Arc<JobMap>,
+    /// Index in the mapping of each rank of the job (`usize::MAX`: not on
+    /// this host).
+    pub local_of: Vec<usize>,
 }
 
 type Proto = proto::Engine<Box<[Op]>, Box<[Entry]>, Box<[proto::Peer]>, Box<[u32]>>;
 
+/// The protocol parameters every rank of a job must agree on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protocol {
+    /// Largest eager payload.
+    pub eager_limit: u32,
+    /// Eager credits per sender and receiver.
+    pub credits: u32,
+    /// Receive entries per sender and receiver.
+    pub envelopes: u32,
+}
+
 /// The engine of one rank.
 pub(crate) struct Engine {
     rank: usize,
-    // `chans` borrows `map` (for 'static), so it is declared first and
-    // dropped first.
-    chans: Vec<Chan>,
+    peers: Vec<Peer>,
     proto: Proto,
-    side: Vec<Side>,
+    side: Vec<UserBuf>,
     /// `eager_limit` bytes per protocol entry, for unexpected eager payloads.
     slots: Vec<u8>,
+    pending_pulls: Vec<PendingPull>,
     limits: Limits,
     eager_limit: usize,
-    slot_bytes: usize,
-    cma: bool,
-    cma_min: usize,
     debug: bool,
     trace: bool,
-    own_pid: u32,
-    map: Arc<JobMap>,
+    board: Option<WaitBoard>,
 }
-
-// SAFETY: the raw pointers in `Side` are only dereferenced inside engine
-// calls, which the owning `Comm` serialises behind a lock; the buffers they
-// point to are kept alive by the borrow rules of `Comm` and `Scope`.
-unsafe impl Send for Engine {}
 
 /// Largest message tandem accepts (1 TiB): a corrupt length field can never
 /// make a receiver wait for (or allocate) more.
@@ -168,28 +135,26 @@ pub const MAX_MESSAGE: usize = 1 << 40;
 pub const MAX_CONTEXTS: u16 = 1024;
 
 impl Engine {
-    pub(crate) fn new(map: Arc<JobMap>, rank: usize, cfg: &Config) -> Result<Self> {
-        let n = map.nranks();
-        let layout: Layout = *map.layout();
+    /// An engine for `rank` whose peer `p` is reached through `links[p]`
+    /// (the rank itself included).
+    pub(crate) fn new(
+        rank: usize,
+        links: Vec<Link>,
+        protocol: Protocol,
+        cfg: &Config,
+        board: Option<WaitBoard>,
+    ) -> Result<Self> {
+        let n = links.len();
         let q = cfg.max_requests.clamp(1, proto::MAX_OPS);
-        let credits = layout.credits as usize;
-        let envelopes = layout.envelopes as usize;
-        let chans = (0..n)
-            .map(|p| {
-                let (tx_line, tx_slot) = map.channel(rank, p);
-                let (rx_line, rx_slot) = map.channel(p, rank);
-                Chan {
-                    tx_line: tx_line.producer(),
-                    tx_slot: tx_slot.producer(),
-                    rx_line: rx_line.consumer(),
-                    rx_slot: rx_slot.consumer(),
-                    tx_streams: VecDeque::with_capacity(q),
-                    rx_streams: VecDeque::with_capacity(q),
-                    broken: None,
-                    no_cma: false,
-                    pid: 0,
-                    pidfd: None,
-                }
+        let credits = protocol.credits as usize;
+        let envelopes = protocol.envelopes as usize;
+        let peers = links
+            .into_iter()
+            .map(|link| Peer {
+                link,
+                tx_streams: VecDeque::with_capacity(q),
+                rx_streams: VecDeque::with_capacity(q),
+                broken: None,
             })
             .collect();
         let params = Params {
@@ -198,7 +163,7 @@ impl Engine {
             credits: credits as u16,
             envelopes: envelopes as u16,
             credit_threshold: (credits as u16).div_ceil(2),
-            eager_limit: layout.eager_limit as u64,
+            eager_limit: protocol.eager_limit as u64,
             seq_start: 0,
         };
         let proto = Proto::new(
@@ -211,31 +176,28 @@ impl Engine {
         .map_err(|e| Error::Config(e.to_string()))?;
         Ok(Self {
             rank,
-            chans,
+            peers,
             proto,
-            side: vec![Side::EMPTY; q],
-            slots: vec![0u8; n * credits * layout.eager_limit as usize],
+            side: vec![UserBuf::EMPTY; q],
+            slots: vec![0u8; n * credits * protocol.eager_limit as usize],
+            pending_pulls: Vec::with_capacity(q),
             limits: Limits {
-                eager_max: layout.eager_limit as u64,
+                eager_max: protocol.eager_limit as u64,
                 msg_max: MAX_MESSAGE as u64,
                 contexts: MAX_CONTEXTS,
             },
-            eager_limit: layout.eager_limit as usize,
-            slot_bytes: layout.slot_bytes as usize,
-            cma: cfg.cma,
-            cma_min: cfg.cma_min,
+            eager_limit: protocol.eager_limit as usize,
             debug: debug_level() >= DebugLevel::Info,
             trace: debug_level() >= DebugLevel::Trace,
-            own_pid: std::process::id(),
-            map,
+            board,
         })
     }
 
     fn check_rank(&self, r: usize) -> Result<()> {
-        if r >= self.chans.len() {
+        if r >= self.peers.len() {
             return Err(Error::InvalidRank {
                 rank: r,
-                size: self.chans.len(),
+                size: self.peers.len(),
             });
         }
         Ok(())
@@ -255,10 +217,15 @@ impl Engine {
 
     /// The error operations with a failed peer report.
     fn lost(&self, p: usize) -> Error {
-        self.chans
+        self.peers
             .get(p)
             .and_then(|c| c.broken.clone())
             .unwrap_or(Error::PeerLost { rank: p })
+    }
+
+    /// Which transport carries traffic with rank `p`.
+    pub(crate) fn route(&self, p: usize) -> Option<LinkKind> {
+        self.peers.get(p).map(|c| c.link.kind())
     }
 
     /// Posts a send of `buf` (synchronous if `sync`).
@@ -278,19 +245,14 @@ impl Engine {
                 max: MAX_MESSAGE,
             });
         }
-        if let Some(e) = &self.chans[dst].broken {
+        if let Some(e) = &self.peers[dst].broken {
             return Err(e.clone());
         }
         let h = self
             .proto
             .post_send(dst as u32, ctx, tag, buf.len() as u64, sync)
             .map_err(|e| self.proto_err(e))?;
-        self.side[h.index()] = Side {
-            ptr: buf.as_ptr() as *mut u8,
-            len: buf.len(),
-            moved: 0,
-            scope,
-        };
+        self.side[h.index()] = UserBuf::send(buf, scope);
         self.progress_tx(dst);
         Ok(h)
     }
@@ -312,12 +274,7 @@ impl Engine {
             .proto
             .post_recv(src, ctx, tag, buf.len() as u64)
             .map_err(|e| self.proto_err(e))?;
-        self.side[h.index()] = Side {
-            ptr: buf.as_mut_ptr(),
-            len: buf.len(),
-            moved: 0,
-            scope,
-        };
+        self.side[h.index()] = UserBuf::recv(buf, scope);
         if let Some(c) = copy {
             let n = c.len as usize;
             let at = c.slot * self.eager_limit;
@@ -328,43 +285,44 @@ impl Engine {
         Ok(h)
     }
 
-    /// Blocking-send fast path: an eager message goes straight into the
-    /// line ring when nothing is queued ahead of it for `dst`, credits
-    /// allow and the ring has room; no operation is recorded. `false`: take
+    /// Blocking-send fast path: an eager message goes straight to the
+    /// transport when nothing is queued ahead of it for `dst`, credits
+    /// allow and the link has room; no operation is recorded. `false`: take
     /// the general path.
     #[inline]
     pub(crate) fn try_send_now(&mut self, buf: &[u8], dst: usize, ctx: u16, tag: u32) -> bool {
-        if dst >= self.chans.len() || buf.len() > self.eager_limit {
+        if dst >= self.peers.len() || buf.len() > self.eager_limit {
             return false;
         }
-        let ch = &mut self.chans[dst];
-        let lines = lines_for(HEADER_LEN + buf.len()) as u64;
-        if ch.broken.is_some() || ch.tx_line.free(lines) < lines {
+        let ch = &mut self.peers[dst];
+        if ch.broken.is_some() || !ch.link.room(HEADER_LEN + buf.len()) {
             return false;
         }
         let Some(h) = self.proto.eager_now(dst as u32, ctx, tag, buf.len() as u64) else {
             return false;
         };
-        let wrote = ch.tx_line.try_write(&h.encode(), buf);
+        let wrote = ch.link.try_send(&h.encode(), buf);
         debug_assert!(wrote, "room was checked");
         true
     }
 
     /// Blocking-receive fast path: when no receive is posted and nothing
     /// buffered matches, an in-order eager message from `src` with `tag` at
-    /// the head of its line ring is copied straight into `buf`; no
-    /// operation is recorded.
+    /// the head of its link is copied straight into `buf`; no operation is
+    /// recorded.
     #[inline]
     pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
-        let Some(ch) = self.chans.get_mut(src) else {
+        let Some(ch) = self.peers.get_mut(src) else {
             return Fast::Fallback;
         };
         if ch.broken.is_some() {
             return Fast::Fallback;
         }
-        let mut line = [0u8; LINE_PAYLOAD];
-        if !ch.rx_line.peek_line(&mut line) {
-            return Fast::NotYet;
+        let mut line = [0u8; PEEK_LEN];
+        match ch.link.peek(&mut line) {
+            Peek::Header => {}
+            Peek::Nothing => return Fast::NotYet,
+            Peek::StreamData => return Fast::Fallback,
         }
         // The common case in a few compares: an eager header of this
         // context and tag. Anything else gets the full validation.
@@ -377,7 +335,7 @@ impl Engine {
             },
         };
         let len = h.len as usize;
-        if HEADER_LEN + len > LINE_PAYLOAD && !ch.rx_line.message_ready(HEADER_LEN, len) {
+        if !ch.link.body_ready(len) {
             return Fast::NotYet;
         }
         match self.proto.eager_recv_now(src as u32, ctx, tag, &h) {
@@ -386,13 +344,7 @@ impl Engine {
             Ok(false) | Err(_) => return Fast::Fallback,
         }
         let n = len.min(buf.len());
-        if HEADER_LEN + len <= LINE_PAYLOAD {
-            buf[..n].copy_from_slice(&line[HEADER_LEN..HEADER_LEN + n]);
-            ch.rx_line.consume_peeked_line();
-        } else {
-            let read = ch.rx_line.try_read(HEADER_LEN, len, &mut buf[..n]);
-            debug_assert!(read, "readiness was checked");
-        }
+        ch.link.consume(&line, len, &mut buf[..n]);
         if self.proto.credit_owed(src as u32) {
             // A credit return is due (a receiver that never answers).
             self.progress_tx(src);
@@ -421,15 +373,18 @@ impl Engine {
         })
     }
 
-    /// Whether rank `p` is known dead (for waits that hold no operation).
+    /// Whether rank `p` is known gone (for waits that hold no operation).
     pub(crate) fn is_dead(&mut self, p: usize) -> bool {
-        p != self.rank && p < self.chans.len() && self.peer_dead(p)
+        p != self.rank
+            && p < self.peers.len()
+            && (self.peers[p].broken.is_some()
+                || matches!(self.peers[p].link.liveness(), Liveness::Lost(_)))
     }
 
-    /// One pass over every channel; `true` if anything moved.
+    /// One pass over every peer; `true` if anything moved.
     pub(crate) fn progress(&mut self) -> bool {
         let mut did = false;
-        for p in 0..self.chans.len() {
+        for p in 0..self.peers.len() {
             did |= self.progress_rx(p);
             did |= self.progress_tx(p);
         }
@@ -438,7 +393,7 @@ impl Engine {
 
     fn progress_tx(&mut self, p: usize) -> bool {
         let mut did = false;
-        let ch = &mut self.chans[p];
+        let ch = &mut self.peers[p];
         if ch.broken.is_some() {
             return false;
         }
@@ -450,13 +405,22 @@ impl Engine {
                     // SAFETY: a queued send is pending (see module docs).
                     let payload = unsafe { s.src() };
                     s.moved = payload.len();
-                    ch.tx_line.try_write(&hb, payload)
+                    ch.link.try_send(&hb, payload)
                 }
                 TxWhat::Rts(h) => {
-                    let addr = self.side[h.index()].ptr as u64;
-                    ch.tx_line.try_write(&hb, &addr.to_le_bytes())
+                    // SAFETY: as above.
+                    let desc = ch.link.describe(unsafe { self.side[h.index()].src() });
+                    ch.link.try_send(&hb, &desc.encode())
                 }
-                TxWhat::Cts(_) | TxWhat::Control => ch.tx_line.try_write(&hb, &[]),
+                TxWhat::Cts(h) => {
+                    let s = &self.side[h.index()];
+                    // SAFETY: a receive answered by CTS is pending.
+                    let dst = unsafe { s.src() };
+                    let len = (tx.header.len as usize).min(dst.len());
+                    let desc = ch.link.describe(&dst[..len]);
+                    ch.link.try_send(&hb, &desc.encode())
+                }
+                TxWhat::Control => ch.link.try_send(&hb, &[]),
             };
             if !ok {
                 break;
@@ -471,138 +435,151 @@ impl Engine {
             self.proto.tx_done(p as u32, &tx);
             did = true;
         }
-        did | self.stream_out(p)
+        let did = did | self.stream_out(p);
+        self.peers[p].link.flush();
+        did
     }
 
-    /// Pushes the front send streams' payload into the slot ring.
+    /// Pushes the front send streams' payload into the link.
     fn stream_out(&mut self, p: usize) -> bool {
-        let slot = self.slot_bytes;
-        let ch = &mut self.chans[p];
+        let ch = &mut self.peers[p];
         let mut did = false;
         while let Some(st) = ch.tx_streams.front_mut() {
             let h = st.op.expect("send streams always have their op");
             let side = &mut self.side[h.index()];
             // SAFETY: a streaming send is pending (see module docs).
             let payload = unsafe { side.src() };
-            while st.done < st.len {
-                let n = slot.min(st.len - st.done);
-                if !ch.tx_slot.try_push(&payload[st.done..st.done + n]) {
-                    return did;
-                }
+            if st.done < st.len {
+                let n = ch.link.stream_out(&payload[st.done..st.len]);
                 st.done += n;
                 side.moved = st.done;
-                did = true;
+                did |= n > 0;
+                if st.done < st.len {
+                    return did;
+                }
             }
             ch.tx_streams.pop_front();
             self.proto.stream_done(h);
+            did = true;
         }
         did
     }
 
-    /// Moves payload of the front receive streams out of the slot ring.
+    /// Moves payload of the front receive streams out of the link.
     fn stream_in(&mut self, p: usize) -> bool {
-        let slot = self.slot_bytes;
-        let ch = &mut self.chans[p];
+        let ch = &mut self.peers[p];
         let mut did = false;
         while let Some(st) = ch.rx_streams.front_mut() {
-            while st.done < st.len {
-                let n = slot.min(st.len - st.done);
-                let ok = match st.op {
+            if st.done < st.len {
+                let left = st.len - st.done;
+                let n = match st.op {
                     Some(h) => {
                         let side = &mut self.side[h.index()];
                         // SAFETY: a streaming receive is pending.
                         let dst = unsafe { side.dst() };
-                        let ok = ch.rx_slot.try_pop(&mut dst[st.done..st.done + n]);
-                        if ok {
-                            side.moved = st.done + n;
-                        }
-                        ok
+                        let n = ch.link.stream_in(left, Some(&mut dst[st.done..st.len]));
+                        side.moved = st.done + n;
+                        n
                     }
-                    None => ch.rx_slot.try_skip(),
+                    None => ch.link.stream_in(left, None),
                 };
-                if !ok {
+                st.done += n;
+                did |= n > 0;
+                if st.done < st.len {
                     return did;
                 }
-                st.done += n;
-                did = true;
             }
             let st = ch.rx_streams.pop_front().expect("front exists");
             if let Some(h) = st.op {
                 self.proto.stream_done(h);
             }
+            did = true;
         }
         did
     }
 
     fn progress_rx(&mut self, p: usize) -> bool {
-        let mut did = self.stream_in(p);
+        let mut did = false;
         loop {
-            let ch = &mut self.chans[p];
-            if ch.broken.is_some() {
-                return did;
-            }
-            let mut first = [0u8; HEADER_LEN + 8];
-            if !ch.rx_line.peek_prefix(&mut first) {
-                break;
-            }
-            let h = match Header::decode(&first, &self.limits) {
-                Ok(h) => h,
-                Err(e) => return self.protocol_error(p, e),
-            };
-            let kind = h.kind();
-            let body = match kind {
-                Kind::Eager | Kind::EagerSync => h.len as usize,
-                Kind::Rts => 8,
-                _ => 0,
-            };
-            if !ch.rx_line.message_ready(HEADER_LEN, body) {
-                break;
-            }
-            let addr = if kind == Kind::Rts {
-                u64::from_le_bytes(first[HEADER_LEN..].try_into().expect("8 bytes"))
-            } else {
-                0
-            };
-            let (side, slots, el) = (&mut self.side, &self.slots, self.eager_limit);
-            let act = self
-                .proto
-                .on_message(p as u32, &h, addr, &mut |c: proto::SlotCopy| {
-                    let s = &mut side[c.op.index()];
-                    // SAFETY: the receive just completed and was pending.
-                    let dst = unsafe { s.dst() };
-                    let n = c.len as usize;
-                    dst[..n].copy_from_slice(&slots[c.slot * el..c.slot * el + n]);
-                    s.moved = n;
-                });
-            let act = match act {
-                Ok(a) => a,
-                Err(e) => return self.protocol_error(p, e),
-            };
-            let ch = &mut self.chans[p];
-            let read = match act {
-                Action::Deliver { op, len } => {
-                    let s = &mut self.side[op.index()];
-                    // SAFETY: the receive was pending until this message.
-                    let dst = unsafe { &mut s.dst()[..len as usize] };
-                    s.moved = len as usize;
-                    ch.rx_line.try_read(HEADER_LEN, body, dst)
+            let mut round = self.stream_in(p);
+            loop {
+                let ch = &mut self.peers[p];
+                if ch.broken.is_some() {
+                    return did | round;
                 }
-                Action::Store { slot } => {
-                    let at = slot * self.eager_limit;
-                    let dst = &mut self.slots[at..at + body];
-                    ch.rx_line.try_read(HEADER_LEN, body, dst)
+                let mut first = [0u8; PEEK_LEN];
+                match ch.link.peek(&mut first) {
+                    Peek::Header => {}
+                    Peek::Nothing => break,
+                    Peek::StreamData if !ch.rx_streams.is_empty() => break,
+                    Peek::StreamData => {
+                        return self.protocol_error(p, "stream data nobody asked for");
+                    }
                 }
-                Action::None => ch.rx_line.try_read(HEADER_LEN, body, &mut []),
-                Action::Stream { op, len, .. } => {
-                    ch.tx_streams.push_back(Stream {
-                        op: Some(op),
-                        len: len as usize,
-                        done: 0,
+                let h = match Header::decode(&first[..HEADER_LEN], &self.limits) {
+                    Ok(h) => h,
+                    Err(e) => return self.protocol_error(p, e),
+                };
+                let kind = h.kind();
+                let body = match kind {
+                    Kind::Eager | Kind::EagerSync => h.len as usize,
+                    Kind::Rts | Kind::Cts => DESC_LEN,
+                    _ => 0,
+                };
+                if !ch.link.body_ready(body) {
+                    break;
+                }
+                let desc = if body == DESC_LEN && matches!(kind, Kind::Rts | Kind::Cts) {
+                    let mut d = [0u8; DESC_LEN];
+                    d.copy_from_slice(&first[HEADER_LEN..]);
+                    MemDesc::decode(&d)
+                } else {
+                    MemDesc::NONE
+                };
+                let (side, slots, el) = (&mut self.side, &self.slots, self.eager_limit);
+                let act = self
+                    .proto
+                    .on_message(p as u32, &h, desc, &mut |c: proto::SlotCopy| {
+                        let s = &mut side[c.op.index()];
+                        // SAFETY: the receive just completed and was pending.
+                        let dst = unsafe { s.dst() };
+                        let n = c.len as usize;
+                        dst[..n].copy_from_slice(&slots[c.slot * el..c.slot * el + n]);
+                        s.moved = n;
                     });
-                    ch.rx_line.try_read(HEADER_LEN, body, &mut [])
+                let act = match act {
+                    Ok(a) => a,
+                    Err(e) => return self.protocol_error(p, e),
+                };
+                let ch = &mut self.peers[p];
+                match act {
+                    Action::Deliver { op, len } => {
+                        let s = &mut self.side[op.index()];
+                        // SAFETY: the receive was pending until this message.
+                        let dst = unsafe { &mut s.dst()[..len as usize] };
+                        s.moved = len as usize;
+                        ch.link.consume(&first, body, dst);
+                    }
+                    Action::Store { slot } => {
+                        let at = slot * self.eager_limit;
+                        let dst = &mut self.slots[at..at + body];
+                        ch.link.consume(&first, body, dst);
+                    }
+                    Action::None => ch.link.consume(&first, body, &mut []),
+                    Action::Stream { op, len, .. } => {
+                        ch.tx_streams.push_back(Stream {
+                            op: Some(op),
+                            len: len as usize,
+                            done: 0,
+                        });
+                        ch.link.consume(&first, body, &mut []);
+                    }
                 }
-            };
-            debug_assert!(read, "a message whose last line is ready");
+                round = true;
+            }
+            if !round {
+                break;
+            }
             did = true;
         }
         did |= self.pulls();
@@ -613,10 +590,10 @@ impl Engine {
         did
     }
 
-    /// Serves matched rendezvous receives: pull the payload across with
-    /// cross-memory attach, or ask the sender to stream it.
+    /// Serves matched rendezvous receives: pull the payload across (cross-
+    /// memory attach, RDMA READ), or ask the sender to stream it.
     fn pulls(&mut self) -> bool {
-        let mut did = false;
+        let mut did = self.poll_pulls();
         while let Some(pl) = self.proto.next_pull() {
             did = true;
             let p = pl.peer as usize;
@@ -624,52 +601,70 @@ impl Engine {
             let side = &mut self.side[pl.op.index()];
             // SAFETY: the receive is pending; we are its only writer.
             let dst = unsafe { &mut side.dst()[..n] };
-            let pulled = self.cma
-                && n >= self.cma_min
-                && !self.chans[p].no_cma
-                && match cma_read(self.peer_pid(p), pl.addr, dst) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        self.chans[p].no_cma = true;
-                        if self.debug {
-                            eprintln!(
-                                "tandem[{}]: cross-memory attach from rank {p} refused ({e}); \
-                                 streaming through the slot ring instead",
-                                self.rank
-                            );
-                        }
-                        false
-                    }
-                };
-            if pulled {
-                self.side[pl.op.index()].moved = n;
-            }
+            let dst_addr = dst.as_ptr() as u64;
+            let start = match &self.peers[p].broken {
+                Some(_) => PullStart::Unsupported,
+                None => self.peers[p].link.start_pull(pl.desc, dst),
+            };
             if self.trace {
                 eprintln!(
-                    "tandem[{}]: rendezvous {n} bytes from rank {p}: {}",
+                    "tandem[{}]: rendezvous {n} bytes from rank {p} over {}: {}",
                     self.rank,
-                    if pulled {
-                        "single copy (process_vm_readv)"
-                    } else {
-                        "streamed through the slot ring"
+                    self.peers[p].link.kind(),
+                    match start {
+                        PullStart::Done => "single copy (pulled)",
+                        PullStart::Pending => "pull started",
+                        PullStart::Unsupported => "streamed",
                     }
                 );
             }
-            self.proto.pull_done(pl.op, pulled);
+            match start {
+                PullStart::Done => {
+                    self.side[pl.op.index()].moved = n;
+                    self.proto.pull_done(pl.op, true);
+                }
+                PullStart::Pending => self.pending_pulls.push(PendingPull {
+                    op: pl.op,
+                    peer: p,
+                    dst: dst_addr,
+                    len: n,
+                }),
+                PullStart::Unsupported => self.proto.pull_done(pl.op, false),
+            }
             self.progress_tx(p);
         }
         did
     }
 
-    fn peer_pid(&mut self, p: usize) -> u32 {
-        let ch = &mut self.chans[p];
-        if ch.pid == 0 {
-            ch.pid = self.map.pid_slot(p).load(Ordering::Acquire);
+    /// Completes pulls the transports report done.
+    fn poll_pulls(&mut self) -> bool {
+        if self.pending_pulls.is_empty() {
+            return false;
         }
-        ch.pid
+        let mut did = false;
+        for p in 0..self.peers.len() {
+            let (peers, pending, side, proto) = (
+                &mut self.peers,
+                &mut self.pending_pulls,
+                &mut self.side,
+                &mut self.proto,
+            );
+            peers[p].link.poll_pulls(&mut |dst, ok| {
+                if let Some(i) = pending.iter().position(|q| q.dst == dst) {
+                    let q = pending.swap_remove(i);
+                    if ok {
+                        side[q.op.index()].moved = q.len;
+                    }
+                    // A failed pull falls back to a stream.
+                    proto.pull_done(q.op, ok);
+                    did = true;
+                }
+            });
+        }
+        did
     }
 
-    /// Peer `p` broke the protocol: its channel is unusable from now on.
+    /// Peer `p` broke the protocol: its link is unusable from now on.
     /// Returns `true` (something happened) for the progress loop.
     fn protocol_error(&mut self, p: usize, e: impl std::fmt::Display) -> bool {
         let detail = e.to_string();
@@ -677,13 +672,13 @@ impl Engine {
         true
     }
 
-    /// Fails every pending operation with peer `p` and marks the channel
+    /// Fails every pending operation with peer `p` and marks the link
     /// broken. Eager messages already received stay receivable.
     fn break_channel(&mut self, p: usize, e: Error) {
         if self.debug {
-            eprintln!("tandem[{}]: channel from/to rank {p} fails: {e}", self.rank);
+            eprintln!("tandem[{}]: link from/to rank {p} fails: {e}", self.rank);
         }
-        let ch = &mut self.chans[p];
+        let ch = &mut self.peers[p];
         if ch.broken.is_none() {
             ch.broken = Some(e);
         }
@@ -691,60 +686,27 @@ impl Engine {
         for s in ch.rx_streams.iter_mut() {
             s.op = None;
         }
+        // Pulls from a broken peer never complete; their receives fail with
+        // the peer below.
+        self.pending_pulls.retain(|q| q.peer != p);
         self.proto.fail_peer(p as u32);
     }
 
-    /// Whether rank `p`'s process is known to have exited.
-    fn peer_dead(&mut self, p: usize) -> bool {
-        let own = self.own_pid;
-        let pid = self.peer_pid(p);
-        let ch = &mut self.chans[p];
-        // Not attached yet, or a thread of this very process.
-        if pid == 0 || pid == own {
-            return false;
-        }
-        if ch.pidfd.is_none() {
-            // SAFETY: plain syscall; a returned descriptor is ours to own.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-            if fd < 0 {
-                let err = std::io::Error::last_os_error();
-                // ESRCH: it is gone already. Anything else (an old kernel):
-                // fall back to kill(pid, 0).
-                if err.raw_os_error() == Some(libc::ESRCH) {
-                    return true;
-                }
-                // SAFETY: signal 0 only checks for existence.
-                return unsafe { libc::kill(pid as libc::pid_t, 0) } != 0;
-            }
-            // SAFETY: fd is a fresh descriptor we own.
-            ch.pidfd = Some(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-        }
-        let fd = ch
-            .pidfd
-            .as_ref()
-            .map(std::os::fd::AsRawFd::as_raw_fd)
-            .unwrap_or(-1);
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        n > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP) != 0
-    }
-
-    /// Checks the peers while operations are pending; a dead peer's channel
-    /// is drained of what it sent before dying, then every operation still
-    /// waiting on it fails with [`Error::PeerLost`].
+    /// Checks the peers while operations are pending; a lost peer's link
+    /// is drained of what it sent before going, then every operation still
+    /// waiting on it fails with the transport's error
+    /// ([`Error::PeerLost`], or why its connection failed).
     pub(crate) fn check_peers(&mut self) {
         if self.proto.in_use() == 0 {
             return;
         }
-        for p in 0..self.chans.len() {
-            if p != self.rank && self.chans[p].broken.is_none() && self.peer_dead(p) {
+        for p in 0..self.peers.len() {
+            if p == self.rank || self.peers[p].broken.is_some() {
+                continue;
+            }
+            if let Liveness::Lost(e) = self.peers[p].link.liveness() {
                 self.progress_rx(p);
-                self.break_channel(p, Error::PeerLost { rank: p });
+                self.break_channel(p, e);
             }
         }
     }
@@ -755,7 +717,7 @@ impl Engine {
         match self.proto.take(id) {
             Taken::Pending => None,
             Taken::Done(r) => {
-                self.side[id.index()] = Side::EMPTY;
+                self.side[id.index()] = UserBuf::EMPTY;
                 Some(match r {
                     Ok(s) => Ok(Status {
                         source: s.source as usize,
@@ -807,7 +769,7 @@ impl Engine {
                 self.break_channel(p, Error::ChannelBroken { peer: p, reason });
             }
             (false, Phase::Streaming) => {
-                for ch in &mut self.chans {
+                for ch in &mut self.peers {
                     for s in ch.rx_streams.iter_mut().filter(|s| s.op == Some(id)) {
                         s.op = None;
                     }
@@ -815,7 +777,7 @@ impl Engine {
             }
             _ => {}
         }
-        self.side[id.index()] = Side::EMPTY;
+        self.side[id.index()] = UserBuf::EMPTY;
         if self.proto.info(id).is_some_and(|i| i.phase == Phase::Done) {
             self.proto.take(id);
         } else {
@@ -850,9 +812,10 @@ impl Engine {
     }
 
     /// Publishes (or clears, with `None`) what this rank is blocked in, for
-    /// the hang reports of its peers.
+    /// the hang reports of peers on this host.
     pub(crate) fn publish_wait(&self, what: Option<(OpKind, u16, usize, u32)>) {
-        let slot = self.map.wait_slot(self.rank);
+        let Some(board) = &self.board else { return };
+        let slot = board.map.wait_slot(board.local_of[self.rank]);
         match what {
             None => slot[0].store(0, Ordering::Relaxed),
             Some((op, ctx, peer, tag)) => {
@@ -871,9 +834,15 @@ impl Engine {
         }
     }
 
-    /// What rank `p` says it is blocked in, if anything.
+    /// What rank `p` says it is blocked in, if anything (ranks on this
+    /// host only).
     pub(crate) fn peer_wait(&self, p: usize) -> Option<(OpKind, usize, u32)> {
-        let slot = self.map.wait_slot(p);
+        let board = self.board.as_ref()?;
+        let local = *board.local_of.get(p)?;
+        if local == usize::MAX || self.peers[p].link.kind() != LinkKind::Shm {
+            return None;
+        }
+        let slot = board.map.wait_slot(local);
         let w = slot[0].load(Ordering::Relaxed);
         if w & WAIT_VALID == 0 {
             return None;
@@ -904,52 +873,23 @@ pub(crate) enum Fast {
     Fallback,
 }
 
-/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst` with
-/// `process_vm_readv` — also when `pid` is this process (ranks as threads):
-/// the kernel validates the source range, so a sender that gave up on its
-/// send and freed the buffer meanwhile makes this fail or read stale bytes,
-/// never touch freed memory from Rust.
-fn cma_read(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
-    if dst.is_empty() {
-        return Ok(());
-    }
-    if pid == 0 {
-        return Err(std::io::Error::other("peer pid unknown"));
-    }
-    let mut done = 0usize;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst[done..].as_mut_ptr().cast(),
-            iov_len: dst.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr as usize + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
-        };
-        // SAFETY: `local` is our exclusive buffer of that length; the kernel
-        // validates `remote` against the peer's address space.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Err(std::io::Error::other("process_vm_readv made no progress"));
-        }
-        done += n as usize;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Layout;
     use proptest::prelude::*;
+
+    fn engine(map: &Arc<JobMap>, rank: usize, cfg: &Config) -> Engine {
+        map.attach(rank, std::process::id());
+        crate::bootstrap::shm_world(map.clone(), rank, cfg)
+            .unwrap()
+            .engine
+    }
 
     fn engine_pair() -> (Arc<JobMap>, Engine) {
         let map = Arc::new(JobMap::anon(2, &Layout::default()).unwrap());
         map.attach(0, std::process::id());
-        map.attach(1, std::process::id());
-        let e = Engine::new(map.clone(), 1, &Config::default()).unwrap();
+        let e = engine(&map, 1, &Config::default());
         (map, e)
     }
 
@@ -1006,8 +946,7 @@ mod tests {
     #[test]
     fn rendezvous_within_one_process_is_single_copy() {
         let map = Arc::new(JobMap::anon(1, &Layout::default()).unwrap());
-        map.attach(0, std::process::id());
-        let mut e = Engine::new(map.clone(), 0, &Config::default().cma(true)).unwrap();
+        let mut e = engine(&map, 0, &Config::default().cma(true));
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
         let mut got = vec![0u8; 100_000];
         let s = e.post_send(&data, 0, 0, 3, false, 0).unwrap();
@@ -1015,8 +954,11 @@ mod tests {
         assert_eq!(drive(&mut e, r).unwrap().len, 100_000);
         assert_eq!(drive(&mut e, s).unwrap().len, 100_000);
         assert_eq!(got, data);
-        assert!(!e.chans[0].no_cma);
-        assert!(e.chans[0].tx_streams.is_empty() && e.chans[0].rx_streams.is_empty());
+        let Link::Shm(l) = &e.peers[0].link else {
+            panic!("a one-rank world is shared memory")
+        };
+        assert!(!l.cma_refused());
+        assert!(e.peers[0].tx_streams.is_empty() && e.peers[0].rx_streams.is_empty());
     }
 
     #[test]
@@ -1029,8 +971,7 @@ mod tests {
             ..Layout::default()
         };
         let map = Arc::new(JobMap::anon(1, &layout).unwrap());
-        map.attach(0, std::process::id());
-        let mut e = Engine::new(map, 0, &Config::default()).unwrap();
+        let mut e = engine(&map, 0, &Config::default());
         let msgs: Vec<[u8; 8]> = (0..10u8).map(|i| [i; 8]).collect();
         let sends: Vec<_> = msgs
             .iter()

@@ -1,6 +1,6 @@
 //! Starting ranks: `tandem-run`, [`crate::Comm::local`] and test harnesses.
 //!
-//! The launcher creates the job's shared-memory file (see [`crate::shm`]),
+//! The launcher creates the job's shared-memory file (see [`crate::transport::shm::map`]),
 //! starts every rank with `TANDEM_RANK`, `TANDEM_SIZE`, `TANDEM_JOB` and
 //! `TANDEM_SHM_FD` in its environment and the file's descriptor inherited,
 //! then unlinks the file's name. Ranks are started with
@@ -9,7 +9,7 @@
 
 use crate::config::Layout;
 use crate::error::{Error, Result};
-use crate::shm::{new_job_id, JobMap};
+use crate::transport::shm::map::{new_job_id, JobMap};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,10 +1,10 @@
 //! The communicator: blocking and scoped non-blocking point-to-point calls.
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
-use crate::engine::{Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
 use crate::error::{Error, OpKind, Result};
 use crate::launch::Children;
-use crate::shm::JobMap;
+use crate::progress::{Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
+use crate::transport::shm::map::JobMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,16 +77,6 @@ impl std::fmt::Debug for Comm {
     }
 }
 
-fn env_usize(name: &str) -> Result<usize> {
-    let v = std::env::var(name).map_err(|_| {
-        Error::NotLaunched(format!(
-            "{name} is not set (start the program with tandem-run, or use Comm::local)"
-        ))
-    })?;
-    v.parse()
-        .map_err(|_| Error::NotLaunched(format!("{name}={v:?} is not a number")))
-}
-
 impl Comm {
     /// Joins the job this process was started in by `tandem-run` (or by
     /// [`Comm::local`]), with configuration from `TANDEM_*` variables.
@@ -96,30 +86,8 @@ impl Comm {
 
     /// Like [`from_env`](Self::from_env) with an explicit configuration.
     pub fn from_env_with(cfg: Config) -> Result<Self> {
-        let rank = env_usize("TANDEM_RANK")?;
-        let size = env_usize("TANDEM_SIZE")?;
-        let fd = env_usize("TANDEM_SHM_FD")? as i32;
-        let job_s = std::env::var("TANDEM_JOB")
-            .map_err(|_| Error::NotLaunched("TANDEM_JOB is not set".into()))?;
-        let job = u64::from_str_radix(&job_s, 16)
-            .map_err(|_| Error::NotLaunched(format!("TANDEM_JOB={job_s:?} is not a job id")))?;
-        if rank >= size {
-            return Err(Error::InvalidRank { rank, size });
-        }
-        // SAFETY: F_GETFD only inspects the descriptor table.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            return Err(Error::NotLaunched(format!(
-                "TANDEM_SHM_FD={fd} is not an open descriptor (stale environment?)"
-            )));
-        }
-        // SAFETY: the descriptor is open (checked above) and was handed to
-        // this process by the launcher for exactly this use; we take it over.
-        let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        // Keep it from leaking into programs this rank may start.
-        // SAFETY: plain fcntl on our descriptor.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-        let map = JobMap::open(&file, job, size)?;
-        Self::with_map(Arc::new(map), rank, cfg)
+        let j = crate::bootstrap::join(&cfg)?;
+        Self::start(j, cfg)
     }
 
     /// Creates a local world of `n` ranks on this machine by starting `n-1`
@@ -149,7 +117,8 @@ impl Comm {
         let args: Vec<_> = std::env::args_os().skip(1).collect();
         let layout = Layout::from_env()?;
         let (map, children) = crate::launch::spawn_world(n, &layout, &exe, &args)?;
-        let c = Self::with_map(Arc::new(map), 0, cfg)?;
+        let j = crate::bootstrap::shm_world(Arc::new(map), 0, &cfg)?;
+        let c = Self::start(j, cfg)?;
         *c.sh.children.lock().unwrap_or_else(|e| e.into_inner()) = Some(children);
         Ok(c)
     }
@@ -187,7 +156,10 @@ impl Comm {
             let hs: Vec<_> = (0..n)
                 .map(|r| {
                     let (map, cfg, f) = (map.clone(), cfg.clone(), &f);
-                    s.spawn(move || f(Comm::with_map(map, r, cfg)?))
+                    s.spawn(move || {
+                        let j = crate::bootstrap::shm_world(map, r, &cfg)?;
+                        f(Comm::start(j, cfg)?)
+                    })
                 })
                 .collect();
             hs.into_iter()
@@ -199,18 +171,21 @@ impl Comm {
         })
     }
 
-    fn with_map(map: Arc<JobMap>, rank: usize, cfg: Config) -> Result<Self> {
+    fn start(j: crate::bootstrap::Joined, cfg: Config) -> Result<Self> {
+        let crate::bootstrap::Joined { engine, rank, size } = j;
         if let Some(core) = cfg.pin_core {
-            pin_to(core)?;
+            crate::sys::pin_to(core)?;
         }
-        map.attach(rank, std::process::id());
-        let size = map.nranks();
-        let engine = Engine::new(map.clone(), rank, &cfg)?;
         if debug_level() >= DebugLevel::Info {
+            let routes: Vec<String> = (0..size)
+                .map(|p| match engine.route(p) {
+                    Some(k) => format!("{p}:{k}"),
+                    None => format!("{p}:?"),
+                })
+                .collect();
             eprintln!(
-                "tandem[{rank}/{size}] job {:016x} layout {:?} config {:?}",
-                map.job(),
-                map.layout(),
+                "tandem[{rank}/{size}] routes [{}] config {:?}",
+                routes.join(" "),
                 cfg
             );
         }
@@ -300,10 +275,10 @@ impl Comm {
         // engine is locked atomically (we are its only user right now).
         self.sh.engine.share();
         let c = self.sh.next_ctx.fetch_add(1, Ordering::Relaxed);
-        if c >= crate::engine::MAX_CONTEXTS as u32 {
+        if c >= crate::progress::MAX_CONTEXTS as u32 {
             return Err(Error::Config(format!(
                 "more than {} communicators",
-                crate::engine::MAX_CONTEXTS
+                crate::progress::MAX_CONTEXTS
             )));
         }
         Ok(Comm {
@@ -333,7 +308,7 @@ impl Comm {
 
     fn source(&self, src: usize) -> Result<u32> {
         if src == ANY_SOURCE {
-            return Ok(crate::engine::ANY_SOURCE);
+            return Ok(crate::progress::ANY_SOURCE);
         }
         if src >= self.size() {
             return Err(Error::InvalidRank {
@@ -658,22 +633,8 @@ impl Drop for Shared {
     }
 }
 
-fn pin_to(core: usize) -> Result<()> {
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    let id = ids.into_iter().find(|c| c.id == core).ok_or_else(|| {
-        Error::Config(format!(
-            "cannot pin to core {core}: not available to this process"
-        ))
-    })?;
-    if core_affinity::set_for_current(id) {
-        Ok(())
-    } else {
-        Err(Error::Config(format!("pinning to core {core} failed")))
-    }
-}
-
 fn proxy_loop(weak: std::sync::Weak<Shared>, stop: Arc<AtomicBool>, core: usize) {
-    if let Err(e) = pin_to(core) {
+    if let Err(e) = crate::sys::pin_to(core) {
         eprintln!("tandem proxy: {e}; running unpinned");
     }
     while !stop.load(Ordering::Acquire) {
@@ -773,7 +734,7 @@ impl Waiter {
                     (true, false) => OpKind::Send,
                     _ => kind,
                 };
-                let peer = if i.peer == crate::engine::ANY_SOURCE {
+                let peer = if i.peer == crate::progress::ANY_SOURCE {
                     ANY_SOURCE
                 } else {
                     i.peer as usize
@@ -801,7 +762,7 @@ impl Waiter {
                 (true, false) => OpKind::Send,
                 _ => OpKind::Recv,
             };
-            let peer = if i.peer == crate::engine::ANY_SOURCE {
+            let peer = if i.peer == crate::progress::ANY_SOURCE {
                 ANY_SOURCE
             } else {
                 i.peer as usize

@@ -1,0 +1,78 @@
+//! Views of user buffers recorded when an operation is posted.
+//!
+//! This is the one place the progress layer turns a raw pointer back into
+//! a slice. The argument for why that is sound lives in the parent
+//! module's docs: every operation is waited for or withdrawn before the
+//! borrow its buffer came from ends, and the record is cleared then.
+
+/// An operation's buffer and bookkeeping.
+#[derive(Clone, Copy)]
+pub(crate) struct UserBuf {
+    ptr: *mut u8,
+    len: usize,
+    /// Payload bytes moved so far (the progress measure for timeouts).
+    pub(crate) moved: usize,
+    /// The scope the operation belongs to (0: none).
+    pub(crate) scope: u32,
+}
+
+impl UserBuf {
+    /// No buffer.
+    pub(crate) const EMPTY: UserBuf = UserBuf {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+        moved: 0,
+        scope: 0,
+    };
+
+    /// Records a send buffer (only ever read).
+    pub(crate) fn send(buf: &[u8], scope: u32) -> Self {
+        Self {
+            ptr: buf.as_ptr() as *mut u8,
+            len: buf.len(),
+            moved: 0,
+            scope,
+        }
+    }
+
+    /// Records a receive buffer.
+    pub(crate) fn recv(buf: &mut [u8], scope: u32) -> Self {
+        Self {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            moved: 0,
+            scope,
+        }
+    }
+
+    /// The user's buffer as bytes to read.
+    ///
+    /// # Safety
+    /// The op must be pending and not abandoned; its buffer borrow is then
+    /// alive (see module docs) and nothing writes it during the engine call.
+    pub(crate) unsafe fn src<'b>(&self) -> &'b [u8] {
+        if self.len == 0 || self.ptr.is_null() {
+            return &[];
+        }
+        // SAFETY: per the function contract.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The user's buffer as bytes to write.
+    ///
+    /// # Safety
+    /// As for [`UserBuf::src`], and the op is a receive (an exclusive borrow).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn dst<'b>(&self) -> &'b mut [u8] {
+        if self.len == 0 || self.ptr.is_null() {
+            return &mut [];
+        }
+        // SAFETY: per the function contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+// SAFETY: the raw pointer is only dereferenced inside engine calls, which
+// the owning `Comm` serialises behind a lock; the buffer it points to is
+// kept alive by the borrow rules of `Comm` and `Scope`.
+unsafe impl Send for UserBuf {}

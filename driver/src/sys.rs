@@ -1,0 +1,230 @@
+//! Operating-system calls that need `unsafe`, each behind a safe function.
+#![allow(dead_code)] // TODO(bootstrap): the socket helpers are used by the TCP bootstrap
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst` with
+/// `process_vm_readv` — also when `pid` is this process (ranks as threads):
+/// the kernel validates the source range, so a sender that gave up on its
+/// send and freed the buffer meanwhile makes this fail or read stale bytes,
+/// never touch freed memory from Rust.
+pub(crate) fn cma_read(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    if pid == 0 {
+        return Err(std::io::Error::other("peer pid unknown"));
+    }
+    let mut done = 0usize;
+    while done < dst.len() {
+        let local = libc::iovec {
+            iov_base: dst[done..].as_mut_ptr().cast(),
+            iov_len: dst.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
+        // SAFETY: `local` is our exclusive buffer of that length; the kernel
+        // validates `remote` against the peer's address space.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(std::io::Error::other("process_vm_readv made no progress"));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Whether process `pid` has exited, through a pidfd opened on first use
+/// and kept in `pidfd` (falls back to `kill(pid, 0)` on kernels without
+/// pidfds).
+pub(crate) fn process_exited(pid: u32, pidfd: &mut Option<OwnedFd>) -> bool {
+    if pidfd.is_none() {
+        // SAFETY: plain syscall; a returned descriptor is ours to own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            // ESRCH: it is gone already. Anything else (an old kernel):
+            // fall back to kill(pid, 0).
+            if err.raw_os_error() == Some(libc::ESRCH) {
+                return true;
+            }
+            // SAFETY: signal 0 only checks for existence.
+            return unsafe { libc::kill(pid as libc::pid_t, 0) } != 0;
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        *pidfd = Some(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    }
+    let fd = pidfd.as_ref().map(AsRawFd::as_raw_fd).unwrap_or(-1);
+    poll_now(fd, libc::POLLIN) & (libc::POLLIN | libc::POLLHUP) != 0
+}
+
+/// `poll` on one descriptor with a zero timeout: the events that are set.
+pub(crate) fn poll_now(fd: RawFd, events: libc::c_short) -> libc::c_short {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if n > 0 {
+        pfd.revents
+    } else {
+        0
+    }
+}
+
+/// Fills `buf` with random bytes from the kernel; `false` if it could not.
+pub(crate) fn random_bytes(buf: &mut [u8]) -> bool {
+    // SAFETY: getrandom writes at most buf.len() bytes into buf.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    n == buf.len() as isize
+}
+
+/// This process's user id.
+pub(crate) fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// The parent process id.
+pub(crate) fn parent_pid() -> u32 {
+    // SAFETY: getppid has no preconditions.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// Whether `fd` is an open descriptor.
+pub(crate) fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD only inspects the descriptor table.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+/// Takes over inherited descriptor `fd` (checked open) and marks it
+/// close-on-exec so it does not leak into programs this rank starts.
+pub(crate) fn take_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
+    if !fd_is_open(fd) {
+        return None;
+    }
+    // SAFETY: plain fcntl on an open descriptor.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the descriptor is open and was handed to this process for
+    // exactly this use (by its launcher); nothing else in it owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The user id of the process at the other end of a Unix socket.
+pub(crate) fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writing and sized for SO_PEERCRED.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Sets an integer socket option.
+pub(crate) fn set_sockopt(fd: RawFd, level: i32, name: i32, value: i32) -> std::io::Result<()> {
+    // SAFETY: `value` is a valid c_int for the duration of the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A vectored send of up to two slices on a non-blocking descriptor: the bytes
+/// written (0 when the kernel has no room), or the error.
+pub(crate) fn writev2(fd: RawFd, a: &[u8], b: &[u8]) -> std::io::Result<usize> {
+    let iov = [
+        libc::iovec {
+            iov_base: a.as_ptr() as *mut libc::c_void,
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        },
+    ];
+    let cnt = if b.is_empty() { 1 } else { 2 };
+    loop {
+        // SAFETY: an all-zero msghdr is valid (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = cnt;
+        // SAFETY: both iovecs describe live slices for the call; sendmsg only
+        // reads them. MSG_NOSIGNAL: a closed peer is an EPIPE error, not a
+        // SIGPIPE that kills the process.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock => return Ok(0),
+            std::io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Non-blocking `recv` into `dst`: `Ok(Some(n))` bytes read, `Ok(None)` none
+/// available now, `Ok(Some(0))` the peer closed the connection.
+pub(crate) fn recv_now(fd: RawFd, dst: &mut [u8]) -> std::io::Result<Option<usize>> {
+    loop {
+        // SAFETY: `dst` is valid for writing dst.len() bytes.
+        let n = unsafe { libc::recv(fd, dst.as_mut_ptr().cast(), dst.len(), libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock => return Ok(None),
+            std::io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Pins the calling thread to `core`.
+pub(crate) fn pin_to(core: usize) -> crate::Result<()> {
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let id = ids.into_iter().find(|c| c.id == core).ok_or_else(|| {
+        crate::Error::Config(format!(
+            "cannot pin to core {core}: not available to this process"
+        ))
+    })?;
+    if core_affinity::set_for_current(id) {
+        Ok(())
+    } else {
+        Err(crate::Error::Config(format!(
+            "pinning to core {core} failed"
+        )))
+    }
+}

@@ -1,0 +1,220 @@
+//! Transports: what moves headers and bytes between two ranks.
+//!
+//! The progress layer ([`crate::progress`]) decides *what* to send; a
+//! transport only moves it, per peer, through the narrow interface of
+//! [`Transport`]:
+//!
+//! * [`try_send`](Transport::try_send) a header with its body (an eager
+//!   payload, or the [`MemDesc`] of an RTS or CTS), or say there is no room;
+//! * [`peek`](Transport::peek) at the next arrival and
+//!   [`consume`](Transport::consume) it into its destination;
+//! * rendezvous payload streams, [`stream_out`](Transport::stream_out) and
+//!   [`stream_in`](Transport::stream_in), in clear-to-send order;
+//! * [`start_pull`](Transport::start_pull): read the sender's buffer
+//!   directly (cross-memory attach; an RDMA READ, which completes later on
+//!   a completion queue and reports through
+//!   [`poll_pulls`](Transport::poll_pulls));
+//! * [`liveness`](Transport::liveness) of the peer.
+//!
+//! A job routes every peer to one transport ([`Link`]): shared memory
+//! ([`shm`]) between ranks on one host, TCP ([`tcp`]) between hosts. The
+//! link is an enum, so the hot path is statically dispatched and never
+//! allocates.
+
+pub mod shm;
+pub mod tcp;
+
+use crate::error::Error;
+use tandem_core::wire::HEADER_LEN;
+pub use tandem_core::wire::{MemDesc, DESC_LEN};
+
+/// Bytes [`Transport::peek`] copies out: the header and the first
+/// [`DESC_LEN`] bytes of its body (a whole RTS or CTS, or a small eager
+/// payload). Exactly one shared-memory line.
+pub const PEEK_LEN: usize = HEADER_LEN + DESC_LEN;
+
+/// What is at the front of a peer's arrivals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peek {
+    /// Nothing complete yet.
+    Nothing,
+    /// A header (copied out, with the first bytes of its body).
+    Header,
+    /// Rendezvous stream bytes come first: [`Transport::stream_in`] must
+    /// take them before the next header can be seen.
+    StreamData,
+}
+
+/// How a pull started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullStart {
+    /// The bytes are in place.
+    Done,
+    /// Started; [`Transport::poll_pulls`] reports its completion later.
+    Pending,
+    /// This transport cannot (or may no longer) pull from this peer: ask
+    /// the sender to stream instead.
+    Unsupported,
+}
+
+/// Whether a peer can still be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// Nothing says otherwise.
+    Alive,
+    /// Gone: every operation with it fails with this error (after what it
+    /// sent before going has been received).
+    Lost(Error),
+}
+
+/// Which transport a peer is routed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Shared memory (same host).
+    Shm,
+    /// TCP.
+    Tcp,
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Shm => "shm",
+            Kind::Tcp => "tcp",
+        })
+    }
+}
+
+/// The interface every transport implements, one value per peer.
+///
+/// Contract with the progress layer:
+/// * messages (header + body) are delivered complete and in the order
+///   they were sent; stream bytes likewise, in the order of the streams;
+/// * `try_send` either takes the whole message or nothing;
+/// * a transport that fails (a reset connection) records why and reports
+///   it through [`liveness`](Self::liveness); its other methods then
+///   simply make no progress;
+/// * no method blocks or allocates.
+pub trait Transport {
+    /// Whether a message of `bytes` (header + body) would fit now.
+    fn room(&mut self, bytes: usize) -> bool;
+
+    /// Sends `header` followed by `body`; `false`: no room yet (nothing was
+    /// sent).
+    fn try_send(&mut self, header: &[u8; HEADER_LEN], body: &[u8]) -> bool;
+
+    /// Writes out what earlier calls queued (a transport that queues).
+    fn flush(&mut self) {}
+
+    /// Looks at the next arrival; on [`Peek::Header`], `out` holds the
+    /// header and the first body bytes (fewer if the body is shorter).
+    fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek;
+
+    /// Whether the whole `body` of the peeked header has arrived.
+    fn body_ready(&mut self, body: usize) -> bool;
+
+    /// Consumes the peeked message, copying the first `dst.len()` bytes of
+    /// its `body` into `dst` (the rest is dropped). `peeked` is what
+    /// [`peek`](Self::peek) returned. Only after `body_ready(body)`.
+    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]);
+
+    /// Pushes rendezvous payload `src` (what is left of the front stream);
+    /// returns the bytes taken.
+    fn stream_out(&mut self, src: &[u8]) -> usize;
+
+    /// Takes bytes of the front incoming stream, `left` bytes from its end,
+    /// into `dst` (`dst.len() == left`), or drops them (`None`); returns
+    /// the bytes taken.
+    fn stream_in(&mut self, left: usize, dst: Option<&mut [u8]>) -> usize;
+
+    /// The descriptor of a local buffer as the peer must name it.
+    fn describe(&mut self, buf: &[u8]) -> MemDesc {
+        MemDesc {
+            addr: buf.as_ptr() as u64,
+            len: buf.len() as u64,
+            key: 0,
+        }
+    }
+
+    /// Reads the peer's buffer `remote` into `dst` directly.
+    fn start_pull(&mut self, _remote: MemDesc, _dst: &mut [u8]) -> PullStart {
+        PullStart::Unsupported
+    }
+
+    /// Reports pulls that completed since the last call, by the `dst`
+    /// address they were started with, and whether they succeeded.
+    fn poll_pulls(&mut self, _done: &mut dyn FnMut(u64, bool)) {}
+
+    /// Whether the peer is still there.
+    fn liveness(&mut self) -> Liveness;
+
+    /// Which transport this is.
+    fn kind(&self) -> Kind;
+}
+
+/// One peer's transport (static dispatch on the hot path).
+pub enum Link {
+    /// Shared memory.
+    Shm(shm::ShmLink),
+    /// TCP.
+    Tcp(tcp::TcpLink),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $l:ident => $e:expr) => {
+        match $self {
+            Link::Shm($l) => $e,
+            Link::Tcp($l) => $e,
+        }
+    };
+}
+
+impl Transport for Link {
+    #[inline(always)]
+    fn room(&mut self, bytes: usize) -> bool {
+        dispatch!(self, l => l.room(bytes))
+    }
+    #[inline(always)]
+    fn try_send(&mut self, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
+        dispatch!(self, l => l.try_send(header, body))
+    }
+    #[inline(always)]
+    fn flush(&mut self) {
+        dispatch!(self, l => l.flush())
+    }
+    #[inline(always)]
+    fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek {
+        dispatch!(self, l => l.peek(out))
+    }
+    #[inline(always)]
+    fn body_ready(&mut self, body: usize) -> bool {
+        dispatch!(self, l => l.body_ready(body))
+    }
+    #[inline(always)]
+    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
+        dispatch!(self, l => l.consume(peeked, body, dst))
+    }
+    #[inline]
+    fn stream_out(&mut self, src: &[u8]) -> usize {
+        dispatch!(self, l => l.stream_out(src))
+    }
+    #[inline]
+    fn stream_in(&mut self, left: usize, dst: Option<&mut [u8]>) -> usize {
+        dispatch!(self, l => l.stream_in(left, dst))
+    }
+    fn describe(&mut self, buf: &[u8]) -> MemDesc {
+        dispatch!(self, l => l.describe(buf))
+    }
+    fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
+        dispatch!(self, l => l.start_pull(remote, dst))
+    }
+    fn poll_pulls(&mut self, done: &mut dyn FnMut(u64, bool)) {
+        dispatch!(self, l => l.poll_pulls(done))
+    }
+    fn liveness(&mut self) -> Liveness {
+        dispatch!(self, l => l.liveness())
+    }
+    fn kind(&self) -> Kind {
+        dispatch!(self, l => l.kind())
+    }
+}

@@ -1,0 +1,224 @@
+//! Shared memory between ranks on one host.
+//!
+//! Per directed pair of ranks the job's mapping ([`map::JobMap`]) holds a
+//! **line ring** and a **slot ring**:
+//!
+//! * the line ring carries every header; an eager payload (up to
+//!   `eager_limit`) follows its header in the same lines, and the
+//!   [`MemDesc`] body of an RTS or CTS fills the rest of the header's line;
+//! * a rendezvous payload is either pulled **single-copy** by the receiver
+//!   with `process_vm_readv` (Linux cross-memory attach, `TANDEM_CMA=1`),
+//!   or streamed by the sender through the slot ring, cut into slot-sized
+//!   chunks and pipelined.
+//!
+//! A peer's death is seen through a pidfd: the kernel makes it readable
+//! when the process exits.
+
+pub mod map;
+
+use super::{Kind, Liveness, MemDesc, Peek, PullStart, Transport, PEEK_LEN};
+use crate::error::Error;
+use crate::sys;
+use map::JobMap;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD};
+use tandem_core::slot_ring::{SlotConsumer, SlotProducer};
+use tandem_core::sync::Ordering;
+use tandem_core::wire::HEADER_LEN;
+
+const _: () = assert!(PEEK_LEN == LINE_PAYLOAD, "a peek is one line");
+
+/// The shared-memory link to one peer.
+pub struct ShmLink {
+    tx_line: LineProducer<'static>,
+    tx_slot: SlotProducer<'static>,
+    rx_line: LineConsumer<'static>,
+    rx_slot: SlotConsumer<'static>,
+    slot_bytes: usize,
+    /// The peer's index in the mapping (for its pid).
+    peer_local: usize,
+    /// Single-copy pulls enabled, from this many bytes.
+    cma: bool,
+    cma_min: usize,
+    /// Cross-memory attach to this peer refused once: stream instead.
+    no_cma: bool,
+    /// Say so when cross-memory attach is refused.
+    debug: bool,
+    rank: usize,
+    peer: usize,
+    pid: u32,
+    own_pid: u32,
+    pidfd: Option<OwnedFd>,
+    // Declared last: the ring views above borrow the mapping it keeps alive.
+    map: Arc<JobMap>,
+}
+
+// SAFETY: the ring views point into the mapping that `map` keeps alive;
+// they are plain shared memory accessed through atomics, usable from any
+// thread (one at a time: the link is owned by one engine).
+unsafe impl Send for ShmLink {}
+
+/// Settings of a shared-memory link.
+#[derive(Debug, Clone, Copy)]
+pub struct ShmOptions {
+    /// Single-copy pulls (`process_vm_readv`).
+    pub cma: bool,
+    /// Smallest payload pulled single-copy.
+    pub cma_min: usize,
+    /// Report refused pulls on stderr.
+    pub debug: bool,
+}
+
+impl ShmLink {
+    /// The link from local index `me` to local index `peer` of `map`
+    /// (global ranks `rank` and `peer_rank`, for messages).
+    pub fn new(
+        map: Arc<JobMap>,
+        me: usize,
+        peer: usize,
+        rank: usize,
+        peer_rank: usize,
+        opt: ShmOptions,
+    ) -> Self {
+        let (tx_line, tx_slot) = map.channel(me, peer);
+        let (rx_line, rx_slot) = map.channel(peer, me);
+        Self {
+            tx_line: tx_line.producer(),
+            tx_slot: tx_slot.producer(),
+            rx_line: rx_line.consumer(),
+            rx_slot: rx_slot.consumer(),
+            slot_bytes: map.layout().slot_bytes as usize,
+            peer_local: peer,
+            cma: opt.cma,
+            cma_min: opt.cma_min,
+            no_cma: false,
+            debug: opt.debug,
+            rank,
+            peer: peer_rank,
+            pid: 0,
+            own_pid: std::process::id(),
+            pidfd: None,
+            map,
+        }
+    }
+
+    fn peer_pid(&mut self) -> u32 {
+        if self.pid == 0 {
+            self.pid = self.map.pid_slot(self.peer_local).load(Ordering::Acquire);
+        }
+        self.pid
+    }
+
+    /// Whether single-copy pulls from this peer were refused.
+    pub fn cma_refused(&self) -> bool {
+        self.no_cma
+    }
+}
+
+impl Transport for ShmLink {
+    #[inline(always)]
+    fn room(&mut self, bytes: usize) -> bool {
+        let lines = tandem_core::line_ring::lines_for(bytes) as u64;
+        self.tx_line.free(lines) >= lines
+    }
+
+    #[inline(always)]
+    fn try_send(&mut self, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
+        self.tx_line.try_write(header, body)
+    }
+
+    #[inline(always)]
+    fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek {
+        if self.rx_line.peek_line(out) {
+            Peek::Header
+        } else {
+            Peek::Nothing
+        }
+    }
+
+    #[inline(always)]
+    fn body_ready(&mut self, body: usize) -> bool {
+        HEADER_LEN + body <= LINE_PAYLOAD || self.rx_line.message_ready(HEADER_LEN, body)
+    }
+
+    #[inline(always)]
+    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
+        if HEADER_LEN + body <= LINE_PAYLOAD {
+            let n = dst.len().min(body);
+            dst[..n].copy_from_slice(&peeked[HEADER_LEN..HEADER_LEN + n]);
+            self.rx_line.consume_peeked_line();
+        } else {
+            let n = dst.len().min(body);
+            let read = self.rx_line.try_read(HEADER_LEN, body, &mut dst[..n]);
+            debug_assert!(read, "readiness was checked");
+        }
+    }
+
+    fn stream_out(&mut self, src: &[u8]) -> usize {
+        let mut taken = 0;
+        while taken < src.len() {
+            let n = self.slot_bytes.min(src.len() - taken);
+            if !self.tx_slot.try_push(&src[taken..taken + n]) {
+                break;
+            }
+            taken += n;
+        }
+        taken
+    }
+
+    fn stream_in(&mut self, left: usize, mut dst: Option<&mut [u8]>) -> usize {
+        let mut taken = 0;
+        while taken < left {
+            let n = self.slot_bytes.min(left - taken);
+            let ok = match dst.as_deref_mut() {
+                Some(d) => self.rx_slot.try_pop(&mut d[taken..taken + n]),
+                None => self.rx_slot.try_skip(),
+            };
+            if !ok {
+                break;
+            }
+            taken += n;
+        }
+        taken
+    }
+
+    fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
+        if !self.cma || dst.len() < self.cma_min || self.no_cma {
+            return PullStart::Unsupported;
+        }
+        let pid = self.peer_pid();
+        match sys::cma_read(pid, remote.addr, dst) {
+            Ok(()) => PullStart::Done,
+            Err(e) => {
+                self.no_cma = true;
+                if self.debug {
+                    eprintln!(
+                        "tandem[{}]: cross-memory attach from rank {} refused ({e}); \
+                         streaming through the slot ring instead",
+                        self.rank, self.peer
+                    );
+                }
+                PullStart::Unsupported
+            }
+        }
+    }
+
+    fn liveness(&mut self) -> Liveness {
+        let own = self.own_pid;
+        let pid = self.peer_pid();
+        // Not attached yet, or a thread of this very process.
+        if pid == 0 || pid == own {
+            return Liveness::Alive;
+        }
+        if sys::process_exited(pid, &mut self.pidfd) {
+            Liveness::Lost(Error::PeerLost { rank: self.peer })
+        } else {
+            Liveness::Alive
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Shm
+    }
+}

@@ -1,0 +1,436 @@
+//! TCP between hosts: one connection per pair of ranks.
+//!
+//! The connection carries two kinds of frame, each behind an 8-byte
+//! prefix (`kind`, three zero bytes, little-endian `u32` length):
+//!
+//! * `M`: one message, its 32-byte header and its body (an eager payload,
+//!   or the [`MemDesc`] of an RTS or CTS);
+//! * `D`: a chunk of a rendezvous payload stream (at most [`CHUNK`] bytes),
+//!   of the front stream in clear-to-send order.
+//!
+//! Messages are copied into a fixed send buffer and written with one
+//! `sendmsg`; stream chunks go straight from the user's buffer to the
+//! kernel (vectored with their prefix) and arrive straight into the user's
+//! buffer. Partial writes leave a cursor (what is left of the prefix and of
+//! the chunk), so a header queued while a chunk is half written goes out
+//! after it and never inside it. Memory is bounded by the two fixed
+//! buffers: a receiver that does not keep up stalls its senders through
+//! the protocol's credits and the kernel's socket buffers, never through
+//! buffering here.
+//!
+//! A peer that closes the connection (its process died, or it shut the
+//! socket) is lost once everything it sent before has been read; a reset or
+//! a malformed frame breaks the link with an error that says which.
+
+use super::{Kind, Liveness, Peek, Transport, PEEK_LEN};
+use crate::error::Error;
+use crate::sys;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use tandem_core::wire::HEADER_LEN;
+
+/// Largest payload chunk of a rendezvous stream frame.
+pub const CHUNK: usize = 256 * 1024;
+
+const PREFIX: usize = 8;
+const MSG: u8 = b'M';
+const DATA: u8 = b'D';
+
+/// The TCP link to one peer.
+pub struct TcpLink {
+    sock: TcpStream,
+    fd: RawFd,
+    peer: usize,
+    /// Outgoing messages not yet taken by the kernel: `tx[tx_start..tx_end]`.
+    tx: Box<[u8]>,
+    tx_start: usize,
+    tx_end: usize,
+    /// Prefix of the outgoing chunk, and how much of it is still unwritten.
+    chunk_prefix: [u8; PREFIX],
+    prefix_left: usize,
+    /// Payload bytes of the outgoing chunk still unwritten.
+    chunk_left: usize,
+    /// Bytes read but not yet consumed: `rx[rx_start..rx_end]`.
+    rx: Box<[u8]>,
+    rx_start: usize,
+    rx_end: usize,
+    /// Payload bytes of the incoming chunk not yet taken.
+    in_chunk_left: usize,
+    /// Largest message frame accepted.
+    max_frame: usize,
+    /// Why the link stopped, once it has.
+    failed: Option<Error>,
+}
+
+impl std::fmt::Debug for TcpLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpLink")
+            .field("peer", &self.peer)
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+impl TcpLink {
+    /// Wraps an authenticated connection to rank `peer`; messages carry at
+    /// most `eager_limit` bytes of body. Makes it non-blocking with
+    /// `TCP_NODELAY`.
+    pub fn new(sock: TcpStream, peer: usize, eager_limit: usize) -> std::io::Result<Self> {
+        sock.set_nodelay(true)?;
+        sock.set_nonblocking(true)?;
+        let fd = sock.as_raw_fd();
+        let max_frame = HEADER_LEN + eager_limit.max(super::DESC_LEN);
+        let cap = (PREFIX + max_frame).max(64 * 1024);
+        Ok(Self {
+            sock,
+            fd,
+            peer,
+            tx: vec![0u8; cap].into_boxed_slice(),
+            tx_start: 0,
+            tx_end: 0,
+            chunk_prefix: [0; PREFIX],
+            prefix_left: 0,
+            chunk_left: 0,
+            rx: vec![0u8; cap].into_boxed_slice(),
+            rx_start: 0,
+            rx_end: 0,
+            in_chunk_left: 0,
+            max_frame,
+            failed: None,
+        })
+    }
+
+    /// Shuts the connection down in both directions (tests use it to cut a
+    /// link in the middle of a transfer).
+    pub fn shutdown(&self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn fail(&mut self, e: Error) {
+        if self.failed.is_none() {
+            self.failed = Some(e);
+        }
+    }
+
+    fn io_failed(&mut self, what: &str, e: std::io::Error) {
+        let peer = self.peer;
+        self.fail(Error::ChannelBroken {
+            peer,
+            reason: format!("TCP connection {what} failed: {e}"),
+        });
+    }
+
+    fn chunk_in_flight(&self) -> bool {
+        self.prefix_left > 0 || self.chunk_left > 0
+    }
+
+    /// Writes queued messages (unless a chunk is half written: they follow
+    /// it); `true` when nothing is left queued.
+    fn flush_messages(&mut self) -> bool {
+        if self.tx_start == self.tx_end {
+            return true;
+        }
+        if self.chunk_in_flight() || self.failed.is_some() {
+            return false;
+        }
+        match sys::writev2(self.fd, &self.tx[self.tx_start..self.tx_end], &[]) {
+            Ok(n) => {
+                self.tx_start += n;
+                if self.tx_start == self.tx_end {
+                    self.tx_start = 0;
+                    self.tx_end = 0;
+                    return true;
+                }
+                false
+            }
+            Err(e) => {
+                self.io_failed("write", e);
+                false
+            }
+        }
+    }
+
+    /// Free bytes at the end of the send buffer (compacting it if that
+    /// helps).
+    fn tx_free(&mut self, need: usize) -> usize {
+        if self.tx.len() - self.tx_end < need && self.tx_start > 0 {
+            self.tx.copy_within(self.tx_start..self.tx_end, 0);
+            self.tx_end -= self.tx_start;
+            self.tx_start = 0;
+        }
+        self.tx.len() - self.tx_end
+    }
+
+    fn buffered(&self) -> usize {
+        self.rx_end - self.rx_start
+    }
+
+    /// Reads what the kernel has (as much as fits); `false` once the link
+    /// has failed or the peer closed it.
+    fn fill(&mut self) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        } else if self.rx_end == self.rx.len() {
+            self.rx.copy_within(self.rx_start..self.rx_end, 0);
+            self.rx_end -= self.rx_start;
+            self.rx_start = 0;
+        }
+        if self.rx_end == self.rx.len() {
+            return true;
+        }
+        match sys::recv_now(self.fd, &mut self.rx[self.rx_end..]) {
+            Ok(Some(0)) => {
+                let rank = self.peer;
+                self.fail(Error::PeerLost { rank });
+                false
+            }
+            Ok(Some(n)) => {
+                self.rx_end += n;
+                true
+            }
+            Ok(None) => true,
+            Err(e) => {
+                self.io_failed("read", e);
+                false
+            }
+        }
+    }
+
+    /// The frame prefix at the front of what was read, reading more if
+    /// needed.
+    fn front_prefix(&mut self) -> Option<(u8, usize)> {
+        if self.buffered() < PREFIX {
+            self.fill();
+            if self.buffered() < PREFIX {
+                return None;
+            }
+        }
+        let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
+        let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
+        if p[1..4] != [0, 0, 0] {
+            let e = format!("corrupt TCP frame prefix {:02x?}", &p[..PREFIX]);
+            self.fail(Error::Protocol {
+                peer: self.peer,
+                detail: e,
+            });
+            return None;
+        }
+        Some((p[0], len))
+    }
+
+    fn protocol(&mut self, detail: String) {
+        let peer = self.peer;
+        self.fail(Error::Protocol { peer, detail });
+    }
+}
+
+impl Transport for TcpLink {
+    fn room(&mut self, bytes: usize) -> bool {
+        if self.tx_free(PREFIX + bytes) >= PREFIX + bytes {
+            return true;
+        }
+        self.flush_messages();
+        self.tx_free(PREFIX + bytes) >= PREFIX + bytes
+    }
+
+    fn try_send(&mut self, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
+        let len = HEADER_LEN + body.len();
+        if self.failed.is_some() || !self.room(len) {
+            return false;
+        }
+        let at = self.tx_end;
+        let t = &mut self.tx[at..at + PREFIX + len];
+        t[0] = MSG;
+        t[1..4].fill(0);
+        t[4..PREFIX].copy_from_slice(&(len as u32).to_le_bytes());
+        t[PREFIX..PREFIX + HEADER_LEN].copy_from_slice(header);
+        t[PREFIX + HEADER_LEN..].copy_from_slice(body);
+        self.tx_end += PREFIX + len;
+        self.flush_messages();
+        true
+    }
+
+    fn flush(&mut self) {
+        self.flush_messages();
+    }
+
+    fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek {
+        if self.in_chunk_left > 0 {
+            return Peek::StreamData;
+        }
+        let Some((kind, len)) = self.front_prefix() else {
+            return Peek::Nothing;
+        };
+        match kind {
+            DATA => Peek::StreamData,
+            MSG if (HEADER_LEN..=self.max_frame).contains(&len) => {
+                if self.buffered() < PREFIX + len {
+                    self.fill();
+                    if self.buffered() < PREFIX + len {
+                        return Peek::Nothing;
+                    }
+                }
+                let n = len.min(PEEK_LEN);
+                let at = self.rx_start + PREFIX;
+                out[..n].copy_from_slice(&self.rx[at..at + n]);
+                Peek::Header
+            }
+            MSG => {
+                self.protocol(format!(
+                    "TCP message frame of {len} bytes (at most {} allowed)",
+                    self.max_frame
+                ));
+                Peek::Nothing
+            }
+            other => {
+                self.protocol(format!("unknown TCP frame kind {other:#04x}"));
+                Peek::Nothing
+            }
+        }
+    }
+
+    fn body_ready(&mut self, _body: usize) -> bool {
+        // `peek` reports a header only once its whole frame is here.
+        true
+    }
+
+    fn consume(&mut self, _peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
+        let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
+        let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
+        if len != HEADER_LEN + body {
+            self.protocol(format!(
+                "TCP frame of {len} bytes for a message with a {body}-byte body"
+            ));
+            return;
+        }
+        let at = self.rx_start + PREFIX + HEADER_LEN;
+        let n = dst.len().min(body);
+        dst[..n].copy_from_slice(&self.rx[at..at + n]);
+        self.rx_start += PREFIX + len;
+    }
+
+    fn stream_out(&mut self, src: &[u8]) -> usize {
+        let mut taken = 0;
+        while taken < src.len() && self.failed.is_none() {
+            if !self.chunk_in_flight() {
+                // A new chunk: messages queued before it go first.
+                if !self.flush_messages() {
+                    break;
+                }
+                let n = CHUNK.min(src.len() - taken);
+                self.chunk_prefix[0] = DATA;
+                self.chunk_prefix[1..4].fill(0);
+                self.chunk_prefix[4..].copy_from_slice(&(n as u32).to_le_bytes());
+                self.prefix_left = PREFIX;
+                self.chunk_left = n;
+            }
+            let payload = &src[taken..taken + self.chunk_left];
+            let prefix = &self.chunk_prefix[PREFIX - self.prefix_left..];
+            let (a, b) = if prefix.is_empty() {
+                (payload, &[][..])
+            } else {
+                (prefix, payload)
+            };
+            let w = match sys::writev2(self.fd, a, b) {
+                Ok(w) => w,
+                Err(e) => {
+                    self.io_failed("write", e);
+                    break;
+                }
+            };
+            if w == 0 {
+                break;
+            }
+            let from_prefix = w.min(self.prefix_left);
+            self.prefix_left -= from_prefix;
+            let from_payload = w - from_prefix;
+            self.chunk_left -= from_payload;
+            taken += from_payload;
+            if !self.chunk_in_flight() {
+                // Messages queued while the chunk was half written.
+                self.flush_messages();
+            }
+        }
+        taken
+    }
+
+    fn stream_in(&mut self, left: usize, mut dst: Option<&mut [u8]>) -> usize {
+        let mut taken = 0;
+        while taken < left && self.failed.is_none() {
+            if self.in_chunk_left == 0 {
+                match self.front_prefix() {
+                    Some((DATA, len)) if len > 0 && len <= left - taken => {
+                        self.in_chunk_left = len;
+                        self.rx_start += PREFIX;
+                    }
+                    Some((DATA, len)) => {
+                        self.protocol(format!(
+                            "TCP stream chunk of {len} bytes where {} were expected",
+                            left - taken
+                        ));
+                        break;
+                    }
+                    // A message comes first, or nothing yet.
+                    _ => break,
+                }
+            }
+            let want = self.in_chunk_left.min(left - taken);
+            let have = self.buffered().min(want);
+            let got = if have > 0 {
+                if let Some(d) = dst.as_deref_mut() {
+                    d[taken..taken + have]
+                        .copy_from_slice(&self.rx[self.rx_start..self.rx_start + have]);
+                }
+                self.rx_start += have;
+                have
+            } else {
+                // Nothing buffered: read straight into the destination.
+                let r = match dst.as_deref_mut() {
+                    Some(d) => sys::recv_now(self.fd, &mut d[taken..taken + want]),
+                    None => {
+                        self.fill();
+                        continue;
+                    }
+                };
+                match r {
+                    Ok(Some(0)) => {
+                        let rank = self.peer;
+                        self.fail(Error::PeerLost { rank });
+                        break;
+                    }
+                    Ok(Some(n)) => n,
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.io_failed("read", e);
+                        break;
+                    }
+                }
+            };
+            self.in_chunk_left -= got;
+            taken += got;
+        }
+        taken
+    }
+
+    fn liveness(&mut self) -> Liveness {
+        if self.failed.is_none() {
+            // A closed connection shows up as readable with nothing to read.
+            let ev = sys::poll_now(self.fd, libc::POLLIN | libc::POLLRDHUP);
+            if ev & (libc::POLLHUP | libc::POLLERR) != 0 && self.buffered() == 0 {
+                self.fill();
+            }
+        }
+        match &self.failed {
+            Some(e) => Liveness::Lost(e.clone()),
+            None => Liveness::Alive,
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Tcp
+    }
+}
