@@ -121,6 +121,20 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// Ranks of one job disagree on a parameter that must be the same
+    /// everywhere (found at bootstrap).
+    Mismatch {
+        /// The parameter, with the variable that sets it.
+        parameter: String,
+        /// The rank that found the difference.
+        rank: usize,
+        /// Its value there.
+        value: String,
+        /// The rank that differs.
+        peer: usize,
+        /// Its value there.
+        peer_value: String,
+    },
     /// An operating-system call failed.
     Io(String),
     /// A rank of a launched job failed.
@@ -174,6 +188,16 @@ impl fmt::Display for Error {
             Self::ChannelBroken { peer, reason } => {
                 write!(f, "channel to rank {peer} is unusable: {reason}")
             }
+            Self::Mismatch {
+                parameter,
+                rank,
+                value,
+                peer,
+                peer_value,
+            } => write!(
+                f,
+                "ranks disagree on {parameter}: rank {rank} has {value}, rank {peer} has {peer_value}"
+            ),
             Self::Io(e) => write!(f, "I/O error: {e}"),
             Self::RankFailed { rank, code } => write!(f, "rank {rank} failed with exit code {code}"),
         }

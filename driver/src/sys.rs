@@ -1,5 +1,4 @@
 //! Operating-system calls that need `unsafe`, each behind a safe function.
-#![allow(dead_code)] // TODO(bootstrap): the socket helpers are used by the TCP bootstrap
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -139,24 +138,6 @@ pub(crate) fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(cred.uid)
-}
-
-/// Sets an integer socket option.
-pub(crate) fn set_sockopt(fd: RawFd, level: i32, name: i32, value: i32) -> std::io::Result<()> {
-    // SAFETY: `value` is a valid c_int for the duration of the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A vectored send of up to two slices on a non-blocking descriptor: the bytes

@@ -6,13 +6,28 @@
 //! protocol parameters, and connect: shared memory among the ranks of one
 //! host, TCP to the others.
 
-use crate::config::{debug_level, Config, DebugLevel};
+pub(crate) mod auth;
+pub(crate) mod launcher;
+mod meet;
+pub(crate) mod pmi;
+
+use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, Result};
 use crate::progress::{Engine, Protocol, WaitBoard};
 use crate::transport::shm::map::JobMap;
 use crate::transport::shm::{ShmLink, ShmOptions};
+use crate::transport::tcp::TcpLink;
 use crate::transport::Link;
+use auth::{Role, Secret};
+use launcher::Meet;
+use meet::{Admission, RootStore, Store};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem_core::sync::{AtomicBool, Ordering};
 
 /// A rank that joined its job: its engine, ready to use.
 pub(crate) struct Joined {
@@ -59,21 +74,567 @@ pub(crate) fn shm_world(map: Arc<JobMap>, rank: usize, cfg: &Config) -> Result<J
     })
 }
 
-fn env_usize(name: &str) -> Result<usize> {
-    let v = std::env::var(name).map_err(|_| {
-        Error::NotLaunched(format!(
-            "{name} is not set (start the program with tandem-run, or use Comm::local)"
-        ))
-    })?;
-    v.parse()
-        .map_err(|_| Error::NotLaunched(format!("{name}={v:?} is not a number")))
+/// Which transport a job may use between ranks of one host
+/// (`TANDEM_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Choice {
+    /// Shared memory on one host, TCP between hosts (the default).
+    Auto,
+    /// Shared memory; a job over several hosts still needs TCP between
+    /// them.
+    Shm,
+    /// TCP between every pair of ranks, also on one host.
+    Tcp,
 }
 
-/// Joins the job described by the environment.
+impl Choice {
+    fn from_env() -> Result<Self> {
+        match std::env::var("TANDEM_TRANSPORT").ok().as_deref() {
+            None | Some("") | Some("auto") => Ok(Choice::Auto),
+            Some("shm") => Ok(Choice::Shm),
+            Some("tcp") => Ok(Choice::Tcp),
+            Some(other) => Err(Error::Config(format!(
+                "TANDEM_TRANSPORT={other:?}: expected shm, tcp or auto"
+            ))),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Choice::Auto => "auto",
+            Choice::Shm => "shm",
+            Choice::Tcp => "tcp",
+        }
+    }
+}
+
+/// Seconds the whole bootstrap may take (`TANDEM_BOOT_TIMEOUT`, default 60).
+fn boot_timeout() -> Result<Duration> {
+    let s: f64 = crate::config::env_num("TANDEM_BOOT_TIMEOUT")?.unwrap_or(60.0);
+    if !(s > 0.0 && s.is_finite()) {
+        return Err(Error::Config(format!(
+            "TANDEM_BOOT_TIMEOUT must be positive seconds, got {s}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// An identity shared by exactly the processes that can share memory and
+/// reach each other's loopback: the boot, the host name, and the network
+/// and mount namespaces (so network namespaces on one machine count as
+/// different hosts). `TANDEM_HOST_ID` overrides it.
+fn host_id() -> String {
+    if let Ok(h) = std::env::var("TANDEM_HOST_ID") {
+        return h;
+    }
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for f in [
+        "/proc/sys/kernel/random/boot_id",
+        "/proc/sys/kernel/hostname",
+    ] {
+        h.update(std::fs::read(f).unwrap_or_default());
+    }
+    for ns in ["/proc/self/ns/net", "/proc/self/ns/mnt"] {
+        let link = std::fs::read_link(ns).unwrap_or_default();
+        h.update(link.as_os_str().as_encoded_bytes());
+    }
+    h.finalize()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What each rank tells the others at bootstrap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    host: String,
+    addr: Option<SocketAddr>,
+    transport: Choice,
+    protocol: Protocol,
+    /// A data-connection secret rank 0 made up (local and PMI meetings,
+    /// whose channel only the job can read).
+    secret: Option<String>,
+}
+
+impl Record {
+    fn encode(&self) -> Vec<u8> {
+        let mut s = format!(
+            "v=1\nhost={}\ntransport={}\neager_limit={}\ncredits={}\nenvelopes={}\n",
+            self.host,
+            self.transport.name(),
+            self.protocol.eager_limit,
+            self.protocol.credits,
+            self.protocol.envelopes
+        );
+        if let Some(a) = self.addr {
+            s += &format!("addr={a}\n");
+        }
+        if let Some(x) = &self.secret {
+            s += &format!("secret={x}\n");
+        }
+        s.into_bytes()
+    }
+
+    fn decode(rank: usize, b: &[u8]) -> Result<Self> {
+        let bad = |what: &str| Error::NotLaunched(format!("rank {rank} sent a bad record: {what}"));
+        let text = std::str::from_utf8(b).map_err(|_| bad("not UTF-8"))?;
+        let kv: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+        if kv.get("v") != Some(&"1") {
+            return Err(bad("another tandem version"));
+        }
+        let n = |k: &str| -> Result<u32> {
+            kv.get(k)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad(&format!("{k} missing")))
+        };
+        let transport = match kv.get("transport") {
+            Some(&"shm") => Choice::Shm,
+            Some(&"tcp") => Choice::Tcp,
+            _ => Choice::Auto,
+        };
+        Ok(Record {
+            host: kv
+                .get("host")
+                .ok_or_else(|| bad("host missing"))?
+                .to_string(),
+            addr: match kv.get("addr") {
+                Some(a) => Some(a.parse().map_err(|_| bad("addr"))?),
+                None => None,
+            },
+            transport,
+            protocol: Protocol {
+                eager_limit: n("eager_limit")?,
+                credits: n("credits")?,
+                envelopes: n("envelopes")?,
+            },
+            secret: kv.get("secret").map(|s| s.to_string()),
+        })
+    }
+}
+
+/// Every rank must agree with every other on these; the first difference
+/// is an error that names the parameter, both values and both ranks.
+fn check_agreement(me: usize, records: &[Record]) -> Result<()> {
+    let mine = &records[me];
+    for (r, other) in records.iter().enumerate() {
+        let pairs: [(&'static str, String, String); 4] = [
+            (
+                "eager_limit (TANDEM_EAGER_LIMIT)",
+                mine.protocol.eager_limit.to_string(),
+                other.protocol.eager_limit.to_string(),
+            ),
+            (
+                "credits (TANDEM_CREDITS)",
+                mine.protocol.credits.to_string(),
+                other.protocol.credits.to_string(),
+            ),
+            (
+                "envelopes (TANDEM_ENVELOPES)",
+                mine.protocol.envelopes.to_string(),
+                other.protocol.envelopes.to_string(),
+            ),
+            (
+                "transport (TANDEM_TRANSPORT)",
+                mine.transport.name().to_string(),
+                other.transport.name().to_string(),
+            ),
+        ];
+        for (param, ours, theirs) in pairs {
+            if ours != theirs {
+                return Err(Error::Mismatch {
+                    parameter: param.to_string(),
+                    rank: me,
+                    value: ours,
+                    peer: r,
+                    peer_value: theirs,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The address this rank advertises for data connections.
+fn data_ip(meet: &str, root_local: Option<IpAddr>) -> Result<IpAddr> {
+    if let Ok(a) = std::env::var("TANDEM_ADDR") {
+        return a
+            .parse()
+            .map_err(|_| Error::Config(format!("TANDEM_ADDR={a:?} is not an IP address")));
+    }
+    Ok(match meet {
+        // The interface that reaches the root reaches the other hosts.
+        "root" => root_local.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        "local" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        _ => {
+            // The host name's first non-loopback address, if any.
+            let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            use std::net::ToSocketAddrs;
+            (name.trim(), 0)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut it| it.find(|a| a.is_ipv4() && !a.ip().is_loopback()))
+                .map(|a| a.ip())
+                .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        }
+    })
+}
+
+const DATA_HELLO: &[u8; 4] = b"TDA1";
+
+/// Accepts data connections from higher ranks until told to stop; hands
+/// each admitted one over with the rank it proved.
+fn spawn_acceptor(
+    l: TcpListener,
+    me: usize,
+    n: usize,
+    adm: Admission,
+    stop: Arc<AtomicBool>,
+) -> Result<mpsc::Receiver<(usize, TcpStream)>> {
+    l.set_nonblocking(true)?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("tandem-accept".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                match l.accept() {
+                    Ok((s, from)) => {
+                        let (tx, adm) = (tx.clone(), adm.clone());
+                        let _ = std::thread::Builder::new()
+                            .name("tandem-admit".into())
+                            .spawn(move || match admit_data(s, &adm, me, n) {
+                                Ok((r, s)) => {
+                                    let _ = tx.send((r, s));
+                                }
+                                Err(e) => eprintln!(
+                                    "tandem[{me}]: refused a data connection from {from}: {e}"
+                                ),
+                            });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(e) => {
+                        eprintln!("tandem[{me}]: accept failed: {e}");
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                }
+            }
+        })?;
+    Ok(rx)
+}
+
+fn admit_data(
+    s: TcpStream,
+    adm: &Admission,
+    me: usize,
+    n: usize,
+) -> std::io::Result<(usize, TcpStream)> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut st = meet::Stream::Tcp(s);
+    meet::admit(&mut st, adm, Role::Acceptor)?;
+    let meet::Stream::Tcp(mut s) = st else {
+        unreachable!("a TCP stream stays one")
+    };
+    let mut h = [0u8; 8];
+    s.read_exact(&mut h)?;
+    let r = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    if &h[..4] != DATA_HELLO || r <= me || r >= n {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a hello naming rank {r}, not a higher rank of this job"),
+        ));
+    }
+    s.set_read_timeout(None)?;
+    Ok((r, s))
+}
+
+fn connect_data(
+    addr: SocketAddr,
+    me: usize,
+    peer: usize,
+    adm: &Admission,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let what = format!("rank {peer} at {addr}");
+    let s = meet_retry(deadline, &what, || {
+        TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+    })?;
+    let fail = |e: std::io::Error| Error::NotLaunched(format!("connecting to {what}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(fail)?;
+    let mut st = meet::Stream::Tcp(s);
+    meet::admit(&mut st, adm, Role::Connector).map_err(fail)?;
+    let meet::Stream::Tcp(mut s) = st else {
+        unreachable!("a TCP stream stays one")
+    };
+    let mut h = [0u8; 8];
+    h[..4].copy_from_slice(DATA_HELLO);
+    h[4..].copy_from_slice(&(me as u32).to_le_bytes());
+    s.write_all(&h).map_err(fail)?;
+    s.set_read_timeout(None).map_err(fail)?;
+    Ok(s)
+}
+
+fn meet_retry<T>(
+    deadline: Instant,
+    what: &str,
+    mut f: impl FnMut() -> std::io::Result<T>,
+) -> Result<T> {
+    loop {
+        match f() {
+            Ok(t) => return Ok(t),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::NotLaunched(format!(
+                    "could not reach {what} before the bootstrap deadline: {e}"
+                )))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn job_hash(job: &str, leader: usize) -> u64 {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(format!("{job}/{leader}").as_bytes());
+    u64::from_le_bytes(h[..8].try_into().expect("8 bytes")) | 1
+}
+
+/// Joins the job described by the environment (see [`launcher`]).
 pub(crate) fn join(cfg: &Config) -> Result<Joined> {
-    let rank = env_usize("TANDEM_RANK")?;
-    let size = env_usize("TANDEM_SIZE")?;
-    let fd = env_usize("TANDEM_SHM_FD")? as i32;
+    let choice = Choice::from_env()?;
+    // tandem-run on one host: the shared-memory file is inherited.
+    if choice != Choice::Tcp && std::env::var_os("TANDEM_SHM_FD").is_some() {
+        return join_inherited(cfg);
+    }
+    let launch = launcher::detect()?;
+    let (rank, size) = (launch.rank, launch.size);
+    let layout = Layout::from_env()?;
+    layout.validate()?;
+    let deadline = Instant::now() + boot_timeout()?;
+    let given = match std::env::var("TANDEM_SECRET") {
+        Ok(t) if !t.is_empty() => Some(t),
+        _ => None,
+    };
+    let secret_of =
+        |t: &str| Secret::from_text(t).map_err(|e| Error::Config(format!("TANDEM_SECRET: {e}")));
+    let mut root_local = None;
+    let meet_kind = match launch.meet {
+        Meet::Pmi(_) => "PMI",
+        Meet::Root(_) => "root",
+        Meet::Local => "local",
+    };
+    let job = launch.job.clone();
+    let mut store: Box<dyn Store> = match launch.meet {
+        Meet::Pmi(p) => Box::new(meet::PmiStore::new(p)),
+        Meet::Root(ref root) => {
+            let Some(t) = &given else {
+                return Err(Error::Config(format!(
+                    "a job that meets at a network address (TANDEM_ROOT={root}) needs a \
+                     per-job secret: set TANDEM_SECRET to the same random string on every \
+                     rank (e.g. `export TANDEM_SECRET=$(openssl rand -hex 16)` and \
+                     `mpirun -x TANDEM_SECRET`, or `srun --export=ALL`); tandem-run sets it \
+                     itself"
+                )));
+            };
+            let adm = Admission {
+                secret: Some(secret_of(t)?),
+                context: format!("bootstrap:{}", job).into_bytes(),
+            };
+            let s = RootStore::tcp(root, rank, size, adm, deadline)?;
+            root_local = s.local_ip();
+            Box::new(s)
+        }
+        Meet::Local => {
+            let adm = Admission {
+                secret: match &given {
+                    Some(t) => Some(secret_of(t)?),
+                    None => None,
+                },
+                context: format!("bootstrap:{}", job).into_bytes(),
+            };
+            Box::new(RootStore::local(&job, rank, size, adm, deadline)?)
+        }
+    };
+    // Data connections: a listener before anyone can try to connect.
+    let ip = data_ip(meet_kind, root_local)?;
+    let port: u16 = crate::config::env_num("TANDEM_DATA_PORT")?.unwrap_or(0);
+    let bind_ip = match meet_kind {
+        "PMI" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        _ => ip,
+    };
+    let listener = TcpListener::bind((bind_ip, port)).map_err(|e| {
+        Error::Config(format!(
+            "cannot listen for data connections on {bind_ip}:{port}: {e}"
+        ))
+    })?;
+    let addr = SocketAddr::new(ip, listener.local_addr()?.port());
+    // A secret for data connections: given, or made up by rank 0 and passed
+    // over the meeting channel (same-user socket, or the launcher's PMI).
+    let made_up = if given.is_none() && rank == 0 {
+        Some(
+            Secret::random()
+                .map_err(|e| Error::Io(format!("no randomness: {e}")))?
+                .1,
+        )
+    } else {
+        None
+    };
+    let protocol = Protocol {
+        eager_limit: layout.eager_limit,
+        credits: layout.credits,
+        envelopes: layout.envelopes,
+    };
+    let mine = Record {
+        host: host_id(),
+        addr: Some(addr),
+        transport: choice,
+        protocol,
+        secret: made_up,
+    };
+    let records: Vec<Record> = store
+        .allgather(&mine.encode())?
+        .iter()
+        .enumerate()
+        .map(|(r, b)| Record::decode(r, b))
+        .collect::<Result<_>>()?;
+    check_agreement(rank, &records)?;
+    let data_secret = match (&given, &records[0].secret) {
+        (Some(t), _) | (None, Some(t)) => secret_of(t)?,
+        (None, None) => {
+            return Err(Error::NotLaunched(
+                "rank 0 sent no data secret and none is set".into(),
+            ))
+        }
+    };
+    // Routing: shared memory within a host (unless TCP is forced).
+    let local: Vec<usize> = (0..size)
+        .filter(|&p| p == rank || (choice != Choice::Tcp && records[p].host == records[rank].host))
+        .collect();
+    let is_local = |p: usize| local.binary_search(&p).is_ok();
+    // TCP mesh: each rank connects to the lower ranks, accepts the higher.
+    let adm = Admission {
+        secret: Some(data_secret),
+        context: format!("data:{}", job).into_bytes(),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let inbound = spawn_acceptor(listener, rank, size, adm.clone(), stop.clone())?;
+    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let result = (|| -> Result<()> {
+        for p in (0..rank).filter(|&p| !is_local(p)) {
+            let a = records[p]
+                .addr
+                .ok_or_else(|| Error::NotLaunched(format!("rank {p} gave no address")))?;
+            streams[p] = Some(connect_data(a, rank, p, &adm, deadline)?);
+        }
+        let want: Vec<usize> = (rank + 1..size).filter(|&p| !is_local(p)).collect();
+        let mut got = 0;
+        while got < want.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match inbound.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok((r, s)) if want.contains(&r) && streams[r].is_none() => {
+                    streams[r] = Some(s);
+                    got += 1;
+                }
+                Ok((r, _)) => {
+                    eprintln!("tandem[{rank}]: refused an unexpected connection claiming rank {r}")
+                }
+                Err(_) if Instant::now() < deadline => {}
+                Err(_) => {
+                    let missing: Vec<String> = want
+                        .iter()
+                        .filter(|&&r| streams[r].is_none())
+                        .map(|r| r.to_string())
+                        .collect();
+                    return Err(Error::NotLaunched(format!(
+                        "bootstrap deadline passed: rank(s) {} never connected to rank {rank}",
+                        missing.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
+    })();
+    stop.store(true, Ordering::Release);
+    result?;
+    // Shared memory among this host's ranks: the lowest creates the file,
+    // the others open it by name, then it is unlinked.
+    let leader = local[0];
+    let me_local = local
+        .binary_search(&rank)
+        .expect("a rank is local to itself");
+    let map = if local.len() == 1 {
+        JobMap::anon(1, &layout)?
+    } else {
+        let job = job_hash(&job, leader);
+        let mut created = None;
+        if rank == leader {
+            created = Some(JobMap::create_file(job, local.len(), &layout)?);
+        }
+        store.allgather(b"shm-created")?;
+        let path = crate::launch::shm_path(job);
+        let opened = match &created {
+            Some((f, _)) => JobMap::open(f, job, local.len()),
+            None => std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| Error::Io(format!("opening {}: {e}", path.display())))
+                .and_then(|f| JobMap::open(&f, job, local.len())),
+        };
+        store.allgather(b"shm-opened")?;
+        if let Some((_, p)) = created {
+            let _ = std::fs::remove_file(p);
+        }
+        opened?
+    };
+    drop(store);
+    let map = Arc::new(map);
+    map.attach(me_local, std::process::id());
+    let opt = shm_options(cfg);
+    let mut links = Vec::with_capacity(size);
+    for (p, stream) in streams.into_iter().enumerate() {
+        links.push(match stream {
+            Some(s) => Link::Tcp(
+                TcpLink::new(s, p, protocol.eager_limit as usize)
+                    .map_err(|e| Error::Io(format!("TCP link to rank {p}: {e}")))?,
+            ),
+            None => {
+                let pl = local.binary_search(&p).expect("not TCP, so local");
+                Link::Shm(ShmLink::new(map.clone(), me_local, pl, rank, p, opt))
+            }
+        });
+    }
+    let board = WaitBoard {
+        map: map.clone(),
+        local_of: (0..size)
+            .map(|p| local.binary_search(&p).unwrap_or(usize::MAX))
+            .collect(),
+    };
+    if debug_level() >= DebugLevel::Info {
+        eprintln!(
+            "tandem[{rank}/{size}] started by {} (met via {meet_kind}, job {job}), \
+             TANDEM_TRANSPORT={}, {} rank(s) on this host, data address {addr}",
+            launch.launcher,
+            choice.name(),
+            local.len()
+        );
+    }
+    let engine = Engine::new(rank, links, protocol, cfg, Some(board))?;
+    Ok(Joined { engine, rank, size })
+}
+
+/// tandem-run's single-host jobs: the launcher made the shared-memory file
+/// for every rank and passed it down.
+fn join_inherited(cfg: &Config) -> Result<Joined> {
+    let num = |name: &str| -> Result<usize> {
+        let v = std::env::var(name)
+            .map_err(|_| Error::NotLaunched(format!("{name} is not set (tandem-run sets it)")))?;
+        v.parse()
+            .map_err(|_| Error::NotLaunched(format!("{name}={v:?} is not a number")))
+    };
+    let rank = num("TANDEM_RANK")?;
+    let size = num("TANDEM_SIZE")?;
+    let fd = num("TANDEM_SHM_FD")? as i32;
     let job_s = std::env::var("TANDEM_JOB")
         .map_err(|_| Error::NotLaunched("TANDEM_JOB is not set".into()))?;
     let job = u64::from_str_radix(&job_s, 16)

@@ -96,6 +96,10 @@ impl Comm {
     /// same call. Rank 0 waits for the copies when the communicator is
     /// dropped or [`finish`](Self::finish)ed.
     ///
+    /// Under a launcher (tandem-run, mpirun, mpiexec, srun, torchrun) it
+    /// starts nothing and joins the launched job instead, which must have
+    /// `n` ranks.
+    ///
     /// Call it before starting threads whose work the copies must not redo.
     pub fn local(n: usize) -> Result<Self> {
         Self::local_with(n, Config::from_env()?)
@@ -103,7 +107,7 @@ impl Comm {
 
     /// [`local`](Self::local) with an explicit configuration.
     pub fn local_with(n: usize, cfg: Config) -> Result<Self> {
-        if std::env::var_os("TANDEM_RANK").is_some() {
+        if crate::bootstrap::launcher::present() {
             let c = Self::from_env_with(cfg)?;
             if c.size() != n {
                 return Err(Error::JobMismatch {

@@ -324,17 +324,15 @@ impl Drop for Unlink {
 /// A fresh random job id.
 pub fn new_job_id() -> u64 {
     let mut b = [0u8; 8];
-    // SAFETY: getrandom writes at most b.len() bytes into b.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
     let r = u64::from_le_bytes(b);
-    if n == 8 && r != 0 {
-        r
+    if crate::sys::random_bytes(&mut b) && u64::from_le_bytes(b) != 0 {
+        u64::from_le_bytes(b)
     } else {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1);
-        t ^ ((std::process::id() as u64) << 32) | 1
+        (t ^ r ^ ((std::process::id() as u64) << 32)) | 1
     }
 }
 
