@@ -44,6 +44,7 @@ mod progress;
 mod sys;
 pub mod transport;
 
+pub use bootstrap::Links;
 pub use comm::{Comm, Group, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
 pub use config::{Config, Layout, WaitPolicy};
 pub use error::{Error, OpKind, Result};

@@ -8,7 +8,10 @@
 //! limit forced down to 0 and 1 bytes (nearly everything rendezvous), the
 //! default, and 32 KiB (nearly everything eager), with one credit per peer
 //! in some, and rendezvous both single-copy (cross-memory attach) and
-//! streamed through the slot ring. Ranks are threads (`Comm::threads`).
+//! streamed through the slot ring. Ranks are threads (`Comm::threads_on`),
+//! and every configuration runs once per transport: shared memory, TCP
+//! between every pair, and a mixed job (two pretend hosts: shared memory
+//! within each, TCP between them).
 
 mod common;
 use common::pattern;
@@ -17,8 +20,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 use tandem_core::sync::{AtomicBool, Ordering};
 use tandem_driver::{
-    Comm, Config, Error, Layout, Request, Result, Status, Tag, WaitPolicy, ANY_SOURCE, ANY_TAG,
-    TAG_UB,
+    Comm, Config, Error, Layout, Links, Request, Result, Status, Tag, WaitPolicy, ANY_SOURCE,
+    ANY_TAG, TAG_UB,
 };
 
 // ---------------------------------------------------------------------------
@@ -133,7 +136,21 @@ fn run_cases(
 ) {
     let total = Instant::now();
     let mut failures = Vec::new();
-    for case in &cases {
+    let mut runs = 0;
+    let transports = [
+        ("shm", Links::Shm),
+        ("tcp", Links::Tcp),
+        ("shm+tcp", Links::Mixed { hosts: 2 }),
+    ];
+    for (case, (tname, links)) in cases
+        .iter()
+        .flat_map(|c| transports.iter().map(move |t| (c, t)))
+    {
+        // Cross-memory attach is a shared-memory feature: once is enough.
+        if case.cma && *links != Links::Shm {
+            continue;
+        }
+        runs += 1;
         if let Err(e) = case.layout.validate() {
             panic!("{test}: configuration [{}] is invalid: {e}", case.name);
         }
@@ -142,7 +159,7 @@ fn run_cases(
             .timeout(timeout)
             .cma(case.cma);
         let t = Instant::now();
-        let out = Comm::threads(n, &case.layout, cfg, |comm| {
+        let out = Comm::threads_on(n, *links, &case.layout, cfg, |comm| {
             let rank = comm.rank();
             match catch_unwind(AssertUnwindSafe(|| f(&comm, case))) {
                 Ok(r) => r,
@@ -158,10 +175,14 @@ fn run_cases(
             .filter_map(|(r, res)| res.as_ref().err().map(|e| format!("rank {r}: {e}")))
             .collect();
         if failed.is_empty() {
-            eprintln!("{test}: [{}] ok in {:.2?}", case.name, t.elapsed());
+            eprintln!(
+                "{test}: [{} over {tname}] ok in {:.2?}",
+                case.name,
+                t.elapsed()
+            );
         } else {
             let msg = format!(
-                "configuration [{}] (layout {:?}, cma {}) FAILED after {:.2?}:\n    {}",
+                "configuration [{} over {tname}] (layout {:?}, cma {}) FAILED after {:.2?}:\n    {}",
                 case.name,
                 case.layout,
                 case.cma,
@@ -176,7 +197,7 @@ fn run_cases(
         failures.is_empty(),
         "{test}: {} of {} configurations failed:\n  {}",
         failures.len(),
-        cases.len(),
+        runs,
         failures.join("\n  ")
     );
     eprintln!("{test}: all configurations ok in {:.2?}", total.elapsed());

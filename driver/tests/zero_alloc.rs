@@ -1,6 +1,7 @@
 //! Steady-state messaging allocates nothing: a counting global allocator
 //! in each rank process watches 10,000 ping-pongs after warm-up, eager and
-//! both rendezvous paths, blocking and scoped non-blocking.
+//! both rendezvous paths, blocking and scoped non-blocking, over shared
+//! memory and over TCP.
 //!
 //! The count is per thread: it covers everything the messaging thread does
 //! (tandem runs no thread of its own here: no proxy), and leaves out the
@@ -84,13 +85,20 @@ fn pingpong(comm: &Comm, buf: &mut [u8], iters: usize, scoped: bool) {
 fn no_allocations_per_message_after_warm_up() {
     let name = "no_allocations_per_message_after_warm_up";
     if !common::is_rank() {
-        // Rendezvous streamed (the default) and pulled single-copy.
-        for cma in ["0", "1"] {
+        // Every transport: shared memory with rendezvous streamed (the
+        // default) and pulled single-copy, and TCP.
+        for (transport, cma) in [("shm", "0"), ("shm", "1"), ("tcp", "0")] {
             let o = common::launcher(2, name)
                 .env("TANDEM_CMA", cma)
+                .env("TANDEM_TRANSPORT", transport)
                 .run()
                 .unwrap();
-            assert_eq!(o.code(), 0, "TANDEM_CMA={cma}: exit codes {:?}", o.codes);
+            assert_eq!(
+                o.code(),
+                0,
+                "TANDEM_TRANSPORT={transport} TANDEM_CMA={cma}: exit codes {:?}",
+                o.codes
+            );
         }
         return;
     }
@@ -127,8 +135,9 @@ fn no_allocations_per_message_after_warm_up() {
                 );
             }
             println!(
-                "rank {} size {size} scoped {scoped}: {n} allocations in 10000 round trips",
-                comm.rank()
+                "rank {} ({}) size {size} scoped {scoped}: {n} allocations in 10000 round trips",
+                comm.rank(),
+                std::env::var("TANDEM_TRANSPORT").unwrap_or_default()
             );
             assert_eq!(n, 0, "size {size} scoped {scoped}: {n} heap allocations");
         }

@@ -399,6 +399,200 @@ fn job_hash(job: &str, leader: usize) -> u64 {
     u64::from_le_bytes(h[..8].try_into().expect("8 bytes")) | 1
 }
 
+/// Connects this rank to every TCP peer (`tcp(p)`): it connects to the
+/// lower ranks at `addr(p)` and accepts the higher ones on `listener`, so
+/// each pair has exactly one connection whoever starts first. Every
+/// connection proves the job's secret before its hello is read.
+#[allow(clippy::too_many_arguments)]
+fn mesh(
+    rank: usize,
+    size: usize,
+    tcp: &dyn Fn(usize) -> bool,
+    addr: &dyn Fn(usize) -> Option<SocketAddr>,
+    listener: TcpListener,
+    adm: &Admission,
+    deadline: Instant,
+) -> Result<Vec<Option<TcpStream>>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let inbound = spawn_acceptor(listener, rank, size, adm.clone(), stop.clone())?;
+    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let result = (|| -> Result<()> {
+        for p in (0..rank).filter(|&p| tcp(p)) {
+            let a =
+                addr(p).ok_or_else(|| Error::NotLaunched(format!("rank {p} gave no address")))?;
+            streams[p] = Some(connect_data(a, rank, p, adm, deadline)?);
+        }
+        let want: Vec<usize> = (rank + 1..size).filter(|&p| tcp(p)).collect();
+        let mut got = 0;
+        while got < want.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match inbound.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok((r, s)) if want.contains(&r) && streams[r].is_none() => {
+                    streams[r] = Some(s);
+                    got += 1;
+                }
+                Ok((r, _)) => {
+                    eprintln!("tandem[{rank}]: refused an unexpected connection claiming rank {r}")
+                }
+                Err(_) if Instant::now() < deadline => {}
+                Err(_) => {
+                    let missing: Vec<String> = want
+                        .iter()
+                        .filter(|&&r| streams[r].is_none())
+                        .map(|r| r.to_string())
+                        .collect();
+                    return Err(Error::NotLaunched(format!(
+                        "bootstrap deadline passed: rank(s) {} never connected to rank {rank}",
+                        missing.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
+    })();
+    stop.store(true, Ordering::Release);
+    result.map(|()| streams)
+}
+
+/// The engine of `rank` from its TCP connections and its host's mapping,
+/// shared by the ranks `local` (sorted, this rank among them).
+fn assemble(
+    rank: usize,
+    streams: Vec<Option<TcpStream>>,
+    map: Arc<JobMap>,
+    local: &[usize],
+    protocol: Protocol,
+    cfg: &Config,
+) -> Result<Joined> {
+    let size = streams.len();
+    let me_local = local
+        .binary_search(&rank)
+        .map_err(|_| Error::Config(format!("rank {rank} is not among its host's ranks")))?;
+    map.attach(me_local, std::process::id());
+    let opt = shm_options(cfg);
+    let mut links = Vec::with_capacity(size);
+    for (p, stream) in streams.into_iter().enumerate() {
+        links.push(match stream {
+            Some(s) => Link::Tcp(
+                TcpLink::new(s, p, protocol.eager_limit as usize)
+                    .map_err(|e| Error::Io(format!("TCP link to rank {p}: {e}")))?,
+            ),
+            None => {
+                let pl = local.binary_search(&p).map_err(|_| {
+                    Error::Config(format!("rank {p} is neither on this host nor connected"))
+                })?;
+                Link::Shm(ShmLink::new(map.clone(), me_local, pl, rank, p, opt))
+            }
+        });
+    }
+    let board = WaitBoard {
+        map,
+        local_of: (0..size)
+            .map(|p| local.binary_search(&p).unwrap_or(usize::MAX))
+            .collect(),
+    };
+    let engine = Engine::new(rank, links, protocol, cfg, Some(board))?;
+    Ok(Joined { engine, rank, size })
+}
+
+/// How the ranks of [`crate::Comm::threads_on`] are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Shared memory between every pair.
+    Shm,
+    /// TCP over the loopback between every pair (shared memory only to
+    /// oneself).
+    Tcp,
+    /// The ranks split into `hosts` blocks of consecutive ranks, as if on
+    /// that many hosts: shared memory within a block, TCP between blocks.
+    Mixed {
+        /// Number of pretend hosts.
+        hosts: usize,
+    },
+}
+
+/// What the threads of a world in one process share while they connect.
+pub(crate) struct ThreadPlan {
+    host_of: Vec<usize>,
+    maps: Vec<Arc<JobMap>>,
+    listeners: Vec<std::sync::Mutex<Option<TcpListener>>>,
+    addrs: Vec<SocketAddr>,
+    adm: Admission,
+    protocol: Protocol,
+}
+
+impl ThreadPlan {
+    /// Prepares a world of `n` threads connected as `links` say.
+    pub(crate) fn new(n: usize, links: Links, layout: &Layout) -> Result<Self> {
+        layout.validate()?;
+        let hosts = match links {
+            Links::Shm => 1,
+            Links::Tcp => n,
+            Links::Mixed { hosts } => hosts.clamp(1, n.max(1)),
+        };
+        let host_of: Vec<usize> = (0..n).map(|r| r * hosts / n.max(1)).collect();
+        let maps = (0..hosts)
+            .map(|h| {
+                let k = host_of.iter().filter(|&&x| x == h).count().max(1);
+                JobMap::anon(k, layout).map(Arc::new)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut listeners = Vec::with_capacity(n);
+        let mut addrs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+            addrs.push(l.local_addr()?);
+            listeners.push(std::sync::Mutex::new(Some(l)));
+        }
+        let (secret, _) = Secret::random().map_err(|e| Error::Io(e.to_string()))?;
+        Ok(Self {
+            host_of,
+            maps,
+            listeners,
+            addrs,
+            adm: Admission {
+                secret: Some(secret),
+                context: b"data:threads".to_vec(),
+            },
+            protocol: Protocol {
+                eager_limit: layout.eager_limit,
+                credits: layout.credits,
+                envelopes: layout.envelopes,
+            },
+        })
+    }
+
+    /// Connects rank `rank` (called on its own thread).
+    pub(crate) fn join(&self, rank: usize, cfg: &Config) -> Result<Joined> {
+        let n = self.host_of.len();
+        let h = self.host_of[rank];
+        let local: Vec<usize> = (0..n).filter(|&p| self.host_of[p] == h).collect();
+        let listener = self.listeners[rank]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Error::Config(format!("rank {rank} joined twice")))?;
+        let deadline = Instant::now() + boot_timeout()?;
+        let streams = mesh(
+            rank,
+            n,
+            &|p| self.host_of[p] != h,
+            &|p| Some(self.addrs[p]),
+            listener,
+            &self.adm,
+            deadline,
+        )?;
+        assemble(
+            rank,
+            streams,
+            self.maps[h].clone(),
+            &local,
+            self.protocol,
+            cfg,
+        )
+    }
+}
+
 /// Joins the job described by the environment (see [`launcher`]).
 pub(crate) fn join(cfg: &Config) -> Result<Joined> {
     let choice = Choice::from_env()?;
@@ -516,70 +710,36 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
         secret: Some(data_secret),
         context: format!("data:{}", job).into_bytes(),
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let inbound = spawn_acceptor(listener, rank, size, adm.clone(), stop.clone())?;
-    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
-    let result = (|| -> Result<()> {
-        for p in (0..rank).filter(|&p| !is_local(p)) {
-            let a = records[p]
-                .addr
-                .ok_or_else(|| Error::NotLaunched(format!("rank {p} gave no address")))?;
-            streams[p] = Some(connect_data(a, rank, p, &adm, deadline)?);
-        }
-        let want: Vec<usize> = (rank + 1..size).filter(|&p| !is_local(p)).collect();
-        let mut got = 0;
-        while got < want.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match inbound.recv_timeout(left.min(Duration::from_millis(100))) {
-                Ok((r, s)) if want.contains(&r) && streams[r].is_none() => {
-                    streams[r] = Some(s);
-                    got += 1;
-                }
-                Ok((r, _)) => {
-                    eprintln!("tandem[{rank}]: refused an unexpected connection claiming rank {r}")
-                }
-                Err(_) if Instant::now() < deadline => {}
-                Err(_) => {
-                    let missing: Vec<String> = want
-                        .iter()
-                        .filter(|&&r| streams[r].is_none())
-                        .map(|r| r.to_string())
-                        .collect();
-                    return Err(Error::NotLaunched(format!(
-                        "bootstrap deadline passed: rank(s) {} never connected to rank {rank}",
-                        missing.join(", ")
-                    )));
-                }
-            }
-        }
-        Ok(())
-    })();
-    stop.store(true, Ordering::Release);
-    result?;
+    let streams = mesh(
+        rank,
+        size,
+        &|p| !is_local(p),
+        &|p| records[p].addr,
+        listener,
+        &adm,
+        deadline,
+    )?;
     // Shared memory among this host's ranks: the lowest creates the file,
     // the others open it by name, then it is unlinked.
     let leader = local[0];
-    let me_local = local
-        .binary_search(&rank)
-        .expect("a rank is local to itself");
     let map = if local.len() == 1 {
         JobMap::anon(1, &layout)?
     } else {
-        let job = job_hash(&job, leader);
+        let file_job = job_hash(&job, leader);
         let mut created = None;
         if rank == leader {
-            created = Some(JobMap::create_file(job, local.len(), &layout)?);
+            created = Some(JobMap::create_file(file_job, local.len(), &layout)?);
         }
         store.allgather(b"shm-created")?;
-        let path = crate::launch::shm_path(job);
+        let path = crate::launch::shm_path(file_job);
         let opened = match &created {
-            Some((f, _)) => JobMap::open(f, job, local.len()),
+            Some((f, _)) => JobMap::open(f, file_job, local.len()),
             None => std::fs::File::options()
                 .read(true)
                 .write(true)
                 .open(&path)
                 .map_err(|e| Error::Io(format!("opening {}: {e}", path.display())))
-                .and_then(|f| JobMap::open(&f, job, local.len())),
+                .and_then(|f| JobMap::open(&f, file_job, local.len())),
         };
         store.allgather(b"shm-opened")?;
         if let Some((_, p)) = created {
@@ -588,28 +748,7 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
         opened?
     };
     drop(store);
-    let map = Arc::new(map);
-    map.attach(me_local, std::process::id());
-    let opt = shm_options(cfg);
-    let mut links = Vec::with_capacity(size);
-    for (p, stream) in streams.into_iter().enumerate() {
-        links.push(match stream {
-            Some(s) => Link::Tcp(
-                TcpLink::new(s, p, protocol.eager_limit as usize)
-                    .map_err(|e| Error::Io(format!("TCP link to rank {p}: {e}")))?,
-            ),
-            None => {
-                let pl = local.binary_search(&p).expect("not TCP, so local");
-                Link::Shm(ShmLink::new(map.clone(), me_local, pl, rank, p, opt))
-            }
-        });
-    }
-    let board = WaitBoard {
-        map: map.clone(),
-        local_of: (0..size)
-            .map(|p| local.binary_search(&p).unwrap_or(usize::MAX))
-            .collect(),
-    };
+    let joined = assemble(rank, streams, Arc::new(map), &local, protocol, cfg)?;
     if debug_level() >= DebugLevel::Info {
         eprintln!(
             "tandem[{rank}/{size}] started by {} (met via {meet_kind}, job {job}), \
@@ -619,8 +758,7 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
             local.len()
         );
     }
-    let engine = Engine::new(rank, links, protocol, cfg, Some(board))?;
-    Ok(Joined { engine, rank, size })
+    Ok(joined)
 }
 
 /// tandem-run's single-host jobs: the launcher made the shared-memory file

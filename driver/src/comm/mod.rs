@@ -175,6 +175,56 @@ impl Comm {
         })
     }
 
+    /// Like [`Comm::threads`], with the ranks connected as `links` says:
+    /// shared memory, TCP over the loopback, or a mix as if the ranks were
+    /// spread over several hosts. The transport-generic test suites use it
+    /// to run every scenario over every transport in one process.
+    ///
+    /// ```
+    /// use tandem_driver::{Comm, Config, Layout, Links};
+    /// let out = Comm::threads_on(3, Links::Mixed { hosts: 2 }, &Layout::default(),
+    ///                            Config::default(), |comm| {
+    ///     let next = (comm.rank() + 1) % comm.size();
+    ///     let prev = (comm.rank() + comm.size() - 1) % comm.size();
+    ///     let mut got = [0u8; 1];
+    ///     comm.sendrecv(&[comm.rank() as u8], next, 0, &mut got, prev, 0)?;
+    ///     Ok(got[0])
+    /// });
+    /// assert_eq!(*out[0].as_ref().unwrap(), 2);
+    /// ```
+    pub fn threads_on<R: Send>(
+        n: usize,
+        links: crate::Links,
+        layout: &Layout,
+        cfg: Config,
+        f: impl Fn(Comm) -> Result<R> + Sync,
+    ) -> Vec<Result<R>> {
+        if links == crate::Links::Shm {
+            return Self::threads(n, layout, cfg, f);
+        }
+        let plan = match crate::bootstrap::ThreadPlan::new(n, links, layout) {
+            Ok(p) => p,
+            Err(e) => return (0..n.max(1)).map(|_| Err(e.clone())).collect(),
+        };
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let (plan, cfg, f) = (&plan, cfg.clone(), &f);
+                    s.spawn(move || {
+                        let j = plan.join(r, &cfg)?;
+                        f(Comm::start(j, cfg)?)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Io("rank thread panicked".into())))
+                })
+                .collect()
+        })
+    }
+
     fn start(j: crate::bootstrap::Joined, cfg: Config) -> Result<Self> {
         let crate::bootstrap::Joined { engine, rank, size } = j;
         if let Some(core) = cfg.pin_core {
