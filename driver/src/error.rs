@@ -52,7 +52,8 @@ pub enum Error {
         /// The communicator size.
         size: usize,
     },
-    /// The peer exited (or was killed) while an operation with it was pending.
+    /// The peer exited (or was killed), or its connection was closed or
+    /// reset, while an operation with it was pending.
     PeerLost {
         /// The peer's rank.
         rank: usize,
@@ -99,6 +100,9 @@ pub enum Error {
     },
     /// The environment does not describe a tandem job.
     NotLaunched(String),
+    /// Joining the job failed: a rank never came, left, or could not be
+    /// reached, or a connection could not prove it belongs to the job.
+    Bootstrap(String),
     /// A configuration value is invalid.
     Config(String),
     /// More operations pending than `max_requests`.
@@ -160,7 +164,11 @@ impl fmt::Display for Error {
             Self::InvalidRank { rank, size } => {
                 write!(f, "invalid rank {rank}: the communicator has ranks 0..{size}")
             }
-            Self::PeerLost { rank } => write!(f, "peer rank {rank} exited with operations pending"),
+            Self::PeerLost { rank } => write!(
+                f,
+                "peer rank {rank} is gone (its process exited, or its connection was closed or \
+                 reset) with operations pending"
+            ),
             Self::Timeout { op, peer, tag, waited } => write!(
                 f,
                 "{op} with rank {peer} tag {tag} made no progress for {:.1}s (raise TANDEM_TIMEOUT if the peer is just slow)",
@@ -177,6 +185,7 @@ impl fmt::Display for Error {
                 write!(f, "job mismatch: expected {expected}, found {found}")
             }
             Self::NotLaunched(why) => write!(f, "not started by a tandem launcher: {why}"),
+            Self::Bootstrap(why) => write!(f, "bootstrap failed: {why}"),
             Self::Config(why) => write!(f, "invalid configuration: {why}"),
             Self::TooManyRequests { capacity } => write!(
                 f,

@@ -41,6 +41,10 @@ impl Case {
     }
 }
 
+/// Set in the ranks that `across_hosts` starts: a scenario then runs once
+/// in this process, as one rank of a launched job.
+const PROCESS_MODE: &str = "TANDEM_CONFORMANCE_PROCESS";
+
 /// The no-progress timeout of the scenarios (a hang fails in this time).
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -134,6 +138,20 @@ fn run_cases(
     timeout: Duration,
     f: impl Fn(&Comm, &Case) -> Result<()> + Sync,
 ) {
+    if std::env::var_os(PROCESS_MODE).is_some() {
+        // A rank of a job started by `across_hosts`: run once, here.
+        let comm = Comm::from_env().expect("join the job");
+        assert_eq!(comm.size(), n, "{test} needs {n} ranks");
+        let case = Case {
+            name: "default, from the environment",
+            layout: Layout::from_env().expect("layout"),
+            cma: false,
+        };
+        if let Err(e) = f(&comm, &case) {
+            panic!("{test}: rank {}: {e}", comm.rank());
+        }
+        return;
+    }
     let total = Instant::now();
     let mut failures = Vec::new();
     let mut runs = 0;
@@ -1150,4 +1168,87 @@ fn unexpected_messages_beyond_the_eager_credits_never_block_a_matchable_one() {
             Ok(())
         },
     );
+}
+
+// ---------------------------------------------------------------------------
+// Across hosts: the scenarios as processes on network namespaces
+// ---------------------------------------------------------------------------
+
+/// The scenarios that run as separate processes (the ssend scenario orders
+/// its threads with in-process flags, so it runs in threads only), with
+/// their rank counts.
+const PROCESS_SCENARIOS: &[(&str, usize)] = &[
+    ("send_flood_without_loss", 2),
+    ("any_source_any_tag_keep_per_sender_order", 4),
+    ("probe_waits_for_a_later_message", 2),
+    ("tiny_message_into_huge_receive", 2),
+    ("huge_messages_with_wildcards", 3),
+    ("many_large_messages_in_flight", 2),
+    ("cancel_unmatched_and_matched_receives", 2),
+    ("dup_traffic_never_matches_world_receives", 2),
+    ("truncation_delivers_a_prefix_and_keeps_the_next_message", 2),
+    ("sendrecv_ring_and_group_exchanges_complete", 4),
+    ("wait_any_and_test_all", 2),
+    (
+        "unexpected_messages_beyond_the_eager_credits_never_block_a_matchable_one",
+        2,
+    ),
+];
+
+/// Every process scenario started by `tandem-run --hosts` on four network
+/// namespaces: once with the ranks spread one per host (TCP only), once
+/// packed two per host (shared memory within a host through a file the
+/// ranks make themselves, TCP between hosts).
+#[test]
+fn across_hosts() {
+    if std::env::var_os(PROCESS_MODE).is_some() {
+        return;
+    }
+    let net = match common::netns::Net::new(4) {
+        Ok(n) => n,
+        Err(e) if std::env::var_os("TANDEM_SKIP_NETNS").is_some() => {
+            eprintln!("across_hosts skipped (TANDEM_SKIP_NETNS): {e}");
+            return;
+        }
+        Err(e) => {
+            panic!("network namespaces unavailable (run as root, or set TANDEM_SKIP_NETNS=1): {e}")
+        }
+    };
+    let exe = std::env::current_exe().unwrap();
+    let names: Vec<String> = net.hosts().iter().map(|h| h.name.clone()).collect();
+    let mut failures = Vec::new();
+    let mut port = 31000 + (std::process::id() % 5000) as u16 * 4;
+    for per_host in [1usize, 2] {
+        for &(name, n) in PROCESS_SCENARIOS {
+            let hosts = names[..n.div_ceil(per_host)].join(",");
+            port += 1;
+            let root = format!("{}:{port}", net.hosts()[0].addr);
+            let t = Instant::now();
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem-run"))
+                .args(["-n", &n.to_string(), "--hosts", &hosts])
+                .args(["--exec", net.exec_template(), "--root", &root, "--"])
+                .arg(&exe)
+                .args([name, "--exact", "--nocapture", "--test-threads=1", "-q"])
+                .env(PROCESS_MODE, "1")
+                .env("TANDEM_SPIN", "2000")
+                .env("TANDEM_TIMEOUT", "30")
+                .env("TANDEM_BOOT_TIMEOUT", "30")
+                .output()
+                .unwrap();
+            let how = format!("{name} ({n} ranks on {hosts})");
+            if out.status.success() {
+                eprintln!("across_hosts: {how} ok in {:.2?}", t.elapsed());
+            } else {
+                let msg = format!(
+                    "{how} FAILED ({}):\n{}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                eprintln!("across_hosts: {msg}");
+                failures.push(msg);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -1,19 +1,30 @@
-//! `tandem-run -n N [--] program args...`: start N local ranks.
+//! `tandem-run -n N [--hosts a,b --exec CMD --root HOST:PORT] [--] program args...`:
+//! start N ranks, on this machine or on several hosts.
 
 use tandem_driver::launch::Launcher;
 
-const USAGE: &str = "usage: tandem-run -n N [--] program [args...]
+const USAGE: &str = "usage: tandem-run -n N [--hosts H1,H2,... [--exec CMD] [--root HOST:PORT]] [--] program [args...]
 
-Starts N ranks of `program` on this machine, connected by shared memory.
-Each rank finds TANDEM_RANK, TANDEM_SIZE, TANDEM_JOB and TANDEM_SHM_FD in its
-environment (tandem_driver::Comm::from_env reads them). Output lines are
-prefixed with the rank. The exit code is the first failing rank's; once a
-rank fails the others get TANDEM_KILL_GRACE seconds (default 3) to exit,
-then are killed.";
+Starts N ranks of `program`. Without --hosts they run on this machine,
+connected by shared memory (TANDEM_TRANSPORT=tcp: by TCP). With --hosts they
+are spread over the hosts in blocks of consecutive ranks and started through
+CMD (default 'ssh {host} env {env}'; {host} is the host, {env} the rank's
+KEY=VALUE settings, which otherwise travel in CMD's environment, e.g.
+--exec 'ip netns exec {host}'); they meet at HOST:PORT (default: the first
+host, a port derived from the job id), where rank 0 listens.
+
+Each rank finds TANDEM_RANK, TANDEM_SIZE, TANDEM_JOB, TANDEM_SECRET (a fresh
+per-job secret) and TANDEM_SHM_FD or TANDEM_ROOT in its environment
+(tandem_driver::Comm::from_env reads them). Output lines are prefixed with
+the rank. The exit code is the first failing rank's; once a rank fails the
+others get TANDEM_KILL_GRACE seconds (default 3) to exit, then are killed.";
 
 fn main() {
     let mut args = std::env::args_os().skip(1);
     let mut n: Option<usize> = None;
+    let mut hosts: Vec<String> = Vec::new();
+    let mut exec: Option<String> = None;
+    let mut root: Option<String> = None;
     let mut rest = Vec::new();
     while let Some(a) = args.next() {
         match a.to_str() {
@@ -29,6 +40,32 @@ fn main() {
                     fail("-n needs a positive number");
                 }
             }
+            Some("--hosts") => {
+                let v = args.next().and_then(|v| v.into_string().ok());
+                hosts = v
+                    .unwrap_or_else(|| fail("--hosts needs a list of hosts"))
+                    .split(',')
+                    .filter(|h| !h.is_empty())
+                    .map(String::from)
+                    .collect();
+                if hosts.is_empty() {
+                    fail("--hosts needs at least one host");
+                }
+            }
+            Some("--exec") => {
+                exec = Some(
+                    args.next()
+                        .and_then(|v| v.into_string().ok())
+                        .unwrap_or_else(|| fail("--exec needs a command")),
+                );
+            }
+            Some("--root") => {
+                root = Some(
+                    args.next()
+                        .and_then(|v| v.into_string().ok())
+                        .unwrap_or_else(|| fail("--root needs HOST:PORT")),
+                );
+            }
             Some("--") => {
                 rest.extend(args.by_ref());
             }
@@ -43,7 +80,20 @@ fn main() {
         fail("missing program");
     }
     let program = rest.remove(0);
-    match Launcher::new(n, program).args(rest).run() {
+    if hosts.is_empty() && (exec.is_some() || root.is_some()) {
+        fail("--exec and --root need --hosts");
+    }
+    let mut launcher = Launcher::new(n, program).args(rest);
+    if !hosts.is_empty() {
+        launcher = launcher.hosts(hosts);
+        if let Some(e) = exec {
+            launcher = launcher.exec(e);
+        }
+        if let Some(r) = root {
+            launcher = launcher.root(r);
+        }
+    }
+    match launcher.run() {
         Ok(o) => std::process::exit(o.code()),
         Err(e) => {
             eprintln!("tandem-run: {e}");

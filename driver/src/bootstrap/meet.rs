@@ -57,7 +57,7 @@ impl Store for PmiStore {
         self.round += 1;
         self.pmi
             .allgather(&format!("tdm{}", self.round), mine)
-            .map_err(|e| Error::NotLaunched(format!("PMI exchange failed: {e}")))
+            .map_err(|e| Error::Bootstrap(format!("PMI exchange failed: {e}")))
     }
 }
 
@@ -277,7 +277,7 @@ impl RootStore {
         adm: Admission,
         server: Option<JoinHandle<()>>,
     ) -> Result<Self> {
-        let bad = |e: std::io::Error| Error::NotLaunched(format!("joining the job at {root}: {e}"));
+        let bad = |e: std::io::Error| Error::Bootstrap(format!("joining the job at {root}: {e}"));
         stream
             .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
             .map_err(bad)?;
@@ -305,7 +305,7 @@ fn retry<T>(deadline: Instant, what: &str, mut f: impl FnMut() -> std::io::Resul
             Err(e) => last = e,
         }
         if Instant::now() >= deadline {
-            return Err(Error::NotLaunched(format!(
+            return Err(Error::Bootstrap(format!(
                 "could not reach {what} before the bootstrap deadline: {last}"
             )));
         }
@@ -328,16 +328,14 @@ impl Store for RootStore {
     fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let root = self.root.clone();
         let bad = move |e: std::io::Error| {
-            Error::NotLaunched(format!("bootstrap exchange with {root} failed: {e}"))
+            Error::Bootstrap(format!("bootstrap exchange with {root} failed: {e}"))
         };
         write_frame(&mut self.stream, mine).map_err(&bad)?;
         let mut status = [0u8; 1];
         self.stream.read_exact(&mut status).map_err(&bad)?;
         if status[0] != 0 {
             let msg = read_frame(&mut self.stream, MAX_RECORD).map_err(&bad)?;
-            return Err(Error::NotLaunched(
-                String::from_utf8_lossy(&msg).into_owned(),
-            ));
+            return Err(Error::Bootstrap(String::from_utf8_lossy(&msg).into_owned()));
         }
         (0..self.size)
             .map(|_| read_frame(&mut self.stream, MAX_RECORD).map_err(&bad))
@@ -454,6 +452,16 @@ fn fail_all(conns: &mut [Option<Stream>], msg: &str) {
     for s in conns.iter_mut().flatten() {
         let _ = s.write_all(&[1u8]);
         let _ = write_frame(s, msg.as_bytes());
+        // Close gently: a socket closed with unread input is reset, and the
+        // reset may overtake the message.
+        let _ = match s {
+            Stream::Tcp(t) => t.shutdown(std::net::Shutdown::Write),
+            Stream::Unix(u) => u.shutdown(std::net::Shutdown::Write),
+        };
+    }
+    for s in conns.iter_mut().flatten() {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let _ = std::io::copy(s, &mut std::io::sink());
     }
 }
 

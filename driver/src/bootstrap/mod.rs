@@ -119,14 +119,16 @@ fn boot_timeout() -> Result<Duration> {
 }
 
 /// An identity shared by exactly the processes that can share memory and
-/// reach each other's loopback: the boot, the host name, and the network
-/// and mount namespaces (so network namespaces on one machine count as
-/// different hosts). `TANDEM_HOST_ID` overrides it.
+/// reach each other's loopback: the boot, the host name, the network
+/// namespace (so network namespaces on one machine count as different
+/// hosts) and the `/dev/shm` file system the job files live in.
+/// `TANDEM_HOST_ID` overrides it.
 fn host_id() -> String {
     if let Ok(h) = std::env::var("TANDEM_HOST_ID") {
         return h;
     }
     use sha2::Digest;
+    use std::os::unix::fs::MetadataExt;
     let mut h = sha2::Sha256::new();
     for f in [
         "/proc/sys/kernel/random/boot_id",
@@ -134,9 +136,11 @@ fn host_id() -> String {
     ] {
         h.update(std::fs::read(f).unwrap_or_default());
     }
-    for ns in ["/proc/self/ns/net", "/proc/self/ns/mnt"] {
-        let link = std::fs::read_link(ns).unwrap_or_default();
-        h.update(link.as_os_str().as_encoded_bytes());
+    let net = std::fs::read_link("/proc/self/ns/net").unwrap_or_default();
+    h.update(net.as_os_str().as_encoded_bytes());
+    if let Ok(m) = std::fs::metadata("/dev/shm") {
+        h.update(m.dev().to_le_bytes());
+        h.update(m.ino().to_le_bytes());
     }
     h.finalize()[..12]
         .iter()
@@ -176,7 +180,7 @@ impl Record {
     }
 
     fn decode(rank: usize, b: &[u8]) -> Result<Self> {
-        let bad = |what: &str| Error::NotLaunched(format!("rank {rank} sent a bad record: {what}"));
+        let bad = |what: &str| Error::Bootstrap(format!("rank {rank} sent a bad record: {what}"));
         let text = std::str::from_utf8(b).map_err(|_| bad("not UTF-8"))?;
         let kv: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
         if kv.get("v") != Some(&"1") {
@@ -359,7 +363,7 @@ fn connect_data(
     let s = meet_retry(deadline, &what, || {
         TcpStream::connect_timeout(&addr, Duration::from_secs(1))
     })?;
-    let fail = |e: std::io::Error| Error::NotLaunched(format!("connecting to {what}: {e}"));
+    let fail = |e: std::io::Error| Error::Bootstrap(format!("connecting to {what}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(fail)?;
     let mut st = meet::Stream::Tcp(s);
@@ -384,7 +388,7 @@ fn meet_retry<T>(
         match f() {
             Ok(t) => return Ok(t),
             Err(e) if Instant::now() >= deadline => {
-                return Err(Error::NotLaunched(format!(
+                return Err(Error::Bootstrap(format!(
                     "could not reach {what} before the bootstrap deadline: {e}"
                 )))
             }
@@ -418,8 +422,7 @@ fn mesh(
     let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     let result = (|| -> Result<()> {
         for p in (0..rank).filter(|&p| tcp(p)) {
-            let a =
-                addr(p).ok_or_else(|| Error::NotLaunched(format!("rank {p} gave no address")))?;
+            let a = addr(p).ok_or_else(|| Error::Bootstrap(format!("rank {p} gave no address")))?;
             streams[p] = Some(connect_data(a, rank, p, adm, deadline)?);
         }
         let want: Vec<usize> = (rank + 1..size).filter(|&p| tcp(p)).collect();
@@ -441,7 +444,7 @@ fn mesh(
                         .filter(|&&r| streams[r].is_none())
                         .map(|r| r.to_string())
                         .collect();
-                    return Err(Error::NotLaunched(format!(
+                    return Err(Error::Bootstrap(format!(
                         "bootstrap deadline passed: rank(s) {} never connected to rank {rank}",
                         missing.join(", ")
                     )));
@@ -695,7 +698,7 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
     let data_secret = match (&given, &records[0].secret) {
         (Some(t), _) | (None, Some(t)) => secret_of(t)?,
         (None, None) => {
-            return Err(Error::NotLaunched(
+            return Err(Error::Bootstrap(
                 "rank 0 sent no data secret and none is set".into(),
             ))
         }
@@ -722,31 +725,39 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
     // Shared memory among this host's ranks: the lowest creates the file,
     // the others open it by name, then it is unlinked.
     let leader = local[0];
-    let map = if local.len() == 1 {
-        JobMap::anon(1, &layout)?
+    // Every rank takes part in both rounds, whether its host needs a file
+    // or not: the rounds are job-wide.
+    let file_job = job_hash(&job, leader);
+    let created = if rank == leader && local.len() > 1 {
+        Some(JobMap::create_file(file_job, local.len(), &layout))
     } else {
-        let file_job = job_hash(&job, leader);
-        let mut created = None;
-        if rank == leader {
-            created = Some(JobMap::create_file(file_job, local.len(), &layout)?);
-        }
-        store.allgather(b"shm-created")?;
-        let path = crate::launch::shm_path(file_job);
-        let opened = match &created {
-            Some((f, _)) => JobMap::open(f, file_job, local.len()),
-            None => std::fs::File::options()
+        None
+    };
+    let created_ok = !matches!(created, Some(Err(_)));
+    store.allgather(if created_ok {
+        b"shm-created"
+    } else {
+        b"shm-failed"
+    })?;
+    let opened = match &created {
+        _ if local.len() == 1 => JobMap::anon(1, &layout),
+        Some(Ok((f, _))) => JobMap::open(f, file_job, local.len()),
+        Some(Err(e)) => Err(e.clone()),
+        None => {
+            let path = crate::launch::shm_path(file_job);
+            std::fs::File::options()
                 .read(true)
                 .write(true)
                 .open(&path)
                 .map_err(|e| Error::Io(format!("opening {}: {e}", path.display())))
-                .and_then(|f| JobMap::open(&f, file_job, local.len())),
-        };
-        store.allgather(b"shm-opened")?;
-        if let Some((_, p)) = created {
-            let _ = std::fs::remove_file(p);
+                .and_then(|f| JobMap::open(&f, file_job, local.len()))
         }
-        opened?
     };
+    store.allgather(b"shm-opened")?;
+    if let Some(Ok((_, p))) = &created {
+        let _ = std::fs::remove_file(p);
+    }
+    let map = opened?;
     drop(store);
     let joined = assemble(rank, streams, Arc::new(map), &local, protocol, cfg)?;
     if debug_level() >= DebugLevel::Info {

@@ -64,29 +64,82 @@ fn forward(src: impl Read + Send + 'static, rank: usize, err: bool) -> JoinHandl
     })
 }
 
+/// How ranks on other hosts are started: the exec template (`{host}`
+/// replaced by the host name; `{env}`, if present, by the rank's
+/// `KEY=VALUE` settings, which otherwise travel in the environment of the
+/// exec command) and the host of each rank.
+struct Remote<'a> {
+    template: &'a str,
+    host_of: &'a [String],
+}
+
+/// The command that starts rank `r` of `program` on its host.
+fn remote_command(
+    remote: &Remote<'_>,
+    r: usize,
+    program: &OsStr,
+    args: &[OsString],
+    vars: &[(OsString, OsString)],
+) -> Result<Command> {
+    let host = &remote.host_of[r];
+    let mut words = Vec::new();
+    let mut env_placed = false;
+    for w in remote.template.split_whitespace() {
+        if w == "{env}" {
+            env_placed = true;
+            for (k, v) in vars {
+                let mut kv = k.clone();
+                kv.push("=");
+                kv.push(v);
+                words.push(kv);
+            }
+        } else {
+            words.push(OsString::from(w.replace("{host}", host)));
+        }
+    }
+    let Some(first) = words.first().cloned() else {
+        return Err(Error::Config("the remote exec command is empty".into()));
+    };
+    let mut cmd = Command::new(first);
+    cmd.args(&words[1..]).arg(program).args(args);
+    if !env_placed {
+        cmd.envs(vars.iter().map(|(k, v)| (k, v)));
+    }
+    Ok(cmd)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn spawn_ranks(
     job: u64,
     n: usize,
     ranks: std::ops::Range<usize>,
-    file: &File,
+    file: Option<&File>,
+    remote: Option<&Remote<'_>>,
     program: &OsStr,
     args: &[OsString],
     envs: &[(OsString, OsString)],
     prefix: bool,
 ) -> Result<(Vec<Rank>, Vec<JoinHandle<()>>)> {
-    let fd = file.as_raw_fd();
+    let fd = file.map(|f| f.as_raw_fd());
     let me = std::process::id() as libc::pid_t;
     let mut out = Vec::new();
     let mut fwd = Vec::new();
     for r in ranks {
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .envs(envs.iter().map(|(k, v)| (k, v)))
-            .env("TANDEM_RANK", r.to_string())
-            .env("TANDEM_SIZE", n.to_string())
-            .env("TANDEM_JOB", format!("{job:016x}"))
-            .env("TANDEM_SHM_FD", fd.to_string());
+        let mut vars: Vec<(OsString, OsString)> = envs.to_vec();
+        vars.push(("TANDEM_RANK".into(), r.to_string().into()));
+        vars.push(("TANDEM_SIZE".into(), n.to_string().into()));
+        vars.push(("TANDEM_JOB".into(), format!("{job:016x}").into()));
+        if let Some(fd) = fd {
+            vars.push(("TANDEM_SHM_FD".into(), fd.to_string().into()));
+        }
+        let mut cmd = match remote {
+            Some(rm) => remote_command(rm, r, program, args, &vars)?,
+            None => {
+                let mut c = Command::new(program);
+                c.args(args).envs(vars.iter().map(|(k, v)| (k, v)));
+                c
+            }
+        };
         if prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
@@ -94,9 +147,11 @@ fn spawn_ranks(
         // async-signal-safe calls (fcntl, prctl, getppid).
         unsafe {
             cmd.pre_exec(move || {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
+                if let Some(fd) = fd {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 if libc::getppid() != me {
@@ -230,7 +285,17 @@ pub(crate) fn spawn_world(
 ) -> Result<(JobMap, Children)> {
     let job = new_job_id();
     let (file, path) = JobMap::create_file(job, n, layout)?;
-    let spawned = spawn_ranks(job, n, 1..n, &file, exe.as_os_str(), args, &[], false);
+    let spawned = spawn_ranks(
+        job,
+        n,
+        1..n,
+        Some(&file),
+        None,
+        exe.as_os_str(),
+        args,
+        &[],
+        false,
+    );
     let _ = std::fs::remove_file(&path);
     let (ranks, fwd) = spawned?;
     let map = JobMap::open(&file, job, n)?;
@@ -262,6 +327,10 @@ pub struct Launcher {
     prefix: bool,
     grace: Duration,
     job: u64,
+    hosts: Vec<String>,
+    exec: String,
+    root: Option<String>,
+    secret: String,
 }
 
 impl Launcher {
@@ -276,7 +345,40 @@ impl Launcher {
             prefix: true,
             grace: kill_grace(),
             job: new_job_id(),
+            hosts: Vec::new(),
+            exec: "ssh {host} env {env}".into(),
+            root: None,
+            secret: crate::bootstrap::auth::Secret::random()
+                .map(|(_, text)| text)
+                .unwrap_or_default(),
         }
+    }
+
+    /// Starts the ranks on these hosts (blocks of consecutive ranks, the
+    /// first block on the first host) through the [`exec`](Self::exec)
+    /// command, instead of on this machine. The ranks then meet at
+    /// [`root`](Self::root) and authenticate with a secret this launcher
+    /// made up for the job.
+    pub fn hosts<I: IntoIterator<Item = S>, S: Into<String>>(mut self, hosts: I) -> Self {
+        self.hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The command that runs a program on another host (default
+    /// `ssh {host} env {env}`, like mpirun's rsh agent): `{host}` becomes
+    /// the host, `{env}` the rank's `KEY=VALUE` settings (without `{env}`
+    /// they travel in the command's environment, as `ip netns exec` or
+    /// `sudo -E` pass it on), and the program and its arguments follow.
+    pub fn exec(mut self, template: impl Into<String>) -> Self {
+        self.exec = template.into();
+        self
+    }
+
+    /// Where rank 0 listens for the others at start (`host:port`; default:
+    /// the first host at a port derived from the job id).
+    pub fn root(mut self, addr: impl Into<String>) -> Self {
+        self.root = Some(addr.into());
+        self
     }
 
     /// Appends an argument.
@@ -330,21 +432,84 @@ impl Launcher {
             Some(l) => l,
             None => Layout::from_env()?,
         };
+        let mut envs = self.envs.clone();
+        if std::env::var_os("TANDEM_SECRET").is_none() && !self.secret.is_empty() {
+            envs.push(("TANDEM_SECRET".into(), self.secret.clone().into()));
+        }
+        if !self.hosts.is_empty() {
+            return self.run_remote(&layout, envs);
+        }
         let (file, path) = JobMap::create_file(self.job, self.n, &layout)?;
         let spawned = spawn_ranks(
             self.job,
             self.n,
             0..self.n,
-            &file,
+            Some(&file),
+            None,
             &self.program,
             &self.args,
-            &self.envs,
+            &envs,
             self.prefix,
         );
         // Every rank holds the descriptor now (or none was started).
         let _ = std::fs::remove_file(&path);
         drop(file);
         let (mut ranks, fwd) = spawned?;
+        let o = supervise(&mut ranks, self.grace);
+        for h in fwd {
+            let _ = h.join();
+        }
+        Ok(o)
+    }
+
+    fn run_remote(&self, layout: &Layout, mut envs: Vec<(OsString, OsString)>) -> Result<Outcome> {
+        let h = self.hosts.len();
+        let host_of: Vec<String> = (0..self.n)
+            .map(|r| self.hosts[r * h / self.n].clone())
+            .collect();
+        let root = match &self.root {
+            Some(r) => r.clone(),
+            None => format!("{}:{}", self.hosts[0], 20000 + (self.job % 20000)),
+        };
+        envs.push(("TANDEM_ROOT".into(), root.into()));
+        // The ranks read their layout from the environment: pass ours on.
+        for (k, v) in [
+            ("TANDEM_LINES", layout.lines),
+            ("TANDEM_SLOT_STEPS", layout.slot_steps),
+            ("TANDEM_SLOT_BYTES", layout.slot_bytes),
+            ("TANDEM_EAGER_LIMIT", layout.eager_limit),
+            ("TANDEM_CREDITS", layout.credits),
+            ("TANDEM_ENVELOPES", layout.envelopes),
+        ] {
+            if !envs.iter().any(|(e, _)| e == k) {
+                envs.push((k.into(), v.to_string().into()));
+            }
+        }
+        // And every other TANDEM_* setting of ours (a remote shell starts
+        // with a fresh environment).
+        for (k, v) in std::env::vars_os() {
+            let is_ours = k
+                .to_str()
+                .is_some_and(|k| k.starts_with("TANDEM_") && k != "TANDEM_SHM_FD");
+            if is_ours && !envs.iter().any(|(e, _)| *e == k) {
+                envs.push((k, v));
+            }
+        }
+        let remote = Remote {
+            template: &self.exec,
+            host_of: &host_of,
+        };
+        let (mut ranks, fwd) = spawn_ranks(
+            self.job,
+            self.n,
+            0..self.n,
+            None,
+            Some(&remote),
+            &self.program,
+            &self.args,
+            &envs,
+            self.prefix,
+        )?;
         let o = supervise(&mut ranks, self.grace);
         for h in fwd {
             let _ = h.join();

@@ -18,9 +18,10 @@
 //! the protocol's credits and the kernel's socket buffers, never through
 //! buffering here.
 //!
-//! A peer that closes the connection (its process died, or it shut the
-//! socket) is lost once everything it sent before has been read; a reset or
-//! a malformed frame breaks the link with an error that says which.
+//! A peer that closes or resets the connection (its process died, or it
+//! shut the socket) is lost ([`Error::PeerLost`]) once everything it sent
+//! before has been read; any other socket error or a malformed frame breaks
+//! the link with an error that says which.
 
 use super::{Kind, Liveness, Peek, Transport, PEEK_LEN};
 use crate::error::Error;
@@ -114,6 +115,14 @@ impl TcpLink {
 
     fn io_failed(&mut self, what: &str, e: std::io::Error) {
         let peer = self.peer;
+        // A reset is how a peer that died with data unread (or that shut
+        // its socket) shows; anything else is a broken link.
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+        ) {
+            return self.fail(Error::PeerLost { rank: peer });
+        }
         self.fail(Error::ChannelBroken {
             peer,
             reason: format!("TCP connection {what} failed: {e}"),

@@ -2,6 +2,8 @@
 //! ranks of a real job (separate processes, real shared memory).
 #![allow(dead_code)]
 
+pub mod netns;
+
 use tandem_driver::launch::{Launcher, Outcome};
 use tandem_driver::Comm;
 

@@ -1,0 +1,442 @@
+//! Jobs across real network namespaces ("hosts" on this machine, made and
+//! removed by the test itself; only their own addresses are contacted):
+//! a rank killed on one host, a connection shut in the middle of a stream,
+//! strangers and ranks of another job at the bootstrap and data ports,
+//! mismatched parameters, a missing secret and a rank that never comes.
+//!
+//! Needs root (network namespaces); `TANDEM_SKIP_NETNS=1` skips it with a
+//! message where that is impossible.
+
+mod common;
+use common::netns::Net;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use tandem_driver::{Comm, Error};
+
+/// The environment variable that tells a rank process which part to play.
+const ROLE: &str = "TANDEM_TEST_ROLE";
+
+fn net(n: usize) -> Option<Net> {
+    match Net::new(n) {
+        Ok(net) => Some(net),
+        Err(e) if std::env::var_os("TANDEM_SKIP_NETNS").is_some() => {
+            eprintln!("skipped (TANDEM_SKIP_NETNS): {e}");
+            None
+        }
+        Err(e) => {
+            panic!("network namespaces unavailable (run as root, or set TANDEM_SKIP_NETNS=1): {e}")
+        }
+    }
+}
+
+fn unique_port(k: u16) -> u16 {
+    36000 + (std::process::id() % 3000) as u16 * 8 + k
+}
+
+/// `tandem-run` over `hosts` of `net`, running this binary's rank entry
+/// point with `role`.
+fn tandem_run(net: &Net, n: usize, hosts: &[usize], role: &str, port: u16) -> Output {
+    let names: Vec<&str> = hosts
+        .iter()
+        .map(|&h| net.hosts()[h].name.as_str())
+        .collect();
+    let root = format!("{}:{port}", net.hosts()[hosts[0]].addr);
+    let addrs: Vec<String> = net.hosts().iter().map(|h| h.addr.to_string()).collect();
+    Command::new(env!("CARGO_BIN_EXE_tandem-run"))
+        .args(["-n", &n.to_string(), "--hosts", &names.join(",")])
+        .args(["--exec", net.exec_template(), "--root", &root, "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "rank_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(ROLE, role)
+        .env("TEST_HOST_ADDRS", addrs.join(","))
+        .env("TANDEM_SPIN", "2000")
+        .env("TANDEM_TIMEOUT", "20")
+        .env("TANDEM_KILL_GRACE", "30")
+        .output()
+        .unwrap()
+}
+
+/// One rank started by hand inside host `h`, with `envs` on top of the
+/// job's (`TANDEM_RANK`, `TANDEM_SIZE`, `TANDEM_ROOT`, ...).
+fn rank_by_hand(net: &Net, h: usize, role: &str, envs: &[(&str, String)]) -> Child {
+    let mut c = net.command(h, std::env::current_exe().unwrap());
+    c.args([
+        "rank_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env(ROLE, role)
+    .env("TANDEM_SPIN", "2000")
+    .env_remove("TANDEM_SHM_FD")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `python3 -c script` inside host `h` (a stranger's program).
+fn stranger(net: &Net, h: usize, script: &str) -> Output {
+    net.command(h, "python3")
+        .args(["-c", script])
+        .output()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Rank bodies
+// ---------------------------------------------------------------------------
+
+/// The entry point of the rank processes these tests start; run directly
+/// as a test (no role) it has nothing to do.
+#[test]
+fn rank_entry() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    match role.as_str() {
+        "kill" => kill_body(),
+        "shut" => shut_body(),
+        "ring" => ring_body(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Joins the job; a failure panics with the error's message.
+fn join() -> Comm {
+    Comm::from_env().unwrap_or_else(|e| panic!("joining failed: {e}"))
+}
+
+/// The others keep working: every survivor exchanges with every other.
+fn survivors_exchange(comm: &Comm, survivors: &[usize]) {
+    let me = [comm.rank() as u8];
+    comm.group(|g| {
+        for &p in survivors.iter().filter(|&&p| p != comm.rank()) {
+            g.send(&me, p, 9)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    for &p in survivors.iter().filter(|&&p| p != comm.rank()) {
+        let mut b = [0u8; 1];
+        comm.recv(&mut b, p, 9).unwrap();
+        assert_eq!(b[0] as usize, p);
+    }
+}
+
+fn kill_body() {
+    let comm = join();
+    let victim = comm.size() - 1;
+    if comm.rank() == victim {
+        let mut go = [0u8; 2];
+        comm.recv(&mut go, 0, 1).unwrap();
+        // SAFETY: raising a signal has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGKILL) };
+        unreachable!("killed");
+    }
+    let t = Instant::now();
+    let mut buf = vec![0u8; 1 << 20];
+    let r = comm.scope(|s| {
+        let r = s.irecv(&mut buf, victim, 2)?;
+        if comm.rank() == 0 {
+            comm.send(b"go", victim, 1)?;
+        }
+        r.wait()
+    });
+    let took = t.elapsed();
+    println!("rank {}: {r:?} after {took:?}", comm.rank());
+    assert_eq!(r.unwrap(), Err(Error::PeerLost { rank: victim }));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let survivors: Vec<usize> = (0..victim).collect();
+    survivors_exchange(&comm, &survivors);
+    println!("rank {}: survivors still talk", comm.rank());
+}
+
+/// Shuts down, from inside this process, every TCP socket connected to
+/// `ip` (a real fault: the kernel ends the connection mid-stream).
+fn shut_sockets_to(ip: &str) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: an all-zero sockaddr_storage is valid; getpeername writes
+        // at most `len` bytes into it.
+        let mut sa: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: as above; a descriptor that is not a socket just fails.
+        let rc = unsafe {
+            libc::getpeername(
+                fd,
+                (&mut sa as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 || sa.ss_family != libc::AF_INET as libc::sa_family_t {
+            continue;
+        }
+        // SAFETY: the family says it is a sockaddr_in.
+        let sin = unsafe { &*(&sa as *const libc::sockaddr_storage as *const libc::sockaddr_in) };
+        let peer = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        if peer.to_string() == ip {
+            // SAFETY: plain syscall on a descriptor of this process.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            n += 1;
+        }
+    }
+    n
+}
+
+fn shut_body() {
+    let comm = join();
+    let addrs: Vec<String> = std::env::var("TEST_HOST_ADDRS")
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect();
+    const BIG: usize = 1 << 30;
+    match comm.rank() {
+        0 => {
+            let mut buf = vec![0u8; BIG];
+            let r = comm.recv(&mut buf, 1, 5);
+            println!("rank 0: receive from rank 1 ended with {r:?}");
+            assert_eq!(r, Err(Error::PeerLost { rank: 1 }));
+        }
+        1 => {
+            let buf = vec![7u8; BIG];
+            let zero = addrs[0].clone();
+            let cutter = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(60));
+                shut_sockets_to(&zero)
+            });
+            let r = comm.send(&buf, 0, 5);
+            let cut = cutter.join().unwrap();
+            println!("rank 1: cut {cut} connection(s); send ended with {r:?}");
+            assert_eq!(cut, 1, "one connection to rank 0");
+            let e = r.expect_err("the stream was cut");
+            assert!(
+                matches!(
+                    e,
+                    Error::PeerLost { rank: 0 } | Error::ChannelBroken { peer: 0, .. }
+                ),
+                "{e:?}"
+            );
+        }
+        _ => {}
+    }
+    // Rank 2 talks to both, who still talk to it.
+    if comm.rank() == 2 {
+        survivors_exchange(&comm, &[0, 1, 2]);
+    } else {
+        comm.send(&[comm.rank() as u8], 2, 9).unwrap();
+        let mut b = [0u8; 1];
+        comm.recv(&mut b, 2, 9).unwrap();
+        assert_eq!(b[0], 2);
+    }
+    println!("rank {}: done", comm.rank());
+}
+
+fn ring_body() {
+    let comm = join();
+    let n = comm.size();
+    let (next, prev) = ((comm.rank() + 1) % n, (comm.rank() + n - 1) % n);
+    for len in [8usize, 100_000] {
+        let out = vec![comm.rank() as u8; len];
+        let mut got = vec![0u8; len];
+        comm.sendrecv(&out, next, 3, &mut got, prev, 3).unwrap();
+        assert!(got.iter().all(|&b| b as usize == prev));
+    }
+    println!("rank {}: ring done", comm.rank());
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_rank_killed_on_one_host_is_lost_for_the_others_who_go_on() {
+    let Some(net) = net(3) else { return };
+    let o = tandem_run(&net, 4, &[0, 1, 2], "kill", unique_port(0));
+    let out = text(&o);
+    // tandem-run exits with the first failing rank's code: the victim's.
+    assert_eq!(o.status.code(), Some(128 + libc::SIGKILL), "{out}");
+    for r in 0..3 {
+        assert!(
+            out.contains(&format!("rank {r}: Ok(Err(PeerLost {{ rank: 3 }}))")),
+            "rank {r}: {out}"
+        );
+        assert!(
+            out.contains(&format!("rank {r}: survivors still talk")),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn a_connection_shut_mid_stream_is_an_error_and_the_others_go_on() {
+    let Some(net) = net(3) else { return };
+    let o = tandem_run(&net, 3, &[0, 1, 2], "shut", unique_port(1));
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("rank 0: receive from rank 1 ended with Err(PeerLost"),
+        "{out}"
+    );
+    for r in 0..3 {
+        assert!(out.contains(&format!("rank {r}: done")), "{out}");
+    }
+}
+
+fn job_env(
+    net: &Net,
+    rank: usize,
+    size: usize,
+    port: u16,
+    secret: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("TANDEM_RANK", rank.to_string()),
+        ("TANDEM_SIZE", size.to_string()),
+        ("TANDEM_ROOT", format!("{}:{port}", net.hosts()[0].addr)),
+        ("TANDEM_SECRET", secret.to_string()),
+        ("TANDEM_JOB", format!("hosts-test-{port}")),
+        ("TANDEM_BOOT_TIMEOUT", "20".to_string()),
+    ]
+}
+
+#[test]
+fn strangers_and_other_jobs_are_refused_and_the_job_completes() {
+    let Some(net) = net(3) else { return };
+    let port = unique_port(2);
+    let data_port = unique_port(3);
+    let mut env0 = job_env(&net, 0, 3, port, "right secret");
+    env0.push(("TANDEM_DATA_PORT", data_port.to_string()));
+    let r0 = rank_by_hand(&net, 0, "ring", &env0);
+    let r1 = rank_by_hand(&net, 1, "ring", &job_env(&net, 1, 3, port, "right secret"));
+    let a0 = net.hosts()[0].addr;
+    // Wait until rank 0 listens at the root and for data.
+    let probe = format!(
+        "import socket,time\nfor p in ({port},{data_port}):\n  for i in range(500):\n    \
+         try:\n      socket.create_connection(('{a0}',p),1).close(); break\n    \
+         except OSError: time.sleep(0.01)\n"
+    );
+    assert!(stranger(&net, 2, &probe).status.success());
+    // Garbage at both ports, and a scanner that connects and leaves.
+    for p in [port, data_port] {
+        let s = format!(
+            "import socket\ns=socket.create_connection(('{a0}',{p}),2)\n\
+             s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n' + bytes(range(256)))\ns.settimeout(3)\n\
+             try:\n  s.recv(100)\nexcept OSError: pass\n\
+             socket.create_connection(('{a0}',{p}),2).close()\n"
+        );
+        let o = stranger(&net, 2, &s);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // A rank of another job (another secret) claiming rank 2.
+    let other = rank_by_hand(&net, 2, "ring", &job_env(&net, 2, 3, port, "wrong secret"))
+        .wait_with_output()
+        .unwrap();
+    let other_text = text(&other);
+    assert!(!other.status.success(), "{other_text}");
+    assert!(other_text.contains("secret"), "{other_text}");
+    // The real rank 2: the job completes.
+    let r2 = rank_by_hand(&net, 2, "ring", &job_env(&net, 2, 3, port, "right secret"));
+    let outs: Vec<Output> = [r0, r1, r2]
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(o));
+        assert!(
+            text(o).contains(&format!("rank {r}: ring done")),
+            "{}",
+            text(o)
+        );
+    }
+    let zero = text(&outs[0]);
+    assert!(zero.contains("bootstrap refused a connection"), "{zero}");
+    assert!(zero.contains("refused a data connection"), "{zero}");
+    assert!(zero.contains("not a tandem peer"), "{zero}");
+}
+
+#[test]
+fn mismatched_parameters_name_the_parameter_both_values_and_both_ranks() {
+    let Some(net) = net(2) else { return };
+    let port = unique_port(4);
+    let r0 = rank_by_hand(&net, 0, "ring", &job_env(&net, 0, 2, port, "s"));
+    let mut e1 = job_env(&net, 1, 2, port, "s");
+    e1.push(("TANDEM_EAGER_LIMIT", "4096".into()));
+    let r1 = rank_by_hand(&net, 1, "ring", &e1);
+    let o0 = r0.wait_with_output().unwrap();
+    let o1 = r1.wait_with_output().unwrap();
+    assert!(!o0.status.success() && !o1.status.success());
+    let (t0, t1) = (text(&o0), text(&o1));
+    assert!(
+        t0.contains(
+            "ranks disagree on eager_limit (TANDEM_EAGER_LIMIT): rank 0 has 8192, rank 1 has 4096"
+        ),
+        "{t0}"
+    );
+    assert!(
+        t1.contains(
+            "ranks disagree on eager_limit (TANDEM_EAGER_LIMIT): rank 1 has 4096, rank 0 has 8192"
+        ),
+        "{t1}"
+    );
+}
+
+#[test]
+fn a_multi_host_job_without_a_secret_refuses_to_start() {
+    let Some(net) = net(1) else { return };
+    let mut env = job_env(&net, 0, 2, unique_port(5), "");
+    env.retain(|(k, _)| *k != "TANDEM_SECRET");
+    let mut c = rank_by_hand(&net, 0, "ring", &env);
+    let _ = &mut c;
+    let o = c.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("needs a per-job secret: set TANDEM_SECRET"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_rank_that_never_comes_is_named() {
+    let Some(net) = net(2) else { return };
+    let port = unique_port(6);
+    let mut e0 = job_env(&net, 0, 3, port, "s");
+    e0.push(("TANDEM_BOOT_TIMEOUT", "2".into()));
+    let mut e1 = job_env(&net, 1, 3, port, "s");
+    e1.push(("TANDEM_BOOT_TIMEOUT", "2".into()));
+    let r0 = rank_by_hand(&net, 0, "ring", &e0);
+    let r1 = rank_by_hand(&net, 1, "ring", &e1);
+    let t = Instant::now();
+    let (o0, o1) = (
+        r0.wait_with_output().unwrap(),
+        r1.wait_with_output().unwrap(),
+    );
+    assert!(t.elapsed() < Duration::from_secs(15));
+    for o in [&o0, &o1] {
+        let t = text(o);
+        assert!(!o.status.success(), "{t}");
+        assert!(t.contains("rank(s) 2 never joined"), "{t}");
+    }
+}
