@@ -4,3 +4,4 @@
 
 pub mod c2c;
 pub mod stats;
+pub mod tcp_floor;

@@ -6,6 +6,12 @@
 //!   machine's cross-process cache-line round trip and memcpy bandwidth are
 //!   measured first, in the same run, and small-message latency is printed
 //!   as a ratio to the one-way cache-line latency.
+//! * As ranks of a launched job (`tandem-run --hosts`, `mpirun`,
+//!   `mpiexec`, `srun`, `torchrun`), or with `TANDEM_TRANSPORT=tcp`, the
+//!   two ranks may be on different hosts: the raw TCP floor between them
+//!   (an 8-byte `TCP_NODELAY` ping-pong and one blocking stream) is
+//!   measured before and after the sweep, and results are printed as ratios
+//!   to it.
 //! * `tandem-perf c2c`: just the machine's limits.
 
 use std::io::{IsTerminal, Write};
@@ -14,11 +20,15 @@ use tandem_benches::c2c::{
     cache_line_round_trip, line_ring_round_trip, memcpy_gbps, C2c, InlineC2c,
 };
 use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
+use tandem_benches::tcp_floor::{self, TcpFloor};
 use tandem_driver::{Comm, Config};
 
 const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c> [options]
 
-  pingpong   two ranks over shared memory: half round trip and bandwidth
+  pingpong   two ranks: half round trip and bandwidth (over shared memory
+             when tandem-perf starts them itself; run it under a launcher,
+             e.g. tandem-run -n 2 --hosts a,b, or with TANDEM_TRANSPORT=tcp,
+             for TCP, compared with the raw TCP floor of the same two ranks)
   bw         two ranks: windows of up to 64 non-blocking sends, then one
              acknowledgement (like osu_bw): streaming bandwidth
   c2c        the machine's cross-process cache-line round trip and memcpy
@@ -146,8 +156,30 @@ struct Row {
     c2c_ns: Option<f64>,
 }
 
+/// Whether a launcher started this process (then the ranks may be on
+/// different hosts), or TCP is forced: no shared cache-line page, the raw
+/// TCP floor instead.
+fn network_mode() -> bool {
+    let set = |v: &str| std::env::var_os(v).is_some();
+    let launched = [
+        "PMI_FD",
+        "PMI_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "SLURM_PROCID",
+        "TANDEM_ROOT",
+    ]
+    .iter()
+    .any(|v| set(v))
+        || (set("RANK") && set("WORLD_SIZE"))
+        || (set("TANDEM_RANK") && !set("TANDEM_PERF_C2C_FD"));
+    launched || std::env::var("TANDEM_TRANSPORT").as_deref() == Ok("tcp")
+}
+
 /// `pingpong` and `bw`: start two ranks, sweep the sizes, report.
 fn sweep_sizes(o: &Opts) {
+    if network_mode() {
+        return sweep_network(o);
+    }
     let bw = o.cmd == "bw";
     let rank_hint: usize = std::env::var("TANDEM_RANK")
         .ok()
@@ -289,6 +321,157 @@ fn sweep_sizes(o: &Opts) {
             "# {} bandwidth = {:.2} x 1-thread memcpy of 64M ({memcpy64:.1} GB/s, mean of before and after)",
             fmt_size(big.size),
             big.gbps / memcpy64
+        );
+    }
+}
+
+/// `pingpong` and `bw` as ranks of a launched job or over TCP: the raw TCP
+/// floor of the same two ranks before and after, the sweep in between.
+fn sweep_network(o: &Opts) {
+    let bw = o.cmd == "bw";
+    let cfg = Config::from_env().unwrap_or_else(|e| fail(&e.to_string()));
+    let comm = Comm::local_with(2, cfg).unwrap_or_else(|e| fail(&e.to_string()));
+    let me = comm.rank();
+    let route = comm.route(1 - me).unwrap_or_else(|e| fail(&e.to_string()));
+    let floor_iters = o.iters.min(20_000);
+    let stream = 256 << 20;
+    let floor =
+        || tcp_floor::measure(&comm, floor_iters, stream).unwrap_or_else(|e| fail(&e.to_string()));
+    let before = floor();
+    // A raw connection kept beside tandem's: each small size is preceded
+    // by a raw 8-byte ping-pong, each large one by a raw stream, so every
+    // ratio compares neighbours in time (this machine drifts).
+    let mut raw = tcp_floor::RawTcp::connect(&comm).unwrap_or_else(|e| fail(&e.to_string()));
+    let sizes = sweep(o.min, o.max);
+    let mut buf = vec![0u8; o.max.max(1)];
+    let mut rows = Vec::new();
+    let mut floors = Vec::new();
+    for &size in &sizes {
+        let iters = iters_for(size, o.iters);
+        let next_floor = match raw.as_mut() {
+            Some(r) if size <= 64 && !bw => Some(r.ping(floor_iters).map(|p| p.0)),
+            Some(r) if size >= 1 << 20 => Some(r.stream((size * 16).clamp(64 << 20, 256 << 20))),
+            _ => None,
+        }
+        .transpose()
+        .unwrap_or_else(|e| fail(&e.to_string()));
+        let mut samples = if bw {
+            bandwidth_samples(&comm, &buf[..size], iters)
+        } else {
+            pingpong_samples(&comm, &mut buf[..size], iters)
+        };
+        if me == 0 {
+            let p50 = percentile(&mut samples, 50.0);
+            let p99 = percentile(&mut samples, 99.0);
+            rows.push(Row {
+                size,
+                p50_us: p50 / 1e3,
+                p99_us: p99 / 1e3,
+                gbps: size as f64 / p50,
+                c2c_ns: None,
+            });
+            floors.push(next_floor);
+        }
+    }
+    drop(raw);
+    let after = floor();
+    if let Err(e) = comm.finish() {
+        fail(&e.to_string());
+    }
+    if me != 0 {
+        return;
+    }
+    let out = |s: String| {
+        if o.json {
+            eprintln!("{s}")
+        } else {
+            println!("{s}")
+        }
+    };
+    out(format!(
+        "# tandem-perf {}: 2 ranks, rank 1 reached over {route:?}",
+        o.cmd
+    ));
+    let show = |f: &Option<TcpFloor>| match f {
+        Some(f) => format!(
+            "raw TCP 8 B half round trip p50 {:.2} us p99 {:.2} us; one blocking stream {:.2} GB/s",
+            f.half_rtt_ns / 1e3,
+            f.half_rtt_p99_ns / 1e3,
+            f.stream_gbps
+        ),
+        None => "no TCP between the ranks (shared memory): no TCP floor".into(),
+    };
+    out(format!("# before the run: {}", show(&before)));
+    out(format!("# after the run:  {}", show(&after)));
+    // The floor of the run: the better of before and after.
+    let fl = match (before, after) {
+        (Some(a), Some(b)) => Some((
+            a.half_rtt_ns.min(b.half_rtt_ns),
+            a.stream_gbps.max(b.stream_gbps),
+        )),
+        _ => None,
+    };
+    if o.json {
+        let objs: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
+                    r.size, r.p50_us, r.p99_us, r.gbps
+                )
+            })
+            .collect();
+        println!("[\n  {}\n]", objs.join(",\n  "));
+        return;
+    }
+    let _ = fl;
+    println!("# raw = the raw TCP floor right before that size, over a plain connection between the same two ranks:");
+    println!("#   up to 64 B: 8-byte busy-polled ping-pong half round trip (us); from 1M: one blocking stream (GB/s)");
+    println!("# x raw = p50 / raw (small sizes), GB/s / raw (from 1M)");
+    println!(
+        "{:>10} {:>10} {:>10} {:>9} {:>9} {:>7}",
+        "size", "p50 us", "p99 us", "GB/s", "raw", "x raw"
+    );
+    for (r, f) in rows.iter().zip(&floors) {
+        let (raw, ratio) = match f {
+            Some(lat) if r.size <= 64 && !bw => (
+                format!("{:.3}", lat / 1e3),
+                format!("{:.2}", r.p50_us * 1e3 / lat),
+            ),
+            Some(gbps) => (format!("{gbps:.3}"), format!("{:.2}", r.gbps / gbps)),
+            None => (String::new(), String::new()),
+        };
+        println!(
+            "{:>10} {:>10.3} {:>10.3} {:>9.3} {:>9} {:>7}",
+            fmt_size(r.size),
+            r.p50_us,
+            r.p99_us,
+            r.gbps,
+            raw,
+            ratio
+        );
+    }
+    let pairs = || {
+        rows.iter()
+            .zip(&floors)
+            .filter_map(|(r, f)| f.map(|f| (r, f)))
+    };
+    if let Some((r, lat)) = pairs().find(|(r, _)| r.size == 8 && !bw) {
+        println!(
+            "# 8 B half round trip = {:.2} x raw TCP ({:.2} us, measured right before)",
+            r.p50_us * 1e3 / lat,
+            lat / 1e3
+        );
+    }
+    let mut big: Vec<f64> = pairs()
+        .filter(|(r, _)| r.size >= 1 << 20)
+        .map(|(r, g)| r.gbps / g)
+        .collect();
+    big.sort_by(f64::total_cmp);
+    if let (Some(lo), Some(hi)) = (big.first(), big.last()) {
+        println!(
+            "# from 1M up: bandwidth = {lo:.2}..{hi:.2} x one raw TCP stream (median {:.2})",
+            big[big.len() / 2]
         );
     }
 }

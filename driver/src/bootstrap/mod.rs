@@ -603,7 +603,29 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
     if choice != Choice::Tcp && std::env::var_os("TANDEM_SHM_FD").is_some() {
         return join_inherited(cfg);
     }
-    let launch = launcher::detect()?;
+    join_launched(cfg, launcher::detect()?, choice)
+}
+
+/// Rank 0 of a world that [`crate::Comm::local`] started itself, when its
+/// ranks must meet rather than share the inherited file (TCP forced).
+pub(crate) fn join_as_local_root(cfg: &Config, size: usize, job: u64) -> Result<Joined> {
+    let launch = launcher::Launch {
+        rank: 0,
+        size,
+        launcher: "Comm::local",
+        job: format!("{job:016x}"),
+        meet: Meet::Local,
+    };
+    join_launched(cfg, launch, Choice::from_env()?)
+}
+
+/// Whether ranks of this process's job must meet (TCP forced) rather than
+/// share the file their launcher made.
+pub(crate) fn tcp_forced() -> Result<bool> {
+    Ok(Choice::from_env()? == Choice::Tcp)
+}
+
+fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Result<Joined> {
     let (rank, size) = (launch.rank, launch.size);
     let layout = Layout::from_env()?;
     layout.validate()?;

@@ -121,7 +121,11 @@ impl Comm {
         let args: Vec<_> = std::env::args_os().skip(1).collect();
         let layout = Layout::from_env()?;
         let (map, children) = crate::launch::spawn_world(n, &layout, &exe, &args)?;
-        let j = crate::bootstrap::shm_world(Arc::new(map), 0, &cfg)?;
+        let j = if crate::bootstrap::tcp_forced()? {
+            crate::bootstrap::join_as_local_root(&cfg, n, map.job())?
+        } else {
+            crate::bootstrap::shm_world(Arc::new(map), 0, &cfg)?
+        };
         let c = Self::start(j, cfg)?;
         *c.sh.children.lock().unwrap_or_else(|e| e.into_inner()) = Some(children);
         Ok(c)
@@ -292,6 +296,18 @@ impl Comm {
     /// The configuration in effect.
     pub fn config(&self) -> &Config {
         &self.sh.cfg
+    }
+
+    /// How this rank reaches rank `p`: shared memory, or a TCP connection
+    /// (with both ends' addresses).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`] for a rank outside `0..size()`.
+    pub fn route(&self, p: usize) -> Result<crate::transport::Route> {
+        self.engine().route_of(p).ok_or(Error::InvalidRank {
+            rank: p,
+            size: self.size(),
+        })
     }
 
     /// This communicator's context id (0 for the world).

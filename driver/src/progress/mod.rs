@@ -228,6 +228,11 @@ impl Engine {
         self.peers.get(p).map(|c| c.link.kind())
     }
 
+    /// How rank `p` is reached.
+    pub(crate) fn route_of(&self, p: usize) -> Option<crate::transport::Route> {
+        self.peers.get(p).map(|c| c.link.route())
+    }
+
     /// Posts a send of `buf` (synchronous if `sync`).
     pub(crate) fn post_send(
         &mut self,

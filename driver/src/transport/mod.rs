@@ -85,6 +85,20 @@ impl std::fmt::Display for Kind {
     }
 }
 
+/// How this rank reaches a peer ([`crate::Comm::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Shared memory on this host.
+    Shm,
+    /// A TCP connection.
+    Tcp {
+        /// This end's address.
+        local: std::net::SocketAddr,
+        /// The peer's end.
+        peer: std::net::SocketAddr,
+    },
+}
+
 /// The interface every transport implements, one value per peer.
 ///
 /// Contract with the progress layer:
@@ -150,6 +164,9 @@ pub trait Transport {
 
     /// Which transport this is.
     fn kind(&self) -> Kind;
+
+    /// How the peer is reached, for diagnostics and tools.
+    fn route(&self) -> Route;
 }
 
 /// One peer's transport (static dispatch on the hot path).
@@ -216,5 +233,8 @@ impl Transport for Link {
     }
     fn kind(&self) -> Kind {
         dispatch!(self, l => l.kind())
+    }
+    fn route(&self) -> Route {
+        dispatch!(self, l => l.route())
     }
 }

@@ -442,4 +442,12 @@ impl Transport for TcpLink {
     fn kind(&self) -> Kind {
         Kind::Tcp
     }
+
+    fn route(&self) -> super::Route {
+        let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        super::Route::Tcp {
+            local: self.sock.local_addr().unwrap_or(unspecified),
+            peer: self.sock.peer_addr().unwrap_or(unspecified),
+        }
+    }
 }

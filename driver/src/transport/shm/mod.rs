@@ -221,4 +221,8 @@ impl Transport for ShmLink {
     fn kind(&self) -> Kind {
         Kind::Shm
     }
+
+    fn route(&self) -> super::Route {
+        super::Route::Shm
+    }
 }
