@@ -8,6 +8,25 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# The launcher tests start real jobs with Debian's Open MPI and MPICH, and
+# the multi-host tests build network namespaces with iproute2 and talk to
+# them with python3: install what is missing (as root; otherwise say so).
+need=()
+command -v mpirun.openmpi >/dev/null || need+=(openmpi-bin)
+command -v mpiexec.hydra >/dev/null || need+=(mpich)
+command -v ip >/dev/null || need+=(iproute2)
+command -v python3 >/dev/null || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        step "installing ${need[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+        echo "missing ${need[*]}: install them (apt-get install ${need[*]}) or run as root" >&2
+        exit 1
+    fi
+fi
+
 step "unit, integration and doc tests (release)"
 cargo test --workspace --release
 

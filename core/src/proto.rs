@@ -74,7 +74,7 @@
 //! let tx = e.next_tx(0).unwrap();
 //! assert_eq!(tx.what, TxWhat::Payload(s));
 //! e.tx_done(0, &tx);
-//! let store = e.on_message(0, &tx.header, 0, &mut |_| {}).unwrap();
+//! let store = e.on_message(0, &tx.header, MemDesc::NONE, &mut |_| {}).unwrap();
 //! let (r, copy) = e.post_recv(0, 0, 7, 16).unwrap();
 //! assert!(copy.is_some(), "the message arrived first: copy it from its entry");
 //! assert!(matches!(e.take(r), Taken::Done(Ok(st)) if st.len == 5));

@@ -193,6 +193,15 @@ pub(crate) fn recv_now(fd: RawFd, dst: &mut [u8]) -> std::io::Result<Option<usiz
     }
 }
 
+/// Bytes a TCP socket has not yet had acknowledged by its peer (`SIOCOUTQ`);
+/// `None` if the kernel does not say.
+pub(crate) fn unacked_bytes(fd: RawFd) -> Option<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one c_int into `n`.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    (rc == 0).then_some(n.max(0) as usize)
+}
+
 /// Pins the calling thread to `core`.
 pub(crate) fn pin_to(core: usize) -> crate::Result<()> {
     let ids = core_affinity::get_core_ids().unwrap_or_default();

@@ -1204,15 +1204,8 @@ fn across_hosts() {
     if std::env::var_os(PROCESS_MODE).is_some() {
         return;
     }
-    let net = match common::netns::Net::new(4) {
-        Ok(n) => n,
-        Err(e) if std::env::var_os("TANDEM_SKIP_NETNS").is_some() => {
-            eprintln!("across_hosts skipped (TANDEM_SKIP_NETNS): {e}");
-            return;
-        }
-        Err(e) => {
-            panic!("network namespaces unavailable (run as root, or set TANDEM_SKIP_NETNS=1): {e}")
-        }
+    let Some(net) = common::netns::for_test(4) else {
+        return;
     };
     let exe = std::env::current_exe().unwrap();
     let names: Vec<String> = net.hosts().iter().map(|h| h.name.clone()).collect();

@@ -16,17 +16,8 @@ use tandem_driver::{Comm, Error};
 /// The environment variable that tells a rank process which part to play.
 const ROLE: &str = "TANDEM_TEST_ROLE";
 
-fn net(n: usize) -> Option<Net> {
-    match Net::new(n) {
-        Ok(net) => Some(net),
-        Err(e) if std::env::var_os("TANDEM_SKIP_NETNS").is_some() => {
-            eprintln!("skipped (TANDEM_SKIP_NETNS): {e}");
-            None
-        }
-        Err(e) => {
-            panic!("network namespaces unavailable (run as root, or set TANDEM_SKIP_NETNS=1): {e}")
-        }
-    }
+fn net(n: usize) -> Option<common::netns::Net> {
+    common::netns::for_test(n)
 }
 
 fn unique_port(k: u16) -> u16 {

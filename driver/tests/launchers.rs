@@ -224,16 +224,7 @@ fn torchrun_variables_on_one_host() {
 }
 
 fn net(n: usize) -> Option<common::netns::Net> {
-    match common::netns::Net::new(n) {
-        Ok(net) => Some(net),
-        Err(e) if std::env::var_os("TANDEM_SKIP_NETNS").is_some() => {
-            eprintln!("skipped (TANDEM_SKIP_NETNS): {e}");
-            None
-        }
-        Err(e) => {
-            panic!("network namespaces unavailable (run as root, or set TANDEM_SKIP_NETNS=1): {e}")
-        }
-    }
+    common::netns::for_test(n)
 }
 
 #[test]

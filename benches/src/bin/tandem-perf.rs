@@ -266,16 +266,7 @@ fn sweep_sizes(o: &Opts) {
     out(format!("# before the run: {}", describe(&before)));
     out(format!("# after the run:  {}", describe(&after)));
     if o.json {
-        let objs: Vec<String> = rows
-            .iter()
-            .map(|r| {
-                format!(
-                    "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
-                    r.size, r.p50_us, r.p99_us, r.gbps
-                )
-            })
-            .collect();
-        println!("[\n  {}\n]", objs.join(",\n  "));
+        print_json(&rows);
         return;
     }
     if bw {
@@ -412,16 +403,7 @@ fn sweep_network(o: &Opts) {
         _ => None,
     };
     if o.json {
-        let objs: Vec<String> = rows
-            .iter()
-            .map(|r| {
-                format!(
-                    "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
-                    r.size, r.p50_us, r.p99_us, r.gbps
-                )
-            })
-            .collect();
-        println!("[\n  {}\n]", objs.join(",\n  "));
+        print_json(&rows);
         return;
     }
     let _ = fl;
@@ -474,6 +456,20 @@ fn sweep_network(o: &Opts) {
             big[big.len() / 2]
         );
     }
+}
+
+/// The rows as a JSON array of `{"size","p50_us","p99_us","gbps"}`.
+fn print_json(rows: &[Row]) {
+    let objs: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
+                r.size, r.p50_us, r.p99_us, r.gbps
+            )
+        })
+        .collect();
+    println!("[\n  {}\n]", objs.join(",\n  "));
 }
 
 /// Half round trips (ns) of `msg` between the two ranks: `iters` round

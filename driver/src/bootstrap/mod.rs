@@ -755,6 +755,12 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     } else {
         None
     };
+    // The name goes away however this function ends (a failed round, an
+    // error opening): only a process killed in between can leave it.
+    let _unlink = crate::transport::shm::map::Unlink(match &created {
+        Some(Ok((_, p))) => Some(p.clone()),
+        _ => None,
+    });
     let created_ok = !matches!(created, Some(Err(_)));
     store.allgather(if created_ok {
         b"shm-created"
@@ -776,9 +782,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
         }
     };
     store.allgather(b"shm-opened")?;
-    if let Some(Ok((_, p))) = &created {
-        let _ = std::fs::remove_file(p);
-    }
+    drop(_unlink);
     let map = opened?;
     drop(store);
     let joined = assemble(rank, streams, Arc::new(map), &local, protocol, cfg)?;

@@ -160,23 +160,12 @@ impl Comm {
             Ok(m) => Arc::new(m),
             Err(e) => return (0..n.max(1)).map(|_| Err(e.clone())).collect(),
         };
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (0..n)
-                .map(|r| {
-                    let (map, cfg, f) = (map.clone(), cfg.clone(), &f);
-                    s.spawn(move || {
-                        let j = crate::bootstrap::shm_world(map, r, &cfg)?;
-                        f(Comm::start(j, cfg)?)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Io("rank thread panicked".into())))
-                })
-                .collect()
-        })
+        on_threads(
+            n,
+            cfg,
+            |r, cfg| crate::bootstrap::shm_world(map.clone(), r, cfg),
+            f,
+        )
     }
 
     /// Like [`Comm::threads`], with the ranks connected as `links` says:
@@ -210,23 +199,7 @@ impl Comm {
             Ok(p) => p,
             Err(e) => return (0..n.max(1)).map(|_| Err(e.clone())).collect(),
         };
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (0..n)
-                .map(|r| {
-                    let (plan, cfg, f) = (&plan, cfg.clone(), &f);
-                    s.spawn(move || {
-                        let j = plan.join(r, &cfg)?;
-                        f(Comm::start(j, cfg)?)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Io("rank thread panicked".into())))
-                })
-                .collect()
-        })
+        on_threads(n, cfg, |r, cfg| plan.join(r, cfg), f)
     }
 
     fn start(j: crate::bootstrap::Joined, cfg: Config) -> Result<Self> {
@@ -701,6 +674,30 @@ impl Drop for Shared {
             }
         }
     }
+}
+
+/// Runs `f` on `n` threads, rank `r` with the communicator `join(r)`
+/// builds; results in rank order.
+fn on_threads<R: Send>(
+    n: usize,
+    cfg: Config,
+    join: impl Fn(usize, &Config) -> Result<crate::bootstrap::Joined> + Sync,
+    f: impl Fn(Comm) -> Result<R> + Sync,
+) -> Vec<Result<R>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (cfg, f, join) = (cfg.clone(), &f, &join);
+                s.spawn(move || f(Comm::start(join(r, &cfg)?, cfg)?))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Io("rank thread panicked".into())))
+            })
+            .collect()
+    })
 }
 
 fn proxy_loop(weak: std::sync::Weak<Shared>, stop: Arc<AtomicBool>, core: usize) {

@@ -237,6 +237,41 @@ impl TcpLink {
     }
 }
 
+impl Drop for TcpLink {
+    /// Closes gently, so nothing this rank sent is lost: queued messages
+    /// are written, the sending side is shut (the peer reads everything,
+    /// then the end), and the socket is closed only once the peer's kernel
+    /// has acknowledged every byte. Meanwhile arrivals are drained: a socket
+    /// closed with unread input is reset, and a reset throws away what is
+    /// still unsent. Bounded by a few seconds.
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // (A half-written chunk cannot be finished: its buffer is gone; the
+        // peer then sees the connection end mid-stream.)
+        while !self.chunk_in_flight() && !self.flush_messages() && self.failed.is_none() {
+            if std::time::Instant::now() >= deadline {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+        let mut sink = [0u8; 4096];
+        loop {
+            while let Ok(Some(n)) = sys::recv_now(self.fd, &mut sink) {
+                if n == 0 {
+                    return;
+                }
+            }
+            if sys::unacked_bytes(self.fd).is_none_or(|n| n == 0)
+                || std::time::Instant::now() >= deadline
+            {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
 impl Transport for TcpLink {
     fn room(&mut self, bytes: usize) -> bool {
         if self.tx_free(PREFIX + bytes) >= PREFIX + bytes {
@@ -369,7 +404,9 @@ impl Transport for TcpLink {
 
     fn stream_in(&mut self, left: usize, mut dst: Option<&mut [u8]>) -> usize {
         let mut taken = 0;
-        while taken < left && self.failed.is_none() {
+        // Bytes already read are taken even after the link failed: what the
+        // peer sent before it went is delivered.
+        while taken < left && (self.failed.is_none() || self.buffered() > 0) {
             if self.in_chunk_left == 0 {
                 match self.front_prefix() {
                     Some((DATA, len)) if len > 0 && len <= left - taken => {
@@ -396,6 +433,8 @@ impl Transport for TcpLink {
                 }
                 self.rx_start += have;
                 have
+            } else if self.failed.is_some() {
+                break;
             } else {
                 // Nothing buffered: read straight into the destination.
                 let r = match dst.as_deref_mut() {

@@ -383,3 +383,18 @@ fn ip_batch(ns: &str, script: &str) -> Result<(), String> {
         ))),
     }
 }
+
+/// `Net::new(n)` for a test: panics with the reason when namespaces cannot
+/// be made, unless `TANDEM_SKIP_NETNS` is set (then `None`, said on stderr).
+pub fn for_test(n: usize) -> Option<Net> {
+    match Net::new(n) {
+        Ok(net) => Some(net),
+        Err(e) if std::env::var_os("TANDEM_SKIP_NETNS").is_some() => {
+            eprintln!("skipped (TANDEM_SKIP_NETNS): {e}");
+            None
+        }
+        Err(e) => {
+            panic!("network namespaces unavailable (run as root, or set TANDEM_SKIP_NETNS=1): {e}")
+        }
+    }
+}

@@ -312,7 +312,8 @@ impl JobMap {
     }
 }
 
-struct Unlink(Option<PathBuf>);
+/// Removes a path when dropped (unless emptied first).
+pub(crate) struct Unlink(pub(crate) Option<PathBuf>);
 impl Drop for Unlink {
     fn drop(&mut self) {
         if let Some(p) = self.0.take() {
