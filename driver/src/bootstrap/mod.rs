@@ -476,10 +476,10 @@ fn assemble(
     let mut links = Vec::with_capacity(size);
     for (p, stream) in streams.into_iter().enumerate() {
         links.push(match stream {
-            Some(s) => Link::Tcp(
+            Some(s) => Link::Tcp(Box::new(
                 TcpLink::new(s, p, protocol.eager_limit as usize)
                     .map_err(|e| Error::Io(format!("TCP link to rank {p}: {e}")))?,
-            ),
+            )),
             None => {
                 let pl = local.binary_search(&p).map_err(|_| {
                     Error::Config(format!("rank {p} is neither on this host nor connected"))
