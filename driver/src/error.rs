@@ -159,7 +159,7 @@ impl fmt::Display for Error {
             Self::InvalidTag { tag } => write!(
                 f,
                 "invalid tag {tag:#x}: user tags are 0..={} (ANY_TAG only on receives)",
-                crate::progress::TAG_UB
+                tandem_core::proto::TAG_UB
             ),
             Self::InvalidRank { rank, size } => {
                 write!(f, "invalid rank {rank}: the communicator has ranks 0..{size}")

@@ -203,17 +203,17 @@ pub(crate) fn unacked_bytes(fd: RawFd) -> Option<usize> {
 }
 
 /// Pins the calling thread to `core`.
-pub(crate) fn pin_to(core: usize) -> crate::Result<()> {
+pub(crate) fn pin_to(core: usize) -> crate::error::Result<()> {
     let ids = core_affinity::get_core_ids().unwrap_or_default();
     let id = ids.into_iter().find(|c| c.id == core).ok_or_else(|| {
-        crate::Error::Config(format!(
+        crate::error::Error::Config(format!(
             "cannot pin to core {core}: not available to this process"
         ))
     })?;
     if core_affinity::set_for_current(id) {
         Ok(())
     } else {
-        Err(crate::Error::Config(format!(
+        Err(crate::error::Error::Config(format!(
             "pinning to core {core} failed"
         )))
     }

@@ -772,7 +772,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
         Some(Ok((f, _))) => JobMap::open(f, file_job, local.len()),
         Some(Err(e)) => Err(e.clone()),
         None => {
-            let path = crate::launch::shm_path(file_job);
+            let path = crate::transport::shm::map::shm_path(file_job);
             std::fs::File::options()
                 .read(true)
                 .write(true)

@@ -37,7 +37,7 @@ use std::env::{self, VarError};
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
@@ -647,29 +647,14 @@ fn take_fd(fd: RawFd) -> io::Result<Box<dyn Channel>> {
             format!("PMI_FD={fd} was already taken by an earlier Pmi::from_env in this process"),
         ));
     }
-    // SAFETY: fcntl(F_GETFD) only reads the flags of a descriptor number;
-    // for one that is not open it fails with EBADF and changes nothing.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    if flags == -1 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
+    // The descriptor the process manager passed to this process for PMI
+    // alone; FD_TAKEN makes sure we take it only once.
+    let owned = crate::sys::take_inherited_fd(fd).ok_or_else(|| {
+        io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("PMI_FD={fd} is not an open descriptor: {e}"),
-        ));
-    }
-    // SAFETY: as above, on a descriptor just seen to be open; setting
-    // FD_CLOEXEC only affects what a later exec inherits.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } == -1 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("cannot set FD_CLOEXEC on PMI_FD={fd}: {e}"),
-        ));
-    }
-    // SAFETY: `fd` is open (checked above), and it is the descriptor the
-    // process manager passed to this process for PMI alone, so nothing else
-    // in the process owns it; FD_TAKEN makes sure we take it only once.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+            format!("PMI_FD={fd} is not an open descriptor"),
+        )
+    })?;
     *taken = true;
     let unix = UnixStream::from(owned);
     if unix.local_addr().is_ok() {

@@ -187,12 +187,12 @@ impl Comm {
     /// ```
     pub fn threads_on<R: Send>(
         n: usize,
-        links: crate::Links,
+        links: crate::bootstrap::Links,
         layout: &Layout,
         cfg: Config,
         f: impl Fn(Comm) -> Result<R> + Sync,
     ) -> Vec<Result<R>> {
-        if links == crate::Links::Shm {
+        if links == crate::bootstrap::Links::Shm {
             return Self::threads(n, layout, cfg, f);
         }
         let plan = match crate::bootstrap::ThreadPlan::new(n, links, layout) {

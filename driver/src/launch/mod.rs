@@ -15,17 +15,21 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The `/dev/shm` path a job's file has while its ranks start.
-pub fn shm_path(job: u64) -> PathBuf {
-    // SAFETY: getuid has no preconditions.
-    PathBuf::from(format!("/dev/shm/tandem-{}-{job:016x}", unsafe {
-        libc::getuid()
-    }))
+pub use crate::transport::shm::map::shm_path;
+
+/// 32 random bytes as hex: the secret of a job this launcher starts (empty
+/// if the kernel gives no randomness; the ranks then refuse to meet over
+/// the network and say why).
+fn fresh_secret() -> String {
+    let mut b = [0u8; 32];
+    if !crate::sys::random_bytes(&mut b) {
+        return String::new();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn exit_code(st: std::process::ExitStatus) -> i32 {
@@ -348,9 +352,7 @@ impl Launcher {
             hosts: Vec::new(),
             exec: "ssh {host} env {env}".into(),
             root: None,
-            secret: crate::bootstrap::auth::Secret::random()
-                .map(|(_, text)| text)
-                .unwrap_or_default(),
+            secret: fresh_secret(),
         }
     }
 

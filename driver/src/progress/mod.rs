@@ -884,11 +884,25 @@ mod tests {
     use crate::config::Layout;
     use proptest::prelude::*;
 
+    /// An engine over `map` with shared-memory links to every rank.
     fn engine(map: &Arc<JobMap>, rank: usize, cfg: &Config) -> Engine {
+        use crate::transport::shm::{ShmLink, ShmOptions};
         map.attach(rank, std::process::id());
-        crate::bootstrap::shm_world(map.clone(), rank, cfg)
-            .unwrap()
-            .engine
+        let opt = ShmOptions {
+            cma: cfg.cma,
+            cma_min: cfg.cma_min,
+            debug: false,
+        };
+        let links = (0..map.nranks())
+            .map(|p| Link::Shm(ShmLink::new(map.clone(), rank, p, rank, p, opt)))
+            .collect();
+        let l = map.layout();
+        let protocol = Protocol {
+            eager_limit: l.eager_limit,
+            credits: l.credits,
+            envelopes: l.envelopes,
+        };
+        Engine::new(rank, links, protocol, cfg, None).unwrap()
     }
 
     fn engine_pair() -> (Arc<JobMap>, Engine) {

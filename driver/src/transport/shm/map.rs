@@ -126,11 +126,7 @@ impl JobMap {
         use std::os::unix::fs::OpenOptionsExt;
         check_ranks(nranks)?;
         layout.validate()?;
-        let path = PathBuf::from(format!(
-            "/dev/shm/tandem-{}-{job:016x}",
-            // SAFETY: getuid has no preconditions.
-            unsafe { libc::getuid() }
-        ));
+        let path = shm_path(job);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -320,6 +316,11 @@ impl Drop for Unlink {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// The `/dev/shm` path a job's file has while its ranks start.
+pub fn shm_path(job: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/tandem-{}-{job:016x}", crate::sys::uid()))
 }
 
 /// A fresh random job id.
