@@ -66,6 +66,8 @@ struct Stream {
     op: Option<Handle>,
     len: usize,
     done: usize,
+    /// For a send: the receiver's buffer, from its CTS.
+    remote: MemDesc,
 }
 
 /// One peer: its link and the streams running over it.
@@ -435,6 +437,7 @@ impl Engine {
                     op: Some(h),
                     len: tx.header.len as usize,
                     done: 0,
+                    remote: MemDesc::NONE,
                 });
             }
             self.proto.tx_done(p as u32, &tx);
@@ -455,7 +458,9 @@ impl Engine {
             // SAFETY: a streaming send is pending (see module docs).
             let payload = unsafe { side.src() };
             if st.done < st.len {
-                let n = ch.link.stream_out(&payload[st.done..st.len]);
+                let n = ch
+                    .link
+                    .stream_out(&st.remote, st.done, &payload[st.done..st.len]);
                 st.done += n;
                 side.moved = st.done;
                 did |= n > 0;
@@ -576,6 +581,7 @@ impl Engine {
                             op: Some(op),
                             len: len as usize,
                             done: 0,
+                            remote: desc,
                         });
                         ch.link.consume(&first, body, &mut []);
                     }

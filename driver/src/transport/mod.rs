@@ -132,9 +132,12 @@ pub trait Transport {
     /// [`peek`](Self::peek) returned. Only after `body_ready(body)`.
     fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]);
 
-    /// Pushes rendezvous payload `src` (what is left of the front stream);
-    /// returns the bytes taken.
-    fn stream_out(&mut self, src: &[u8]) -> usize;
+    /// Pushes rendezvous payload `src` (what is left of the front stream)
+    /// toward the receiver's buffer `remote` (the CTS's descriptor; `src`
+    /// starts `offset` bytes into the message, so an RDMA transport writes
+    /// at `remote.addr + offset`); returns the bytes taken. Shared memory
+    /// and TCP stream through their own channel and ignore `remote`.
+    fn stream_out(&mut self, remote: &MemDesc, offset: usize, src: &[u8]) -> usize;
 
     /// Takes bytes of the front incoming stream, `left` bytes from its end,
     /// into `dst` (`dst.len() == left`), or drops them (`None`); returns
@@ -216,8 +219,8 @@ impl Transport for Link {
         dispatch!(self, l => l.consume(peeked, body, dst))
     }
     #[inline]
-    fn stream_out(&mut self, src: &[u8]) -> usize {
-        dispatch!(self, l => l.stream_out(src))
+    fn stream_out(&mut self, remote: &MemDesc, offset: usize, src: &[u8]) -> usize {
+        dispatch!(self, l => l.stream_out(remote, offset, src))
     }
     #[inline]
     fn stream_in(&mut self, left: usize, dst: Option<&mut [u8]>) -> usize {

@@ -23,7 +23,7 @@
 //! before has been read; any other socket error or a malformed frame breaks
 //! the link with an error that says which.
 
-use super::{Kind, Liveness, Peek, Transport, PEEK_LEN};
+use super::{Kind, Liveness, MemDesc, Peek, Transport, PEEK_LEN};
 use crate::error::Error;
 use crate::sys;
 use std::net::TcpStream;
@@ -357,7 +357,7 @@ impl Transport for TcpLink {
         self.rx_start += PREFIX + len;
     }
 
-    fn stream_out(&mut self, src: &[u8]) -> usize {
+    fn stream_out(&mut self, _remote: &MemDesc, _offset: usize, src: &[u8]) -> usize {
         let mut taken = 0;
         while taken < src.len() && self.failed.is_none() {
             if !self.chunk_in_flight() {

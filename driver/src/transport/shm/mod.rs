@@ -155,7 +155,7 @@ impl Transport for ShmLink {
         }
     }
 
-    fn stream_out(&mut self, src: &[u8]) -> usize {
+    fn stream_out(&mut self, _remote: &MemDesc, _offset: usize, src: &[u8]) -> usize {
         let mut taken = 0;
         while taken < src.len() {
             let n = self.slot_bytes.min(src.len() - taken);
