@@ -57,11 +57,7 @@ pub(crate) fn shm_world(map: Arc<JobMap>, rank: usize, cfg: &Config) -> Result<J
         .map(|p| Link::Shm(ShmLink::new(map.clone(), rank, p, rank, p, opt)))
         .collect();
     let l = map.layout();
-    let protocol = Protocol {
-        eager_limit: l.eager_limit,
-        credits: l.credits,
-        envelopes: l.envelopes,
-    };
+    let protocol = Protocol::of(l);
     let board = WaitBoard {
         map: map.clone(),
         local_of: (0..n).collect(),
@@ -557,11 +553,7 @@ impl ThreadPlan {
                 secret: Some(secret),
                 context: b"data:threads".to_vec(),
             },
-            protocol: Protocol {
-                eager_limit: layout.eager_limit,
-                credits: layout.credits,
-                envelopes: layout.envelopes,
-            },
+            protocol: Protocol::of(layout),
         })
     }
 
@@ -698,11 +690,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     } else {
         None
     };
-    let protocol = Protocol {
-        eager_limit: layout.eager_limit,
-        credits: layout.credits,
-        envelopes: layout.envelopes,
-    };
+    let protocol = Protocol::of(&layout);
     let mine = Record {
         host: host_id(),
         addr: Some(addr),

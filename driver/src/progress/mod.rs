@@ -113,6 +113,17 @@ pub struct Protocol {
     pub envelopes: u32,
 }
 
+impl Protocol {
+    /// The protocol parameters of a layout.
+    pub fn of(l: &crate::config::Layout) -> Self {
+        Self {
+            eager_limit: l.eager_limit,
+            credits: l.credits,
+            envelopes: l.envelopes,
+        }
+    }
+}
+
 /// The engine of one rank.
 pub(crate) struct Engine {
     rank: usize,
@@ -902,13 +913,7 @@ mod tests {
         let links = (0..map.nranks())
             .map(|p| Link::Shm(ShmLink::new(map.clone(), rank, p, rank, p, opt)))
             .collect();
-        let l = map.layout();
-        let protocol = Protocol {
-            eager_limit: l.eager_limit,
-            credits: l.credits,
-            envelopes: l.envelopes,
-        };
-        Engine::new(rank, links, protocol, cfg, None).unwrap()
+        Engine::new(rank, links, Protocol::of(map.layout()), cfg, None).unwrap()
     }
 
     fn engine_pair() -> (Arc<JobMap>, Engine) {
