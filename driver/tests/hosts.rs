@@ -398,9 +398,9 @@ fn a_multi_host_job_without_a_secret_refuses_to_start() {
     let Some(net) = net(1) else { return };
     let mut env = job_env(&net, 0, 2, unique_port(5), "");
     env.retain(|(k, _)| *k != "TANDEM_SECRET");
-    let mut c = rank_by_hand(&net, 0, "ring", &env);
-    let _ = &mut c;
-    let o = c.wait_with_output().unwrap();
+    let o = rank_by_hand(&net, 0, "ring", &env)
+        .wait_with_output()
+        .unwrap();
     let t = text(&o);
     assert!(!o.status.success(), "{t}");
     assert!(

@@ -252,13 +252,7 @@ fn sweep_sizes(o: &Opts) {
     let before = limits.expect("rank 0 measured");
     let after = measure_limits(pinned);
     let memcpy64 = (before.memcpy[2].1 + after.memcpy[2].1) / 2.0;
-    let out = |s: String| {
-        if o.json {
-            eprintln!("{s}")
-        } else {
-            println!("{s}")
-        }
-    };
+    let out = |s: String| header_line(o.json, s);
     out(format!(
         "# tandem-perf {}: 2 processes over shared memory, pinned to cores: {pinned:?}",
         o.cmd
@@ -372,13 +366,7 @@ fn sweep_network(o: &Opts) {
     if me != 0 {
         return;
     }
-    let out = |s: String| {
-        if o.json {
-            eprintln!("{s}")
-        } else {
-            println!("{s}")
-        }
-    };
+    let out = |s: String| header_line(o.json, s);
     out(format!(
         "# tandem-perf {}: 2 ranks, rank 1 reached over {route:?}",
         o.cmd
@@ -455,6 +443,16 @@ fn sweep_network(o: &Opts) {
             "# from 1M up: bandwidth = {lo:.2}..{hi:.2} x one raw TCP stream (median {:.2})",
             big[big.len() / 2]
         );
+    }
+}
+
+/// A header line: on stdout for a table, on stderr with `--json` (so
+/// stdout stays one JSON document).
+fn header_line(json: bool, s: String) {
+    if json {
+        eprintln!("{s}")
+    } else {
+        println!("{s}")
     }
 }
 

@@ -358,8 +358,8 @@ fn fill_random(buf: &mut [u8], what: &str) -> io::Result<()> {
         })
 }
 
-/// Lowercase hex of `bytes`.
-fn to_hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes` (the whole bootstrap's one hex encoder).
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for &b in bytes {

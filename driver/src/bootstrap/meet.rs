@@ -192,7 +192,7 @@ pub(crate) struct RootStore {
 fn local_name(job: &str) -> String {
     use sha2::Digest;
     let h = sha2::Sha256::digest(job.as_bytes());
-    let hex: String = h[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let hex = auth::to_hex(&h[..8]);
     format!("tandem-{}-{hex}", crate::sys::uid())
 }
 

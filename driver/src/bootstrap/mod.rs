@@ -138,10 +138,7 @@ fn host_id() -> String {
         h.update(m.dev().to_le_bytes());
         h.update(m.ino().to_le_bytes());
     }
-    h.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    auth::to_hex(&h.finalize()[..12])
 }
 
 /// What each rank tells the others at bootstrap.

@@ -33,6 +33,7 @@
 //! keys may not contain `=`. [`Pmi::allgather`] hex-encodes its data, so it
 //! carries arbitrary bytes.
 
+use super::auth::to_hex;
 use std::env::{self, VarError};
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -673,17 +674,6 @@ fn take_fd(fd: RawFd) -> io::Result<Box<dyn Channel>> {
 /// An error of kind [`io::ErrorKind::InvalidData`].
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
-}
-
-/// Lowercase hex of `bytes`.
-fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
 }
 
 /// The bytes of an even-length hex string (either case), or `None`.
