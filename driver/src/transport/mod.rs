@@ -21,6 +21,7 @@
 //! link is an enum, so the hot path is statically dispatched and never
 //! allocates.
 
+pub mod fabric;
 pub mod shm;
 pub mod tcp;
 

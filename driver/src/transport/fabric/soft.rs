@@ -1,0 +1,1600 @@
+//! A software RC NIC: the [`QueuePair`] semantics of an RDMA reliable
+//! connection, run by two threads over a byte stream (a TCP connection
+//! between hosts or processes, a socket pair inside one process), as
+//! soft-iWARP runs iWARP over TCP.
+//!
+//! It enforces what real RC hardware does, so a transport that passes
+//! over it makes no assumption hardware would break:
+//!
+//! * **In order, exactly once**: every request carries a packet sequence
+//!   number; the responder takes only the one it expects and drops the
+//!   rest until the requester goes back to it.
+//! * **Receiver not ready**: a SEND, SEND_WITH_IMM or WRITE_WITH_IMM that
+//!   finds no posted receive is answered with an RNR NAK; the requester
+//!   waits `min_rnr_timer` and sends it (and everything after it) again,
+//!   `rnr_retry` times (7: forever), then completes it with
+//!   [`WcStatus::RnrRetryExceeded`] and goes to the error state.
+//! * **Protection**: an RDMA WRITE or READ with an unknown rkey, outside
+//!   its region or without the access it needs writes nothing; the
+//!   requester gets [`WcStatus::RemoteAccess`] and both queue pairs go to
+//!   the error state. A SEND longer than the receive's buffer fails both
+//!   ends ([`WcStatus::LocalLength`], [`WcStatus::RemoteInvalidRequest`]).
+//! * **Overruns**: posting beyond a queue's depth is refused; a completion
+//!   queue that overflows fails the queue pair
+//!   ([`FabricError::CqOverrun`]).
+//! * **Peer death**: when the stream closes, the oldest outstanding work
+//!   request fails with [`WcStatus::RetryExceeded`] (hardware would report
+//!   it after its retries time out; here the closed stream says so at
+//!   once) and the rest are flushed.
+//!
+//! Messages are not cut into MTU-sized packets: one work request is one
+//! packet, which changes nothing a user of the interface can observe.
+//!
+//! The NIC's threads reach registered memory through raw pointers, as a
+//! NIC's DMA engine does; the registration's contract
+//! ([`QueuePair::register`]) is what makes that sound. Nothing on the
+//! data path allocates: queues have fixed capacity and data moves through
+//! one fixed bounce buffer per thread.
+
+use super::Opcode;
+use super::{
+    rnr_timer_us, Access, Caps, FabricError, Modify, MrKeys, QpAddr, QpState, QueuePair, RcAttrs,
+    SendWr, Sge, Wc, WcOpcode, WcStatus,
+};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Receiver-not-ready events (NAKs sent and received) of every soft queue
+/// pair in this process so far.
+static RNR_EVENTS: AtomicU64 = AtomicU64::new(0);
+
+/// Receiver-not-ready events of every soft queue pair in this process.
+pub fn rnr_events_total() -> u64 {
+    RNR_EVENTS.load(Ordering::Relaxed)
+}
+
+/// The byte stream a soft queue pair runs over.
+#[derive(Debug)]
+pub enum Wire {
+    /// A TCP connection (between processes or hosts).
+    Tcp(TcpStream),
+    /// A Unix socket pair (inside one process).
+    Unix(UnixStream),
+}
+
+impl Wire {
+    /// A connected pair inside this process.
+    pub fn pair() -> std::io::Result<(Wire, Wire)> {
+        let (a, b) = UnixStream::pair()?;
+        Ok((Wire::Unix(a), Wire::Unix(b)))
+    }
+    fn try_clone(&self) -> std::io::Result<Wire> {
+        Ok(match self {
+            Wire::Tcp(s) => Wire::Tcp(s.try_clone()?),
+            Wire::Unix(s) => Wire::Unix(s.try_clone()?),
+        })
+    }
+    fn prepare(&self) -> std::io::Result<()> {
+        match self {
+            Wire::Tcp(s) => {
+                s.set_nonblocking(false)?;
+                s.set_nodelay(true)
+            }
+            Wire::Unix(s) => s.set_nonblocking(false),
+        }
+    }
+    fn shutdown(&self) {
+        let _ = match self {
+            Wire::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Wire::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Tcp(s) => s.read(b),
+            Wire::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Tcp(s) => s.write(b),
+            Wire::Unix(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Options of the soft NIC beyond the verbs attributes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SoftOptions {
+    /// Before handling each incoming request, wait a pseudo-random
+    /// 0..=`max_delay_us` microseconds (tests of timing independence).
+    pub max_delay_us: u32,
+    /// Seed of those delays.
+    pub seed: u64,
+}
+
+// ---- packets ----
+
+const PKT: usize = 32;
+const OP_SEND: u8 = 1;
+const OP_WRITE: u8 = 2;
+const OP_READ_REQ: u8 = 3;
+const OP_READ_RESP: u8 = 4;
+const OP_ACK: u8 = 5;
+const OP_NAK: u8 = 6;
+const NAK_RNR: u8 = 1;
+const NAK_ACCESS: u8 = 2;
+const NAK_INVALID: u8 = 3;
+const FLAG_IMM: u32 = 1;
+const BOUNCE: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Pkt {
+    op: u8,
+    code: u8,
+    psn: u32,
+    len: u32,
+    imm: u32,
+    raddr: u64,
+    rkey: u32,
+    flags: u32,
+}
+
+impl Pkt {
+    fn encode(&self) -> [u8; PKT] {
+        let mut b = [0u8; PKT];
+        b[0] = self.op;
+        b[1] = self.code;
+        b[4..8].copy_from_slice(&self.psn.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.imm.to_le_bytes());
+        b[16..24].copy_from_slice(&self.raddr.to_le_bytes());
+        b[24..28].copy_from_slice(&self.rkey.to_le_bytes());
+        b[28..32].copy_from_slice(&self.flags.to_le_bytes());
+        b
+    }
+    fn decode(b: &[u8; PKT]) -> Self {
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[16..24]);
+        Pkt {
+            op: b[0],
+            code: b[1],
+            psn: u32_at(4),
+            len: u32_at(8),
+            imm: u32_at(12),
+            raddr: u64::from_le_bytes(a),
+            rkey: u32_at(24),
+            flags: u32_at(28),
+        }
+    }
+    fn imm(&self) -> Option<u32> {
+        (self.flags & FLAG_IMM != 0).then_some(self.imm)
+    }
+}
+
+/// `a` comes before `b` in sequence-number order.
+fn psn_before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+// ---- memory regions ----
+
+#[derive(Debug, Clone, Copy)]
+struct Mr {
+    lkey: u32,
+    rkey: u32,
+    addr: u64,
+    len: u64,
+    access: Access,
+}
+
+#[derive(Default)]
+struct Mrs {
+    list: Vec<Mr>,
+    next_key: u32,
+}
+
+impl Mrs {
+    fn by_rkey(&self, rkey: u32, addr: u64, len: u64, need: fn(&Access) -> bool) -> bool {
+        self.list.iter().any(|m| {
+            m.rkey == rkey
+                && need(&m.access)
+                && addr >= m.addr
+                && addr.checked_add(len).is_some_and(|e| e <= m.addr + m.len)
+        })
+    }
+    fn by_lkey(&self, s: &Sge, write: bool) -> bool {
+        self.list.iter().any(|m| {
+            m.lkey == s.lkey
+                && (!write || m.access.local_write)
+                && s.addr >= m.addr
+                && s.addr
+                    .checked_add(s.len as u64)
+                    .is_some_and(|e| e <= m.addr + m.len)
+        })
+    }
+}
+
+// ---- completion queues ----
+
+struct Cq {
+    q: Mutex<VecDeque<Wc>>,
+    cap: usize,
+    overrun: AtomicBool,
+}
+
+impl Cq {
+    fn new(cap: usize) -> Self {
+        Self {
+            q: Mutex::new(VecDeque::with_capacity(cap)),
+            cap,
+            overrun: AtomicBool::new(false),
+        }
+    }
+    /// `false`: the queue overflowed (the completion is lost).
+    fn push(&self, wc: Wc) -> bool {
+        let mut q = lock(&self.q);
+        if q.len() >= self.cap {
+            self.overrun.store(true, Ordering::Release);
+            return false;
+        }
+        q.push_back(wc);
+        true
+    }
+    fn poll(&self, out: &mut [Wc]) -> Result<usize, FabricError> {
+        let mut q = lock(&self.q);
+        let mut n = 0;
+        while n < out.len() {
+            match q.pop_front() {
+                Some(w) => {
+                    out[n] = w;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n == 0 && self.overrun.load(Ordering::Acquire) {
+            return Err(FabricError::CqOverrun);
+        }
+        Ok(n)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---- queue pair state ----
+
+#[derive(Debug, Clone, Copy)]
+struct Wqe {
+    wr: SendWr,
+    psn: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Resp {
+    Ack(u32),
+    Nak(u32, u8),
+    ReadResp {
+        psn: u32,
+        addr: u64,
+        len: u32,
+        rkey: u32,
+    },
+}
+
+struct Core {
+    state: QpState,
+    attrs: RcAttrs,
+    /// Posted sends, oldest first; `sq[..next_tx]` went out and await
+    /// their acknowledgement.
+    sq: VecDeque<Wqe>,
+    next_tx: usize,
+    next_psn: u32,
+    rnr_left: u8,
+    rnr_until: Option<Instant>,
+    rq: VecDeque<(u64, Option<Sge>)>,
+    expected_psn: u32,
+    resp: VecDeque<Resp>,
+    /// The stream closed or failed: the peer is gone.
+    wire_dead: bool,
+    /// The transmit thread is writing a packet.
+    tx_busy: bool,
+    shutdown: bool,
+    rnr_events: u64,
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    /// Wakes the transmit thread (and waiters in `close`).
+    wake: Condvar,
+    /// The registered regions. The receive thread holds it shared while it
+    /// places bytes into local memory, so taking it exclusively is a
+    /// barrier: once `deregister` or `modify(Error)` has taken it, no
+    /// placement is under way and none will start against what changed.
+    mrs: RwLock<Mrs>,
+    send_cq: Cq,
+    recv_cq: Cq,
+    caps: Caps,
+    opts: SoftOptions,
+}
+
+impl Shared {
+    fn core(&self) -> MutexGuard<'_, Core> {
+        lock(&self.core)
+    }
+
+    /// The queue pair fails: `first` (index into `sq`) completes with
+    /// `status`, everything else outstanding is flushed.
+    fn fail(&self, c: &mut Core, first: Option<(usize, WcStatus)>) {
+        if c.state == QpState::Error {
+            return;
+        }
+        c.state = QpState::Error;
+        let mut ok = true;
+        for (i, w) in c.sq.drain(..).enumerate() {
+            let status = match first {
+                Some((f, s)) if f == i => s,
+                _ => WcStatus::Flushed,
+            };
+            ok &= self.send_cq.push(Wc {
+                wr_id: w.wr.wr_id,
+                status,
+                opcode: wc_opcode(&w.wr.op),
+                byte_len: 0,
+                imm: None,
+            });
+        }
+        c.next_tx = 0;
+        for (id, _) in c.rq.drain(..) {
+            ok &= self.recv_cq.push(Wc {
+                wr_id: id,
+                status: WcStatus::Flushed,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+            });
+        }
+        // Answers already owed (a NAK saying why) still go out.
+        let _ = ok;
+        self.wake.notify_all();
+    }
+
+    fn push_resp(&self, c: &mut Core, r: Resp) {
+        if let (Resp::Ack(p), Some(Resp::Ack(q))) = (r, c.resp.back_mut()) {
+            *q = p;
+        } else if c.resp.len() < c.resp.capacity() {
+            c.resp.push_back(r);
+        } else {
+            // More answers owed than any peer following the rules can
+            // cause (reads beyond max_rd_atomic): fail rather than grow.
+            self.fail(c, None);
+            return;
+        }
+        self.wake.notify_all();
+    }
+
+    fn cq_push(&self, c: &mut Core, cq: &Cq, wc: Wc) {
+        if !cq.push(wc) {
+            self.fail(c, None);
+        }
+    }
+
+    /// Requests with sequence numbers up to `psn` are acknowledged.
+    fn acked(&self, c: &mut Core, psn: u32) {
+        while let Some(w) = c.sq.front() {
+            if psn_before(psn, w.psn) || c.next_tx == 0 {
+                break;
+            }
+            let w = c.sq.pop_front().expect("front exists");
+            c.next_tx -= 1;
+            c.rnr_left = c.attrs.rnr_retry;
+            if w.wr.signaled {
+                let wc = Wc {
+                    wr_id: w.wr.wr_id,
+                    status: WcStatus::Success,
+                    opcode: wc_opcode(&w.wr.op),
+                    byte_len: w.wr.sge.map_or(0, |s| s.len),
+                    imm: None,
+                };
+                self.cq_push(c, &self.send_cq, wc);
+            }
+        }
+        self.wake.notify_all();
+    }
+
+    fn wire_lost(&self) {
+        let mut c = self.core();
+        c.wire_dead = true;
+        if c.state != QpState::Error && (!c.sq.is_empty() || c.state != QpState::Rts) {
+            let first = (!c.sq.is_empty()).then_some((0, WcStatus::RetryExceeded));
+            self.fail(&mut c, first);
+        }
+        self.wake.notify_all();
+    }
+}
+
+fn wc_opcode(op: &Opcode) -> WcOpcode {
+    match op {
+        Opcode::Send | Opcode::SendImm(_) => WcOpcode::Send,
+        Opcode::Write(_) | Opcode::WriteImm(..) => WcOpcode::Write,
+        Opcode::Read(_) => WcOpcode::Read,
+    }
+}
+
+/// A queue pair of the soft NIC.
+pub struct SoftQp {
+    sh: Arc<Shared>,
+    wire: Wire,
+    addr: QpAddr,
+    threads: Vec<JoinHandle<()>>,
+    started: bool,
+}
+
+impl std::fmt::Debug for SoftQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftQp")
+            .field("qpn", &self.addr.qpn)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+static NEXT_QPN: AtomicU64 = AtomicU64::new(1);
+
+impl SoftQp {
+    /// A queue pair in the RESET state over `wire`, whose other end is the
+    /// peer's soft queue pair.
+    pub fn new(wire: Wire, caps: Caps, opts: SoftOptions) -> std::io::Result<Self> {
+        wire.prepare()?;
+        let qpn = (NEXT_QPN.fetch_add(1, Ordering::Relaxed) as u32 ^ std::process::id() << 8)
+            & 0x00ff_ffff;
+        let psn = (qpn.wrapping_mul(2_654_435_761)) & 0x00ff_ffff;
+        let cap = |n: u32| (n as usize).max(1);
+        let sh = Arc::new(Shared {
+            core: Mutex::new(Core {
+                state: QpState::Reset,
+                attrs: RcAttrs::default(),
+                sq: VecDeque::with_capacity(cap(caps.max_send_wr)),
+                next_tx: 0,
+                next_psn: psn,
+                rnr_left: 0,
+                rnr_until: None,
+                rq: VecDeque::with_capacity(cap(caps.max_recv_wr)),
+                expected_psn: 0,
+                resp: VecDeque::with_capacity(cap(caps.max_rd_atomic) + 8),
+                wire_dead: false,
+                tx_busy: false,
+                shutdown: false,
+                rnr_events: 0,
+            }),
+            wake: Condvar::new(),
+            mrs: RwLock::new(Mrs {
+                list: Vec::with_capacity(64),
+                next_key: qpn << 8,
+            }),
+            send_cq: Cq::new(cap(caps.cq_depth)),
+            recv_cq: Cq::new(cap(caps.cq_depth)),
+            caps,
+            opts,
+        });
+        Ok(Self {
+            sh,
+            wire,
+            addr: QpAddr {
+                lid: 0,
+                gid: [0; 16],
+                qpn,
+                psn,
+                mtu: 4096,
+            },
+            threads: Vec::new(),
+            started: false,
+        })
+    }
+
+    fn start_threads(&mut self) -> Result<(), FabricError> {
+        if self.started {
+            return Ok(());
+        }
+        let io = |e: std::io::Error| FabricError::Invalid(format!("soft NIC: {e}"));
+        let rx_wire = self.wire.try_clone().map_err(io)?;
+        let tx_wire = self.wire.try_clone().map_err(io)?;
+        let (a, b) = (self.sh.clone(), self.sh.clone());
+        let name = format!("tandem-softnic-{}", self.addr.qpn);
+        self.threads.push(
+            std::thread::Builder::new()
+                .name(format!("{name}-rx"))
+                .spawn(move || rx_loop(&a, rx_wire))
+                .map_err(io)?,
+        );
+        self.threads.push(
+            std::thread::Builder::new()
+                .name(format!("{name}-tx"))
+                .spawn(move || tx_loop(&b, tx_wire))
+                .map_err(io)?,
+        );
+        self.started = true;
+        Ok(())
+    }
+
+    /// Waits (at most `timeout`) until every posted send has completed and
+    /// every answer owed to the peer went out; `true` if it got there.
+    pub fn quiesce(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        let mut c = self.sh.core();
+        loop {
+            if c.state == QpState::Error
+                || c.wire_dead
+                || (c.sq.is_empty() && c.resp.is_empty() && !c.tx_busy)
+            {
+                return c.state != QpState::Error || c.sq.is_empty();
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            c = self
+                .sh
+                .wake
+                .wait_timeout(c, left.min(Duration::from_millis(10)))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for SoftQp {
+    fn drop(&mut self) {
+        {
+            let mut c = self.sh.core();
+            c.shutdown = true;
+            self.sh.wake.notify_all();
+        }
+        self.wire.shutdown();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl QueuePair for SoftQp {
+    fn local_addr(&self) -> QpAddr {
+        self.addr
+    }
+
+    fn modify(&mut self, m: Modify) -> Result<(), FabricError> {
+        let mut c = self.sh.core();
+        match (c.state, m) {
+            (QpState::Reset, Modify::Init) => c.state = QpState::Init,
+            (QpState::Init, Modify::Rtr(remote, attrs)) => {
+                c.expected_psn = remote.psn;
+                c.attrs = attrs;
+                c.state = QpState::Rtr;
+                drop(c);
+                return self.start_threads();
+            }
+            (QpState::Rtr, Modify::Rts(attrs)) => {
+                if attrs.rnr_retry > 7 || attrs.retry_cnt > 7 {
+                    return Err(FabricError::Invalid(format!(
+                        "rnr_retry and retry_cnt are 0..=7, got {} and {}",
+                        attrs.rnr_retry, attrs.retry_cnt
+                    )));
+                }
+                c.attrs.rnr_retry = attrs.rnr_retry;
+                c.attrs.retry_cnt = attrs.retry_cnt;
+                c.attrs.timeout = attrs.timeout;
+                c.rnr_left = attrs.rnr_retry;
+                c.state = QpState::Rts;
+                if c.wire_dead {
+                    self.sh.fail(&mut c, None);
+                }
+            }
+            (_, Modify::Error) => {
+                self.sh.fail(&mut c, None);
+                drop(c);
+                // Barrier: a placement under way ends before we return.
+                drop(self.sh.mrs.write().unwrap_or_else(|e| e.into_inner()));
+            }
+            (s, _) => return Err(FabricError::BadState(s, "this transition")),
+        }
+        Ok(())
+    }
+
+    fn state(&self) -> QpState {
+        self.sh.core().state
+    }
+
+    unsafe fn register(
+        &mut self,
+        addr: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<MrKeys, FabricError> {
+        if addr.checked_add(len as u64).is_none() {
+            return Err(FabricError::Invalid(format!(
+                "region at {addr:#x} of {len} bytes wraps"
+            )));
+        }
+        let mut m = self.sh.mrs.write().unwrap_or_else(|e| e.into_inner());
+        m.next_key = m.next_key.wrapping_add(1);
+        let k = m.next_key;
+        // lkey and rkey differ, so one cannot stand in for the other.
+        let keys = MrKeys {
+            lkey: k,
+            rkey: k.rotate_left(16) ^ 0x5a5a_5a5a,
+        };
+        m.list.push(Mr {
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+            addr,
+            len: len as u64,
+            access,
+        });
+        Ok(keys)
+    }
+
+    fn deregister(&mut self, lkey: u32) {
+        let mut m = self.sh.mrs.write().unwrap_or_else(|e| e.into_inner());
+        m.list.retain(|r| r.lkey != lkey);
+    }
+
+    fn post_recv(&mut self, wr_id: u64, sge: Option<Sge>) -> Result<(), FabricError> {
+        let mut c = self.sh.core();
+        match c.state {
+            QpState::Reset => return Err(FabricError::BadState(c.state, "post_recv")),
+            QpState::Error => {
+                let wc = Wc {
+                    wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                };
+                self.sh.cq_push(&mut c, &self.sh.recv_cq, wc);
+                return Ok(());
+            }
+            _ => {}
+        }
+        if c.rq.len() >= self.sh.caps.max_recv_wr as usize {
+            return Err(FabricError::QueueFull("receive"));
+        }
+        c.rq.push_back((wr_id, sge));
+        Ok(())
+    }
+
+    fn post_send(&mut self, wr: &SendWr) -> Result<(), FabricError> {
+        let mut c = self.sh.core();
+        match c.state {
+            QpState::Rts => {}
+            QpState::Error => {
+                let wc = Wc {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: wc_opcode(&wr.op),
+                    byte_len: 0,
+                    imm: None,
+                };
+                self.sh.cq_push(&mut c, &self.sh.send_cq, wc);
+                return Ok(());
+            }
+            s => return Err(FabricError::BadState(s, "post_send")),
+        }
+        if c.sq.len() >= self.sh.caps.max_send_wr as usize {
+            return Err(FabricError::QueueFull("send"));
+        }
+        let psn = c.next_psn;
+        c.next_psn = psn.wrapping_add(1);
+        c.sq.push_back(Wqe { wr: *wr, psn });
+        if c.wire_dead {
+            let first = (c.sq.len() - 1).min(c.next_tx);
+            self.sh.fail(&mut c, Some((first, WcStatus::RetryExceeded)));
+        }
+        self.sh.wake.notify_all();
+        Ok(())
+    }
+
+    fn poll_send(&mut self, out: &mut [Wc]) -> Result<usize, FabricError> {
+        self.sh.send_cq.poll(out)
+    }
+
+    fn poll_recv(&mut self, out: &mut [Wc]) -> Result<usize, FabricError> {
+        self.sh.recv_cq.poll(out)
+    }
+
+    fn peer_gone(&self) -> bool {
+        self.sh.core().wire_dead
+    }
+
+    fn rnr_events(&self) -> u64 {
+        self.sh.core().rnr_events
+    }
+
+    fn fabric(&self) -> &str {
+        "soft"
+    }
+}
+
+// ---- the transmit thread ----
+
+enum Item {
+    Req(Wqe),
+    Resp(Resp),
+}
+
+fn tx_loop(sh: &Shared, mut w: Wire) {
+    let mut bounce = vec![0u8; BOUNCE];
+    loop {
+        let item = {
+            let mut c = sh.core();
+            loop {
+                if c.shutdown {
+                    return;
+                }
+                if c.wire_dead {
+                    return;
+                }
+                if let Some(r) = c.resp.pop_front() {
+                    c.tx_busy = true;
+                    break Item::Resp(r);
+                }
+                let now = Instant::now();
+                if c.rnr_until.is_some_and(|t| t <= now) {
+                    c.rnr_until = None;
+                }
+                if c.state == QpState::Rts && c.rnr_until.is_none() && c.next_tx < c.sq.len() {
+                    let wqe = c.sq[c.next_tx];
+                    c.next_tx += 1;
+                    c.tx_busy = true;
+                    break Item::Req(wqe);
+                }
+                let wait = match c.rnr_until {
+                    Some(t) => t.saturating_duration_since(now),
+                    None => Duration::from_millis(100),
+                };
+                c = sh
+                    .wake
+                    .wait_timeout(c, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        let ok = match item {
+            Item::Resp(r) => send_resp(sh, &mut w, r, &mut bounce),
+            Item::Req(q) => send_req(sh, &mut w, q, &mut bounce),
+        };
+        let mut c = sh.core();
+        c.tx_busy = false;
+        sh.wake.notify_all();
+        drop(c);
+        if !ok {
+            sh.wire_lost();
+            return;
+        }
+    }
+}
+
+/// Which region a chunk of placed or sent bytes must still lie in.
+#[derive(Clone, Copy)]
+enum Check {
+    /// A local buffer (`write`: the NIC writes it).
+    Local(Sge, bool),
+    /// A peer's RDMA access by rkey, with the access it needs.
+    Remote(u32, u64, u64, fn(&Access) -> bool),
+}
+
+impl Check {
+    fn holds(&self, m: &Mrs) -> bool {
+        match *self {
+            Check::Local(s, write) => m.by_lkey(&s, write),
+            Check::Remote(rkey, addr, len, need) => m.by_rkey(rkey, addr, len, need),
+        }
+    }
+}
+
+/// Writes `len` bytes of local memory at `addr` to the wire, a chunk at a
+/// time: each chunk is copied out holding the region table shared (and
+/// only then written, so no lock is held across blocking I/O). If the
+/// region goes away meanwhile, zeros keep the stream framed and the result
+/// is `Ok(false)`.
+fn write_mem(
+    sh: &Shared,
+    w: &mut Wire,
+    addr: u64,
+    len: usize,
+    check: Check,
+    bounce: &mut [u8],
+) -> std::io::Result<bool> {
+    let mut off = 0;
+    let mut intact = true;
+    while off < len {
+        let n = (len - off).min(bounce.len());
+        {
+            let m = sh.mrs.read().unwrap_or_else(|e| e.into_inner());
+            if intact && check.holds(&m) {
+                // SAFETY: `check` just confirmed, holding the table shared,
+                // that the whole buffer lies in a registered region;
+                // registration's contract keeps that memory valid until it
+                // is deregistered, which waits for the shared hold to end.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (addr as usize + off) as *const u8,
+                        bounce.as_mut_ptr(),
+                        n,
+                    )
+                };
+            } else {
+                intact = false;
+                bounce[..n].fill(0);
+            }
+        }
+        w.write_all(&bounce[..n])?;
+        off += n;
+    }
+    Ok(intact)
+}
+
+fn send_req(sh: &Shared, w: &mut Wire, q: Wqe, bounce: &mut [u8]) -> bool {
+    let mut p = Pkt {
+        psn: q.psn,
+        len: q.wr.sge.map_or(0, |s| s.len),
+        ..Pkt::default()
+    };
+    let (op, remote, imm) = match q.wr.op {
+        Opcode::Send => (OP_SEND, None, None),
+        Opcode::SendImm(i) => (OP_SEND, None, Some(i)),
+        Opcode::Write(r) => (OP_WRITE, Some(r), None),
+        Opcode::WriteImm(r, i) => (OP_WRITE, Some(r), Some(i)),
+        Opcode::Read(r) => (OP_READ_REQ, Some(r), None),
+    };
+    p.op = op;
+    if let Some(r) = remote {
+        p.raddr = r.addr;
+        p.rkey = r.rkey;
+    }
+    if let Some(i) = imm {
+        p.imm = i;
+        p.flags = FLAG_IMM;
+    }
+    let local_bad = |sh: &Shared| {
+        let mut c = sh.core();
+        if let Some(i) = c.sq.iter().position(|x| x.psn == q.psn) {
+            sh.fail(&mut c, Some((i, WcStatus::LocalProtection)));
+        }
+    };
+    if let Some(s) = q.wr.sge {
+        let m = sh.mrs.read().unwrap_or_else(|e| e.into_inner());
+        if !m.by_lkey(&s, op == OP_READ_REQ) {
+            drop(m);
+            local_bad(sh);
+            return true;
+        }
+    }
+    if w.write_all(&p.encode()).is_err() {
+        return false;
+    }
+    match q.wr.sge {
+        Some(s) if op != OP_READ_REQ => {
+            match write_mem(
+                sh,
+                w,
+                s.addr,
+                s.len as usize,
+                Check::Local(s, false),
+                bounce,
+            ) {
+                Ok(true) => true,
+                Ok(false) => {
+                    local_bad(sh);
+                    true
+                }
+                Err(_) => false,
+            }
+        }
+        _ => true,
+    }
+}
+
+fn send_resp(sh: &Shared, w: &mut Wire, r: Resp, bounce: &mut [u8]) -> bool {
+    let (op, code, psn, len) = match r {
+        Resp::Ack(psn) => (OP_ACK, 0, psn, 0),
+        Resp::Nak(psn, code) => (OP_NAK, code, psn, 0),
+        Resp::ReadResp { psn, len, .. } => (OP_READ_RESP, 0, psn, len),
+    };
+    let p = Pkt {
+        op,
+        code,
+        psn,
+        len,
+        ..Pkt::default()
+    };
+    if w.write_all(&p.encode()).is_err() {
+        return false;
+    }
+    if let Resp::ReadResp { addr, rkey, .. } = r {
+        let check = Check::Remote(rkey, addr, len as u64, |a| a.remote_read);
+        // A region deregistered meanwhile reads as zeros and the requester
+        // is told it failed; the stream stays framed.
+        match write_mem(sh, w, addr, len as usize, check, bounce) {
+            Ok(true) => {}
+            Ok(false) => {
+                let nak = Pkt {
+                    op: OP_NAK,
+                    code: NAK_ACCESS,
+                    psn,
+                    ..Pkt::default()
+                };
+                return w.write_all(&nak.encode()).is_ok();
+            }
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+// ---- the receive thread ----
+
+/// Reads `len` bytes from the wire into local memory at `addr` (or drops
+/// them: `None`). Each chunk is read first and placed after, holding the
+/// region table shared and only while `check` still holds and the queue
+/// pair is not in the error state, so that `deregister` and
+/// `modify(Error)` are barriers. `Ok(false)`: placement stopped early.
+fn read_into(
+    sh: &Shared,
+    w: &mut Wire,
+    to: Option<(u64, Check)>,
+    len: usize,
+    bounce: &mut [u8],
+) -> std::io::Result<bool> {
+    let mut off = 0;
+    let mut intact = true;
+    while off < len {
+        let n = (len - off).min(bounce.len());
+        w.read_exact(&mut bounce[..n])?;
+        if let (Some((a, check)), true) = (to, intact) {
+            let m = sh.mrs.read().unwrap_or_else(|e| e.into_inner());
+            if check.holds(&m) && sh.core().state != QpState::Error {
+                // SAFETY: `check` just confirmed, holding the table shared,
+                // that the whole destination lies in a region registered
+                // for this write; registration keeps it valid until it is
+                // deregistered, which waits for the shared hold to end.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bounce.as_ptr(), (a as usize + off) as *mut u8, n)
+                };
+            } else {
+                intact = false;
+            }
+        }
+        off += n;
+    }
+    Ok(intact)
+}
+
+fn drop_bytes(sh: &Shared, w: &mut Wire, len: usize, bounce: &mut [u8]) -> bool {
+    read_into(sh, w, None, len, bounce).is_ok()
+}
+
+struct Delay(u64);
+
+impl Delay {
+    fn next(&mut self, max: u32) -> Duration {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        Duration::from_micros(r % (max as u64 + 1))
+    }
+}
+
+fn rx_loop(sh: &Shared, mut w: Wire) {
+    let mut bounce = vec![0u8; BOUNCE];
+    let mut delay = Delay(sh.opts.seed | 1);
+    loop {
+        let mut hb = [0u8; PKT];
+        if w.read_exact(&mut hb).is_err() {
+            sh.wire_lost();
+            return;
+        }
+        let p = Pkt::decode(&hb);
+        let ok = match p.op {
+            OP_SEND | OP_WRITE | OP_READ_REQ => {
+                if sh.opts.max_delay_us > 0 {
+                    std::thread::sleep(delay.next(sh.opts.max_delay_us));
+                }
+                on_request(sh, &mut w, &p, &mut bounce)
+            }
+            OP_ACK => {
+                let mut c = sh.core();
+                sh.acked(&mut c, p.psn);
+                true
+            }
+            OP_NAK => {
+                on_nak(sh, &p);
+                true
+            }
+            OP_READ_RESP => on_read_resp(sh, &mut w, &p, &mut bounce),
+            _ => false,
+        };
+        if !ok {
+            sh.wire_lost();
+            return;
+        }
+    }
+}
+
+fn on_request(sh: &Shared, w: &mut Wire, p: &Pkt, bounce: &mut [u8]) -> bool {
+    let data = if p.op == OP_READ_REQ {
+        0
+    } else {
+        p.len as usize
+    };
+    let remote = match p.op {
+        OP_WRITE => Some(Check::Remote(p.rkey, p.raddr, p.len as u64, |a| {
+            a.remote_write
+        })),
+        OP_READ_REQ => Some(Check::Remote(p.rkey, p.raddr, p.len as u64, |a| {
+            a.remote_read
+        })),
+        _ => None,
+    };
+    let consumes = p.op == OP_SEND || (p.op == OP_WRITE && p.imm().is_some());
+    let m = sh.mrs.read().unwrap_or_else(|e| e.into_inner());
+    let mut c = sh.core();
+    let live = matches!(c.state, QpState::Rtr | QpState::Rts);
+    if !live || p.psn != c.expected_psn {
+        // Not accepting, or out of sequence (after a NAK, until the
+        // requester goes back): drop it. A duplicate gets its ACK again.
+        if live && psn_before(p.psn, c.expected_psn) {
+            let last = c.expected_psn.wrapping_sub(1);
+            sh.push_resp(&mut c, Resp::Ack(last));
+        }
+        drop((c, m));
+        return drop_bytes(sh, w, data, bounce);
+    }
+    // Remote access checks first: a refused request writes nothing.
+    if remote.is_some_and(|k| !k.holds(&m)) {
+        sh.push_resp(&mut c, Resp::Nak(p.psn, NAK_ACCESS));
+        sh.fail(&mut c, None);
+        drop((c, m));
+        return drop_bytes(sh, w, data, bounce);
+    }
+    let mut recv = None;
+    if consumes {
+        let Some(&(id, sge)) = c.rq.front() else {
+            c.rnr_events += 1;
+            RNR_EVENTS.fetch_add(1, Ordering::Relaxed);
+            sh.push_resp(&mut c, Resp::Nak(p.psn, NAK_RNR));
+            drop((c, m));
+            return drop_bytes(sh, w, data, bounce);
+        };
+        if p.op == OP_SEND {
+            let fits = p.len <= sge.map_or(0, |s| s.len);
+            let valid = sge.is_none_or(|s| m.by_lkey(&s, true));
+            if !fits || !valid {
+                c.rq.pop_front();
+                let wc = Wc {
+                    wr_id: id,
+                    status: if fits {
+                        WcStatus::LocalProtection
+                    } else {
+                        WcStatus::LocalLength
+                    },
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                };
+                sh.cq_push(&mut c, &sh.recv_cq, wc);
+                sh.push_resp(&mut c, Resp::Nak(p.psn, NAK_INVALID));
+                sh.fail(&mut c, None);
+                drop((c, m));
+                return drop_bytes(sh, w, data, bounce);
+            }
+        }
+        c.rq.pop_front();
+        recv = Some((id, sge));
+    }
+    c.expected_psn = c.expected_psn.wrapping_add(1);
+    if p.op == OP_READ_REQ {
+        let r = Resp::ReadResp {
+            psn: p.psn,
+            addr: p.raddr,
+            len: p.len,
+            rkey: p.rkey,
+        };
+        sh.push_resp(&mut c, r);
+        return true;
+    }
+    drop((c, m));
+    let to = match (p.op, recv) {
+        (OP_WRITE, _) => remote.map(|k| (p.raddr, k)),
+        (_, Some((_, Some(s)))) => Some((s.addr, Check::Local(s, true))),
+        _ => None,
+    };
+    let intact = match read_into(sh, w, to.filter(|_| data > 0), data, bounce) {
+        Ok(i) => i,
+        Err(_) => return false,
+    };
+    let mut c = sh.core();
+    if c.state == QpState::Error {
+        return true;
+    }
+    if !intact {
+        // Deregistered while the bytes came in.
+        sh.push_resp(&mut c, Resp::Nak(p.psn, NAK_ACCESS));
+        sh.fail(&mut c, None);
+        return true;
+    }
+    if let Some((id, _)) = recv {
+        let wc = Wc {
+            wr_id: id,
+            status: WcStatus::Success,
+            opcode: if p.op == OP_SEND {
+                WcOpcode::Recv
+            } else {
+                WcOpcode::RecvWriteImm
+            },
+            byte_len: p.len,
+            imm: p.imm(),
+        };
+        sh.cq_push(&mut c, &sh.recv_cq, wc);
+    }
+    sh.push_resp(&mut c, Resp::Ack(p.psn));
+    true
+}
+
+fn on_nak(sh: &Shared, p: &Pkt) {
+    let mut c = sh.core();
+    if !c.sq.iter().any(|w| w.psn == p.psn) {
+        return;
+    }
+    // Everything before the refused request was accepted.
+    sh.acked(&mut c, p.psn.wrapping_sub(1));
+    let i = c.sq.iter().position(|w| w.psn == p.psn).unwrap_or(0);
+    match p.code {
+        NAK_RNR => {
+            c.rnr_events += 1;
+            RNR_EVENTS.fetch_add(1, Ordering::Relaxed);
+            if c.attrs.rnr_retry == 7 || c.rnr_left > 0 {
+                if c.attrs.rnr_retry != 7 {
+                    c.rnr_left -= 1;
+                }
+                c.next_tx = i;
+                let wait = Duration::from_micros(rnr_timer_us(c.attrs.min_rnr_timer));
+                c.rnr_until = Some(Instant::now() + wait);
+                sh.wake.notify_all();
+            } else {
+                sh.fail(&mut c, Some((i, WcStatus::RnrRetryExceeded)));
+            }
+        }
+        NAK_ACCESS => sh.fail(&mut c, Some((i, WcStatus::RemoteAccess))),
+        _ => sh.fail(&mut c, Some((i, WcStatus::RemoteInvalidRequest))),
+    }
+}
+
+fn on_read_resp(sh: &Shared, w: &mut Wire, p: &Pkt, bounce: &mut [u8]) -> bool {
+    let mut c = sh.core();
+    let at = c.sq.iter().position(|x| x.psn == p.psn);
+    let target = at.and_then(|i| match (c.sq[i].wr.op, c.sq[i].wr.sge) {
+        (Opcode::Read(_), Some(s)) if s.len >= p.len => Some(Some(s)),
+        (Opcode::Read(_), None) if p.len == 0 => Some(None),
+        _ => None,
+    });
+    let Some(target) = target.filter(|_| c.state != QpState::Error) else {
+        if let (Some(i), QpState::Rts) = (at, c.state) {
+            sh.fail(&mut c, Some((i, WcStatus::LocalProtection)));
+        }
+        drop(c);
+        return drop_bytes(sh, w, p.len as usize, bounce);
+    };
+    drop(c);
+    let to = target.map(|s| (s.addr, Check::Local(s, true)));
+    let intact = match read_into(sh, w, to.filter(|_| p.len > 0), p.len as usize, bounce) {
+        Ok(i) => i,
+        Err(_) => return false,
+    };
+    let mut c = sh.core();
+    if c.state == QpState::Error {
+        return true;
+    }
+    // A read's answer also acknowledges everything before it.
+    sh.acked(&mut c, p.psn.wrapping_sub(1));
+    let Some(i) = c.sq.iter().position(|x| x.psn == p.psn) else {
+        return true;
+    };
+    if !intact {
+        sh.fail(&mut c, Some((i, WcStatus::LocalProtection)));
+        return true;
+    }
+    if i == 0 {
+        let front = c.sq.pop_front().expect("front exists");
+        c.next_tx -= 1;
+        if front.wr.signaled {
+            let wc = Wc {
+                wr_id: front.wr.wr_id,
+                status: WcStatus::Success,
+                opcode: WcOpcode::Read,
+                byte_len: p.len,
+                imm: None,
+            };
+            sh.cq_push(&mut c, &sh.send_cq, wc);
+        }
+        sh.wake.notify_all();
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Remote;
+    use super::*;
+
+    const CAPS: Caps = Caps {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        cq_depth: 128,
+        max_rd_atomic: 8,
+    };
+
+    fn attrs(rnr_retry: u8) -> RcAttrs {
+        RcAttrs {
+            rnr_retry,
+            min_rnr_timer: 1,
+            ..RcAttrs::default()
+        }
+    }
+
+    fn pair_with(caps: Caps, a_retry: u8) -> (SoftQp, SoftQp) {
+        let (wa, wb) = Wire::pair().unwrap();
+        let mut a = SoftQp::new(wa, caps, SoftOptions::default()).unwrap();
+        let mut b = SoftQp::new(wb, caps, SoftOptions::default()).unwrap();
+        let (aa, ba) = (a.local_addr(), b.local_addr());
+        for (q, peer, r) in [(&mut a, ba, a_retry), (&mut b, aa, 0)] {
+            q.modify(Modify::Init).unwrap();
+            q.modify(Modify::Rtr(peer, attrs(r))).unwrap();
+            q.modify(Modify::Rts(attrs(r))).unwrap();
+        }
+        (a, b)
+    }
+
+    fn pair() -> (SoftQp, SoftQp) {
+        pair_with(CAPS, 0)
+    }
+
+    /// Waits for `n` completions (at most 5 s).
+    fn wait(q: &mut SoftQp, send: bool, n: usize) -> Vec<Wc> {
+        let mut got = Vec::new();
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut buf = [Wc::EMPTY; 16];
+        while got.len() < n {
+            assert!(Instant::now() < end, "timed out with {got:?}");
+            let k = if send {
+                q.poll_send(&mut buf)
+            } else {
+                q.poll_recv(&mut buf)
+            }
+            .unwrap();
+            got.extend_from_slice(&buf[..k]);
+            if k == 0 {
+                std::thread::yield_now();
+            }
+        }
+        got
+    }
+
+    fn reg(q: &mut SoftQp, b: &mut [u8], acc: Access) -> MrKeys {
+        // SAFETY: every test keeps its buffers alive past the queue pairs'
+        // use of them (they outlive the queue pairs or are deregistered).
+        unsafe { q.register(b.as_mut_ptr() as u64, b.len(), acc) }.unwrap()
+    }
+
+    fn sge(b: &[u8], k: MrKeys) -> Option<Sge> {
+        Some(Sge {
+            addr: b.as_ptr() as u64,
+            len: b.len() as u32,
+            lkey: k.lkey,
+        })
+    }
+
+    fn send(wr_id: u64, op: Opcode, sge: Option<Sge>) -> SendWr {
+        SendWr {
+            wr_id,
+            op,
+            sge,
+            signaled: true,
+        }
+    }
+
+    #[test]
+    fn send_lands_in_the_posted_receive_in_order() {
+        let (mut a, mut b) = pair();
+        let mut src = *b"hello world, in order";
+        let mut dst = [[0u8; 32]; 4];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        for (i, d) in dst.iter_mut().enumerate() {
+            let kd = reg(&mut b, d, Access::ALL);
+            b.post_recv(i as u64, sge(d, kd)).unwrap();
+        }
+        for i in 0..4u64 {
+            let mut s = sge(&src, ks);
+            s.as_mut().unwrap().len = 5 + i as u32;
+            a.post_send(&send(10 + i, Opcode::SendImm(i as u32), s))
+                .unwrap();
+        }
+        let r = wait(&mut b, false, 4);
+        for (i, wc) in r.iter().enumerate() {
+            assert_eq!(
+                (wc.wr_id, wc.status, wc.imm),
+                (i as u64, WcStatus::Success, Some(i as u32))
+            );
+            assert_eq!(wc.byte_len, 5 + i as u32);
+            assert_eq!(&dst[i][..5 + i], &src[..5 + i]);
+        }
+        let s: Vec<u64> = wait(&mut a, true, 4).iter().map(|w| w.wr_id).collect();
+        assert_eq!(s, [10, 11, 12, 13]);
+        assert_eq!(a.rnr_events() + b.rnr_events(), 0);
+    }
+
+    #[test]
+    fn a_send_without_a_posted_receive_fails_with_rnr_retry_0() {
+        let (mut a, mut b) = pair();
+        let mut src = [7u8; 8];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        a.post_send(&send(1, Opcode::Send, sge(&src, ks))).unwrap();
+        a.post_send(&send(2, Opcode::Send, sge(&src, ks))).unwrap();
+        let w = wait(&mut a, true, 2);
+        assert_eq!(w[0].status, WcStatus::RnrRetryExceeded);
+        assert_eq!(w[1].status, WcStatus::Flushed);
+        assert_eq!(a.state(), QpState::Error);
+        assert!(b.rnr_events() >= 1 && a.rnr_events() >= 1);
+        // Everything later is flushed too.
+        a.post_send(&send(3, Opcode::Send, sge(&src, ks))).unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::Flushed);
+    }
+
+    #[test]
+    fn rnr_retries_succeed_once_the_receive_is_posted() {
+        let (mut a, mut b) = pair_with(CAPS, 7);
+        let mut src = [9u8; 16];
+        let mut dst = [0u8; 16];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        let kd = reg(&mut b, &mut dst, Access::ALL);
+        a.post_send(&send(1, Opcode::Send, sge(&src, ks))).unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while b.rnr_events() == 0 {
+            assert!(Instant::now() < end);
+            std::thread::yield_now();
+        }
+        b.post_recv(5, sge(&dst, kd)).unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::Success);
+        assert_eq!(wait(&mut b, false, 1)[0].wr_id, 5);
+        assert_eq!(dst, src);
+    }
+
+    #[test]
+    fn write_with_imm_consumes_a_zero_length_receive() {
+        let (mut a, mut b) = pair();
+        let mut src = [3u8; 100];
+        let mut dst = [0u8; 200];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        let kd = reg(&mut b, &mut dst, Access::ALL);
+        b.post_recv(77, None).unwrap();
+        let r = Remote {
+            addr: dst.as_ptr() as u64 + 50,
+            rkey: kd.rkey,
+        };
+        a.post_send(&send(1, Opcode::WriteImm(r, 0xabc), sge(&src, ks)))
+            .unwrap();
+        let wc = wait(&mut b, false, 1)[0];
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.imm, wc.byte_len),
+            (77, WcOpcode::RecvWriteImm, Some(0xabc), 100)
+        );
+        assert!(dst[..50].iter().all(|&x| x == 0) && dst[50..150].iter().all(|&x| x == 3));
+        assert!(dst[150..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn bad_rkeys_and_bounds_write_nothing_and_fail_both_ends() {
+        for case in 0..3 {
+            let (mut a, mut b) = pair();
+            let mut src = [1u8; 64];
+            let mut dst = [0u8; 64];
+            let ks = reg(&mut a, &mut src, Access::ALL);
+            let acc = if case == 2 {
+                Access::REMOTE_READ
+            } else {
+                Access::ALL
+            };
+            let kd = reg(&mut b, &mut dst, acc);
+            let r = match case {
+                0 => Remote {
+                    addr: dst.as_ptr() as u64,
+                    rkey: kd.rkey ^ 1,
+                },
+                1 => Remote {
+                    addr: dst.as_ptr() as u64 + 1,
+                    rkey: kd.rkey,
+                },
+                _ => Remote {
+                    addr: dst.as_ptr() as u64,
+                    rkey: kd.rkey,
+                },
+            };
+            a.post_send(&send(1, Opcode::Write(r), sge(&src, ks)))
+                .unwrap();
+            assert_eq!(
+                wait(&mut a, true, 1)[0].status,
+                WcStatus::RemoteAccess,
+                "case {case}"
+            );
+            assert_eq!(dst, [0u8; 64], "case {case}: nothing written");
+            assert_eq!(b.state(), QpState::Error);
+        }
+    }
+
+    #[test]
+    fn reads_need_remote_read_access() {
+        let (mut a, mut b) = pair();
+        let mut here = [0u8; 32];
+        let mut there: Vec<u8> = (0..32).collect();
+        let kh = reg(&mut a, &mut here, Access::ALL);
+        let kt = reg(&mut b, &mut there, Access::REMOTE_READ);
+        let r = Remote {
+            addr: there.as_ptr() as u64,
+            rkey: kt.rkey,
+        };
+        a.post_send(&send(1, Opcode::Read(r), sge(&here, kh)))
+            .unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::Success);
+        assert_eq!(&here[..], &there[..]);
+        let mut other = [5u8; 8];
+        let ko = reg(
+            &mut b,
+            &mut other,
+            Access {
+                local_write: true,
+                ..Access::default()
+            },
+        );
+        let r = Remote {
+            addr: other.as_ptr() as u64,
+            rkey: ko.rkey,
+        };
+        a.post_send(&send(2, Opcode::Read(r), sge(&here[..8], kh)))
+            .unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::RemoteAccess);
+    }
+
+    #[test]
+    fn a_send_longer_than_the_receive_fails_both_ends() {
+        let (mut a, mut b) = pair();
+        let mut src = [1u8; 64];
+        let mut dst = [0u8; 16];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        let kd = reg(&mut b, &mut dst, Access::ALL);
+        b.post_recv(1, sge(&dst, kd)).unwrap();
+        a.post_send(&send(1, Opcode::Send, sge(&src, ks))).unwrap();
+        assert_eq!(
+            wait(&mut a, true, 1)[0].status,
+            WcStatus::RemoteInvalidRequest
+        );
+        assert_eq!(wait(&mut b, false, 1)[0].status, WcStatus::LocalLength);
+        assert_eq!(dst, [0u8; 16]);
+    }
+
+    #[test]
+    fn queues_refuse_overruns() {
+        let caps = Caps {
+            max_send_wr: 4,
+            max_recv_wr: 2,
+            cq_depth: 2,
+            max_rd_atomic: 1,
+        };
+        let (mut a, mut b) = pair_with(caps, 0);
+        b.post_recv(1, None).unwrap();
+        b.post_recv(2, None).unwrap();
+        assert_eq!(b.post_recv(3, None), Err(FabricError::QueueFull("receive")));
+        let mut src = [0u8; 4];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        let mut dst = [0u8; 4];
+        let kd = reg(&mut b, &mut dst, Access::ALL);
+        let r = Remote {
+            addr: dst.as_ptr() as u64,
+            rkey: kd.rkey,
+        };
+        // Three signaled writes into a completion queue of two, never
+        // polled: it overflows and the queue pair fails.
+        for i in 0..3 {
+            a.post_send(&send(i, Opcode::Write(r), sge(&src, ks)))
+                .unwrap();
+        }
+        let end = Instant::now() + Duration::from_secs(5);
+        while a.state() != QpState::Error {
+            assert!(Instant::now() < end);
+            std::thread::yield_now();
+        }
+        let mut buf = [Wc::EMPTY; 4];
+        assert_eq!(a.poll_send(&mut buf), Ok(2));
+        assert_eq!(a.poll_send(&mut buf), Err(FabricError::CqOverrun));
+    }
+
+    #[test]
+    fn a_dead_peer_is_a_retry_error_and_flushes_the_rest() {
+        let (mut a, b) = pair();
+        drop(b);
+        let end = Instant::now() + Duration::from_secs(5);
+        while !a.peer_gone() {
+            assert!(Instant::now() < end);
+            std::thread::yield_now();
+        }
+        let mut src = [0u8; 4];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        a.post_send(&send(1, Opcode::Send, sge(&src, ks))).unwrap();
+        a.post_send(&send(2, Opcode::Send, sge(&src, ks))).unwrap();
+        let w = wait(&mut a, true, 2);
+        assert_eq!(
+            (w[0].status, w[1].status),
+            (WcStatus::RetryExceeded, WcStatus::Flushed)
+        );
+    }
+
+    #[test]
+    fn deregistered_memory_is_never_written() {
+        let (mut a, mut b) = pair();
+        let mut src = [1u8; 64];
+        let mut dst = [0u8; 64];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        let kd = reg(&mut b, &mut dst, Access::ALL);
+        b.deregister(kd.lkey);
+        let r = Remote {
+            addr: dst.as_ptr() as u64,
+            rkey: kd.rkey,
+        };
+        a.post_send(&send(1, Opcode::Write(r), sge(&src, ks)))
+            .unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::RemoteAccess);
+        assert_eq!(dst, [0u8; 64]);
+    }
+
+    #[test]
+    fn large_writes_and_reads_cross_the_bounce_buffer_intact() {
+        let (mut a, mut b) = pair();
+        let mut src: Vec<u8> = (0..1_000_003u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let mut back = vec![0u8; src.len()];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        let kb = reg(&mut a, &mut back, Access::ALL);
+        let kd = reg(&mut b, &mut dst, Access::ALL);
+        let r = Remote {
+            addr: dst.as_ptr() as u64,
+            rkey: kd.rkey,
+        };
+        b.post_recv(1, None).unwrap();
+        a.post_send(&send(1, Opcode::WriteImm(r, 1), sge(&src, ks)))
+            .unwrap();
+        wait(&mut b, false, 1);
+        assert!(dst == src);
+        a.post_send(&send(2, Opcode::Read(r), sge(&back, kb)))
+            .unwrap();
+        wait(&mut a, true, 2);
+        assert!(back == src);
+    }
+}
