@@ -45,10 +45,10 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tandem_core::sync::{AtomicBool, AtomicU64, Ordering};
 
 /// Receiver-not-ready events (NAKs sent and received) of every soft queue
 /// pair in this process so far.
@@ -292,7 +292,7 @@ struct Wqe {
 enum Resp {
     Ack(u32),
     Nak(u32, u8),
-    ReadResp {
+    ReadData {
         psn: u32,
         addr: u64,
         len: u32,
@@ -916,7 +916,7 @@ fn send_resp(sh: &Shared, w: &mut Wire, r: Resp, bounce: &mut [u8]) -> bool {
     let (op, code, psn, len) = match r {
         Resp::Ack(psn) => (OP_ACK, 0, psn, 0),
         Resp::Nak(psn, code) => (OP_NAK, code, psn, 0),
-        Resp::ReadResp { psn, len, .. } => (OP_READ_RESP, 0, psn, len),
+        Resp::ReadData { psn, len, .. } => (OP_READ_RESP, 0, psn, len),
     };
     let p = Pkt {
         op,
@@ -928,7 +928,7 @@ fn send_resp(sh: &Shared, w: &mut Wire, r: Resp, bounce: &mut [u8]) -> bool {
     if w.write_all(&p.encode()).is_err() {
         return false;
     }
-    if let Resp::ReadResp { addr, rkey, .. } = r {
+    if let Resp::ReadData { addr, rkey, .. } = r {
         let check = Check::Remote(rkey, addr, len as u64, |a| a.remote_read);
         // A region deregistered meanwhile reads as zeros and the requester
         // is told it failed; the stream stays framed.
@@ -1113,7 +1113,7 @@ fn on_request(sh: &Shared, w: &mut Wire, p: &Pkt, bounce: &mut [u8]) -> bool {
     }
     c.expected_psn = c.expected_psn.wrapping_add(1);
     if p.op == OP_READ_REQ {
-        let r = Resp::ReadResp {
+        let r = Resp::ReadData {
             psn: p.psn,
             addr: p.raddr,
             len: p.len,
@@ -1354,7 +1354,7 @@ mod tests {
 
     #[test]
     fn a_send_without_a_posted_receive_fails_with_rnr_retry_0() {
-        let (mut a, mut b) = pair();
+        let (mut a, b) = pair();
         let mut src = [7u8; 8];
         let ks = reg(&mut a, &mut src, Access::ALL);
         a.post_send(&send(1, Opcode::Send, sge(&src, ks))).unwrap();
