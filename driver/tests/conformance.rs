@@ -155,11 +155,17 @@ fn run_cases(
     let total = Instant::now();
     let mut failures = Vec::new();
     let mut runs = 0;
-    let transports = [
+    let only = std::env::var("TANDEM_CONFORMANCE_LINKS").unwrap_or_default();
+    let transports: Vec<(&str, Links)> = [
         ("shm", Links::Shm),
         ("tcp", Links::Tcp),
         ("shm+tcp", Links::Mixed { hosts: 2 }),
-    ];
+        ("soft-rdma", Links::Soft),
+    ]
+    .into_iter()
+    .filter(|(name, _)| only.is_empty() || only.split(',').any(|o| o == *name))
+    .collect();
+    let rnr_before = tandem_driver::transport::fabric::soft::rnr_events_total();
     for (case, (tname, links)) in cases
         .iter()
         .flat_map(|c| transports.iter().map(move |t| (c, t)))
@@ -211,6 +217,15 @@ fn run_cases(
             failures.push(msg);
         }
     }
+    // Receiver-not-ready events anywhere in this process while the suite
+    // ran (other tests of this binary run alongside, so this counts theirs
+    // too; any at all is a bug).
+    let rnr = tandem_driver::transport::fabric::soft::rnr_events_total() - rnr_before;
+    eprintln!("{test}: receiver-not-ready events on the soft RDMA fabric: {rnr}");
+    assert_eq!(
+        rnr, 0,
+        "{test}: the soft RDMA fabric saw receiver-not-ready"
+    );
     assert!(
         failures.is_empty(),
         "{test}: {} of {} configurations failed:\n  {}",

@@ -14,10 +14,12 @@ pub(crate) mod pmi;
 use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, Result};
 use crate::progress::{Engine, Protocol, WaitBoard};
+use crate::transport::fabric::soft::{SoftOptions, SoftQp, Wire};
+use crate::transport::rdma::{RdmaLink, RdmaOptions};
 use crate::transport::shm::map::JobMap;
 use crate::transport::shm::{ShmLink, ShmOptions};
 use crate::transport::tcp::TcpLink;
-use crate::transport::Link;
+use crate::transport::{self, Link};
 use auth::{Role, Secret};
 use launcher::Meet;
 use meet::{Admission, RootStore, Store};
@@ -81,6 +83,11 @@ pub(crate) enum Choice {
     Shm,
     /// TCP between every pair of ranks, also on one host.
     Tcp,
+    /// RDMA over the software RC NIC between every pair of ranks, also on
+    /// one host (it rides the TCP connections of the mesh).
+    Soft,
+    /// RDMA over a verbs device between every pair of ranks.
+    Verbs,
 }
 
 impl Choice {
@@ -89,8 +96,10 @@ impl Choice {
             None | Some("") | Some("auto") => Ok(Choice::Auto),
             Some("shm") => Ok(Choice::Shm),
             Some("tcp") => Ok(Choice::Tcp),
+            Some("soft") => Ok(Choice::Soft),
+            Some("verbs") | Some("rdma") => Ok(Choice::Verbs),
             Some(other) => Err(Error::Config(format!(
-                "TANDEM_TRANSPORT={other:?}: expected shm, tcp or auto"
+                "TANDEM_TRANSPORT={other:?}: expected auto, shm, tcp, soft or verbs"
             ))),
         }
     }
@@ -99,8 +108,49 @@ impl Choice {
             Choice::Auto => "auto",
             Choice::Shm => "shm",
             Choice::Tcp => "tcp",
+            Choice::Soft => "soft",
+            Choice::Verbs => "verbs",
         }
     }
+    /// Whether every pair of ranks meets over the network (no shared
+    /// memory even on one host).
+    fn networked(self) -> bool {
+        matches!(self, Choice::Tcp | Choice::Soft | Choice::Verbs)
+    }
+    /// What carries the mesh's connections.
+    fn net(self) -> Result<Net> {
+        match self {
+            Choice::Soft => Ok(Net::Soft),
+            Choice::Verbs => Err(Error::Config(match transport::fabric::verbs::probe() {
+                Err(e) => format!("TANDEM_TRANSPORT=verbs: {e}"),
+                Ok(dev) => format!(
+                    "TANDEM_TRANSPORT=verbs: device {dev} is present, but this build of \
+                     tandem has no verbs queue pair yet (use soft, or tcp)"
+                ),
+            })),
+            _ => Ok(Net::Tcp),
+        }
+    }
+}
+
+/// The soft NIC's options from the environment: `TANDEM_SOFT_DELAY_US`
+/// makes it wait up to that many microseconds before each request it
+/// handles (tests of timing independence).
+fn soft_options(rank: usize) -> Result<SoftOptions> {
+    let max_delay_us = crate::config::env_num("TANDEM_SOFT_DELAY_US")?.unwrap_or(0);
+    Ok(SoftOptions {
+        max_delay_us,
+        seed: 0x9e37_79b9_7f4a_7c15 ^ rank as u64,
+    })
+}
+
+/// What carries the connections between hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Net {
+    /// TCP.
+    Tcp,
+    /// RDMA over the soft NIC, which runs over the TCP connection.
+    Soft,
 }
 
 /// Seconds the whole bootstrap may take (`TANDEM_BOOT_TIMEOUT`, default 60).
@@ -187,6 +237,8 @@ impl Record {
         let transport = match kv.get("transport") {
             Some(&"shm") => Choice::Shm,
             Some(&"tcp") => Choice::Tcp,
+            Some(&"soft") => Choice::Soft,
+            Some(&"verbs") => Choice::Verbs,
             _ => Choice::Auto,
         };
         Ok(Record {
@@ -459,6 +511,7 @@ fn assemble(
     local: &[usize],
     protocol: Protocol,
     cfg: &Config,
+    net: Net,
 ) -> Result<Joined> {
     let size = streams.len();
     let me_local = local
@@ -467,13 +520,27 @@ fn assemble(
     map.attach(me_local, std::process::id());
     let opt = shm_options(cfg);
     let mut links = Vec::with_capacity(size);
+    let rdma = match net {
+        Net::Soft => Some(RdmaOptions::from_env(protocol.eager_limit as usize)?),
+        Net::Tcp => None,
+    };
     for (p, stream) in streams.into_iter().enumerate() {
-        links.push(match stream {
-            Some(s) => Link::Tcp(Box::new(
+        links.push(match (stream, rdma) {
+            (Some(s), None) => Link::Tcp(Box::new(
                 TcpLink::new(s, p, protocol.eager_limit as usize)
                     .map_err(|e| Error::Io(format!("TCP link to rank {p}: {e}")))?,
             )),
-            None => {
+            (Some(mut s), Some(opts)) => {
+                let io = |e: std::io::Error| Error::Io(format!("soft RDMA link to rank {p}: {e}"));
+                let wire = Wire::Tcp(s.try_clone().map_err(io)?);
+                let qp =
+                    SoftQp::new(wire, transport::rdma::caps(), soft_options(rank)?).map_err(io)?;
+                s.set_read_timeout(Some(Duration::from_secs(30)))
+                    .map_err(io)?;
+                let link = RdmaLink::connect(qp, &mut s, p, protocol.eager_limit as usize, opts)?;
+                Link::Soft(Box::new(link))
+            }
+            (None, _) => {
                 let pl = local.binary_search(&p).map_err(|_| {
                     Error::Config(format!("rank {p} is neither on this host nor connected"))
                 })?;
@@ -505,6 +572,10 @@ pub enum Links {
         /// Number of pretend hosts.
         hosts: usize,
     },
+    /// RDMA over the software RC NIC between every pair (over loopback
+    /// TCP), with receiver-not-ready retries off: a single RNR fails the
+    /// link.
+    Soft,
 }
 
 /// What the threads of a world in one process share while they connect.
@@ -515,6 +586,7 @@ pub(crate) struct ThreadPlan {
     addrs: Vec<SocketAddr>,
     adm: Admission,
     protocol: Protocol,
+    net: Net,
 }
 
 impl ThreadPlan {
@@ -523,7 +595,7 @@ impl ThreadPlan {
         layout.validate()?;
         let hosts = match links {
             Links::Shm => 1,
-            Links::Tcp => n,
+            Links::Tcp | Links::Soft => n,
             Links::Mixed { hosts } => hosts.clamp(1, n.max(1)),
         };
         let host_of: Vec<usize> = (0..n).map(|r| r * hosts / n.max(1)).collect();
@@ -551,6 +623,10 @@ impl ThreadPlan {
                 context: b"data:threads".to_vec(),
             },
             protocol: Protocol::of(layout),
+            net: match links {
+                Links::Soft => Net::Soft,
+                _ => Net::Tcp,
+            },
         })
     }
 
@@ -581,6 +657,7 @@ impl ThreadPlan {
             &local,
             self.protocol,
             cfg,
+            self.net,
         )
     }
 }
@@ -589,7 +666,7 @@ impl ThreadPlan {
 pub(crate) fn join(cfg: &Config) -> Result<Joined> {
     let choice = Choice::from_env()?;
     // tandem-run on one host: the shared-memory file is inherited.
-    if choice != Choice::Tcp && std::env::var_os("TANDEM_SHM_FD").is_some() {
+    if !choice.networked() && std::env::var_os("TANDEM_SHM_FD").is_some() {
         return join_inherited(cfg);
     }
     join_launched(cfg, launcher::detect()?, choice)
@@ -611,13 +688,14 @@ pub(crate) fn join_as_local_root(cfg: &Config, size: usize, job: u64) -> Result<
 /// Whether ranks of this process's job must meet (TCP forced) rather than
 /// share the file their launcher made.
 pub(crate) fn tcp_forced() -> Result<bool> {
-    Ok(Choice::from_env()? == Choice::Tcp)
+    Ok(Choice::from_env()?.networked())
 }
 
 fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Result<Joined> {
     let (rank, size) = (launch.rank, launch.size);
     let layout = Layout::from_env()?;
     layout.validate()?;
+    let net = choice.net()?;
     let deadline = Instant::now() + boot_timeout()?;
     let given = match std::env::var("TANDEM_SECRET") {
         Ok(t) if !t.is_empty() => Some(t),
@@ -712,7 +790,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     };
     // Routing: shared memory within a host (unless TCP is forced).
     let local: Vec<usize> = (0..size)
-        .filter(|&p| p == rank || (choice != Choice::Tcp && records[p].host == records[rank].host))
+        .filter(|&p| p == rank || (!choice.networked() && records[p].host == records[rank].host))
         .collect();
     let is_local = |p: usize| local.binary_search(&p).is_ok();
     // TCP mesh: each rank connects to the lower ranks, accepts the higher.
@@ -770,7 +848,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     drop(_unlink);
     let map = opened?;
     drop(store);
-    let joined = assemble(rank, streams, Arc::new(map), &local, protocol, cfg)?;
+    let joined = assemble(rank, streams, Arc::new(map), &local, protocol, cfg, net)?;
     if debug_level() >= DebugLevel::Info {
         eprintln!(
             "tandem[{rank}/{size}] started by {} (met via {meet_kind}, job {job}), \

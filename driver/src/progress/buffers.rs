@@ -14,6 +14,10 @@ pub(crate) struct UserBuf {
     pub(crate) moved: usize,
     /// The scope the operation belongs to (0: none).
     pub(crate) scope: u32,
+    /// How many times a transport registered the buffer for a rendezvous
+    /// (each needs one `Transport::release`), and with which peer.
+    pub(crate) regs: u32,
+    pub(crate) reg_peer: u32,
 }
 
 impl UserBuf {
@@ -23,6 +27,8 @@ impl UserBuf {
         len: 0,
         moved: 0,
         scope: 0,
+        regs: 0,
+        reg_peer: 0,
     };
 
     /// Records a send buffer (only ever read).
@@ -32,6 +38,8 @@ impl UserBuf {
             len: buf.len(),
             moved: 0,
             scope,
+            regs: 0,
+            reg_peer: 0,
         }
     }
 
@@ -42,7 +50,14 @@ impl UserBuf {
             len: buf.len(),
             moved: 0,
             scope,
+            regs: 0,
+            reg_peer: 0,
         }
+    }
+
+    /// The buffer's address.
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr as u64
     }
 
     /// The user's buffer as bytes to read.

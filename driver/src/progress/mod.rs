@@ -425,17 +425,22 @@ impl Engine {
                     s.moved = payload.len();
                     ch.link.try_send(&hb, payload)
                 }
-                TxWhat::Rts(h) => {
-                    // SAFETY: as above.
-                    let desc = ch.link.describe(unsafe { self.side[h.index()].src() });
-                    ch.link.try_send(&hb, &desc.encode())
-                }
-                TxWhat::Cts(h) => {
-                    let s = &self.side[h.index()];
-                    // SAFETY: a receive answered by CTS is pending.
-                    let dst = unsafe { s.src() };
-                    let len = (tx.header.len as usize).min(dst.len());
-                    let desc = ch.link.describe(&dst[..len]);
+                TxWhat::Rts(h) | TxWhat::Cts(h) => {
+                    let cts = matches!(tx.what, TxWhat::Cts(_));
+                    if !ch.link.room(HEADER_LEN + DESC_LEN) {
+                        break;
+                    }
+                    let s = &mut self.side[h.index()];
+                    // SAFETY: a send announced by RTS, or a receive answered
+                    // by CTS, is pending.
+                    let buf = unsafe { s.src() };
+                    let len = match cts {
+                        true => (tx.header.len as usize).min(buf.len()),
+                        false => buf.len(),
+                    };
+                    let desc = ch.link.describe(&buf[..len], cts);
+                    s.regs += 1;
+                    s.reg_peer = p as u32;
                     ch.link.try_send(&hb, &desc.encode())
                 }
                 TxWhat::Control => ch.link.try_send(&hb, &[]),
@@ -645,12 +650,17 @@ impl Engine {
                     self.side[pl.op.index()].moved = n;
                     self.proto.pull_done(pl.op, true);
                 }
-                PullStart::Pending => self.pending_pulls.push(PendingPull {
-                    op: pl.op,
-                    peer: p,
-                    dst: dst_addr,
-                    len: n,
-                }),
+                PullStart::Pending => {
+                    let s = &mut self.side[pl.op.index()];
+                    s.regs += 1;
+                    s.reg_peer = p as u32;
+                    self.pending_pulls.push(PendingPull {
+                        op: pl.op,
+                        peer: p,
+                        dst: dst_addr,
+                        len: n,
+                    })
+                }
                 PullStart::Unsupported => self.proto.pull_done(pl.op, false),
             }
             self.progress_tx(p);
@@ -739,6 +749,7 @@ impl Engine {
         match self.proto.take(id) {
             Taken::Pending => None,
             Taken::Done(r) => {
+                self.unregister(id);
                 self.side[id.index()] = UserBuf::EMPTY;
                 Some(match r {
                     Ok(s) => Ok(Status {
@@ -754,6 +765,19 @@ impl Engine {
                     Err(OpError::PeerLost { peer }) => Err(self.lost(peer as usize)),
                     Err(OpError::Stale) => Err(Error::Io("request already completed".into())),
                 })
+            }
+        }
+    }
+
+    /// Gives back the transport registrations of an operation's buffer:
+    /// from here on no peer can reach it.
+    fn unregister(&mut self, id: OpId) {
+        let s = &mut self.side[id.index()];
+        let (n, p, addr) = (s.regs, s.reg_peer as usize, s.addr());
+        s.regs = 0;
+        if let Some(peer) = self.peers.get_mut(p) {
+            for _ in 0..n {
+                peer.link.release(addr);
             }
         }
     }
@@ -799,6 +823,7 @@ impl Engine {
             }
             _ => {}
         }
+        self.unregister(id);
         self.side[id.index()] = UserBuf::EMPTY;
         if self.proto.info(id).is_some_and(|i| i.phase == Phase::Done) {
             self.proto.take(id);

@@ -17,11 +17,13 @@
 //! * [`liveness`](Transport::liveness) of the peer.
 //!
 //! A job routes every peer to one transport ([`Link`]): shared memory
-//! ([`shm`]) between ranks on one host, TCP ([`tcp`]) between hosts. The
+//! ([`shm`]) between ranks on one host, TCP ([`tcp`]) or RDMA ([`rdma`],
+//! over the [`fabric`] interface) between hosts. The
 //! link is an enum, so the hot path is statically dispatched and never
 //! allocates.
 
 pub mod fabric;
+pub mod rdma;
 pub mod shm;
 pub mod tcp;
 
@@ -75,6 +77,8 @@ pub enum Kind {
     Shm,
     /// TCP.
     Tcp,
+    /// RDMA (a reliable connection over the soft NIC or verbs).
+    Rdma,
 }
 
 impl std::fmt::Display for Kind {
@@ -82,6 +86,7 @@ impl std::fmt::Display for Kind {
         f.write_str(match self {
             Kind::Shm => "shm",
             Kind::Tcp => "tcp",
+            Kind::Rdma => "rdma",
         })
     }
 }
@@ -97,6 +102,11 @@ pub enum Route {
         local: std::net::SocketAddr,
         /// The peer's end.
         peer: std::net::SocketAddr,
+    },
+    /// An RDMA reliable connection.
+    Rdma {
+        /// This end's queue pair number.
+        qpn: u32,
     },
 }
 
@@ -145,14 +155,24 @@ pub trait Transport {
     /// the bytes taken.
     fn stream_in(&mut self, left: usize, dst: Option<&mut [u8]>) -> usize;
 
-    /// The descriptor of a local buffer as the peer must name it.
-    fn describe(&mut self, buf: &[u8]) -> MemDesc {
+    /// The descriptor of a local buffer as the peer must name it, for a
+    /// rendezvous: a send buffer the peer may read (`writable: false`) or a
+    /// receive buffer it may write (`true`). An RDMA transport registers the
+    /// buffer here and puts its rkey in [`MemDesc::key`]; it stays
+    /// registered until [`release`](Self::release).
+    fn describe(&mut self, buf: &[u8], _writable: bool) -> MemDesc {
         MemDesc {
             addr: buf.as_ptr() as u64,
             len: buf.len() as u64,
             key: 0,
         }
     }
+
+    /// The operation that had the buffer at `addr` described (or pulled
+    /// into) is over: from the return of this call the peer can no longer
+    /// reach that buffer. Called once per successful `describe` or
+    /// `start_pull`.
+    fn release(&mut self, _addr: u64) {}
 
     /// Reads the peer's buffer `remote` into `dst` directly.
     fn start_pull(&mut self, _remote: MemDesc, _dst: &mut [u8]) -> PullStart {
@@ -183,6 +203,8 @@ pub enum Link {
     /// TCP (boxed: the shared-memory variant, on the hot path, stays small
     /// and its fields stay together).
     Tcp(Box<tcp::TcpLink>),
+    /// RDMA over the soft NIC.
+    Soft(Box<rdma::RdmaLink<fabric::soft::SoftQp>>),
 }
 
 macro_rules! dispatch {
@@ -190,6 +212,7 @@ macro_rules! dispatch {
         match $self {
             Link::Shm($l) => $e,
             Link::Tcp($l) => $e,
+            Link::Soft($l) => $e,
         }
     };
 }
@@ -227,8 +250,11 @@ impl Transport for Link {
     fn stream_in(&mut self, left: usize, dst: Option<&mut [u8]>) -> usize {
         dispatch!(self, l => l.stream_in(left, dst))
     }
-    fn describe(&mut self, buf: &[u8]) -> MemDesc {
-        dispatch!(self, l => l.describe(buf))
+    fn describe(&mut self, buf: &[u8], writable: bool) -> MemDesc {
+        dispatch!(self, l => l.describe(buf, writable))
+    }
+    fn release(&mut self, addr: u64) {
+        dispatch!(self, l => l.release(addr))
     }
     fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
         dispatch!(self, l => l.start_pull(remote, dst))

@@ -80,13 +80,21 @@ impl Wire {
             Wire::Unix(s) => Wire::Unix(s.try_clone()?),
         })
     }
+    /// Blocking, without timeouts (the NIC's threads wait as long as the
+    /// connection lasts).
     fn prepare(&self) -> std::io::Result<()> {
         match self {
             Wire::Tcp(s) => {
                 s.set_nonblocking(false)?;
+                s.set_read_timeout(None)?;
+                s.set_write_timeout(None)?;
                 s.set_nodelay(true)
             }
-            Wire::Unix(s) => s.set_nonblocking(false),
+            Wire::Unix(s) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(None)?;
+                s.set_write_timeout(None)
+            }
         }
     }
     fn shutdown(&self) {
@@ -463,7 +471,6 @@ impl SoftQp {
     /// A queue pair in the RESET state over `wire`, whose other end is the
     /// peer's soft queue pair.
     pub fn new(wire: Wire, caps: Caps, opts: SoftOptions) -> std::io::Result<Self> {
-        wire.prepare()?;
         let qpn = (NEXT_QPN.fetch_add(1, Ordering::Relaxed) as u32 ^ std::process::id() << 8)
             & 0x00ff_ffff;
         let psn = (qpn.wrapping_mul(2_654_435_761)) & 0x00ff_ffff;
@@ -515,6 +522,7 @@ impl SoftQp {
             return Ok(());
         }
         let io = |e: std::io::Error| FabricError::Invalid(format!("soft NIC: {e}"));
+        self.wire.prepare().map_err(io)?;
         let rx_wire = self.wire.try_clone().map_err(io)?;
         let tx_wire = self.wire.try_clone().map_err(io)?;
         let (a, b) = (self.sh.clone(), self.sh.clone());
