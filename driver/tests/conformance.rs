@@ -161,6 +161,7 @@ fn run_cases(
         ("tcp", Links::Tcp),
         ("shm+tcp", Links::Mixed { hosts: 2 }),
         ("soft-rdma", Links::Soft),
+        ("soft-rdma-read", Links::SoftRead),
     ]
     .into_iter()
     .filter(|(name, _)| only.is_empty() || only.split(',').any(|o| o == *name))
@@ -1213,7 +1214,10 @@ const PROCESS_SCENARIOS: &[(&str, usize)] = &[
 /// Every process scenario started by `tandem-run --hosts` on four network
 /// namespaces: once with the ranks spread one per host (TCP only), once
 /// packed two per host (shared memory within a host through a file the
-/// ranks make themselves, TCP between hosts).
+/// ranks make themselves, TCP between hosts), and twice over the soft
+/// RDMA fabric between every pair (`TANDEM_TRANSPORT=soft`, rendezvous by
+/// RDMA WRITE one per host, by RDMA READ two per host), where a single
+/// receiver-not-ready fails the run.
 #[test]
 fn across_hosts() {
     if std::env::var_os(PROCESS_MODE).is_some() {
@@ -1226,7 +1230,13 @@ fn across_hosts() {
     let names: Vec<String> = net.hosts().iter().map(|h| h.name.clone()).collect();
     let mut failures = Vec::new();
     let mut port = 31000 + (std::process::id() % 5000) as u16 * 4;
-    for per_host in [1usize, 2] {
+    let passes = [
+        (1usize, "auto", "write"),
+        (2, "auto", "write"),
+        (1, "soft", "write"),
+        (2, "soft", "read"),
+    ];
+    for (per_host, transport, rndv) in passes {
         for &(name, n) in PROCESS_SCENARIOS {
             let hosts = names[..n.div_ceil(per_host)].join(",");
             port += 1;
@@ -1241,9 +1251,13 @@ fn across_hosts() {
                 .env("TANDEM_SPIN", "2000")
                 .env("TANDEM_TIMEOUT", "30")
                 .env("TANDEM_BOOT_TIMEOUT", "30")
+                .env("TANDEM_TRANSPORT", transport)
+                .env("TANDEM_RDMA_RNDV", rndv)
                 .output()
                 .unwrap();
-            let how = format!("{name} ({n} ranks on {hosts})");
+            let how = format!(
+                "{name} ({n} ranks on {hosts}, TANDEM_TRANSPORT={transport}, rendezvous {rndv})"
+            );
             if out.status.success() {
                 eprintln!("across_hosts: {how} ok in {:.2?}", t.elapsed());
             } else {

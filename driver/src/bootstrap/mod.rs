@@ -15,7 +15,7 @@ use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, Result};
 use crate::progress::{Engine, Protocol, WaitBoard};
 use crate::transport::fabric::soft::{SoftOptions, SoftQp, Wire};
-use crate::transport::rdma::{RdmaLink, RdmaOptions};
+use crate::transport::rdma::{RdmaLink, RdmaOptions, Rendezvous};
 use crate::transport::shm::map::JobMap;
 use crate::transport::shm::{ShmLink, ShmOptions};
 use crate::transport::tcp::TcpLink;
@@ -120,7 +120,7 @@ impl Choice {
     /// What carries the mesh's connections.
     fn net(self) -> Result<Net> {
         match self {
-            Choice::Soft => Ok(Net::Soft),
+            Choice::Soft => Ok(Net::Soft(None)),
             Choice::Verbs => Err(Error::Config(match transport::fabric::verbs::probe() {
                 Err(e) => format!("TANDEM_TRANSPORT=verbs: {e}"),
                 Ok(dev) => format!(
@@ -149,8 +149,9 @@ fn soft_options(rank: usize) -> Result<SoftOptions> {
 pub(crate) enum Net {
     /// TCP.
     Tcp,
-    /// RDMA over the soft NIC, which runs over the TCP connection.
-    Soft,
+    /// RDMA over the soft NIC, which runs over the TCP connection;
+    /// rendezvous as given, or as `TANDEM_RDMA_RNDV` says.
+    Soft(Option<Rendezvous>),
 }
 
 /// Seconds the whole bootstrap may take (`TANDEM_BOOT_TIMEOUT`, default 60).
@@ -521,7 +522,11 @@ fn assemble(
     let opt = shm_options(cfg);
     let mut links = Vec::with_capacity(size);
     let rdma = match net {
-        Net::Soft => Some(RdmaOptions::from_env(protocol.eager_limit as usize)?),
+        Net::Soft(r) => {
+            let mut o = RdmaOptions::from_env(protocol.eager_limit as usize)?;
+            o.rendezvous = r.unwrap_or(o.rendezvous);
+            Some(o)
+        }
         Net::Tcp => None,
     };
     for (p, stream) in streams.into_iter().enumerate() {
@@ -574,8 +579,12 @@ pub enum Links {
     },
     /// RDMA over the software RC NIC between every pair (over loopback
     /// TCP), with receiver-not-ready retries off: a single RNR fails the
-    /// link.
+    /// link. Rendezvous payloads are RDMA-written into the receive buffer
+    /// its CTS names.
     Soft,
+    /// As [`Links::Soft`], with rendezvous payloads RDMA-read by the
+    /// receiver from the send buffer its RTS names.
+    SoftRead,
 }
 
 /// What the threads of a world in one process share while they connect.
@@ -595,7 +604,7 @@ impl ThreadPlan {
         layout.validate()?;
         let hosts = match links {
             Links::Shm => 1,
-            Links::Tcp | Links::Soft => n,
+            Links::Tcp | Links::Soft | Links::SoftRead => n,
             Links::Mixed { hosts } => hosts.clamp(1, n.max(1)),
         };
         let host_of: Vec<usize> = (0..n).map(|r| r * hosts / n.max(1)).collect();
@@ -624,7 +633,8 @@ impl ThreadPlan {
             },
             protocol: Protocol::of(layout),
             net: match links {
-                Links::Soft => Net::Soft,
+                Links::Soft => Net::Soft(Some(Rendezvous::Write)),
+                Links::SoftRead => Net::Soft(Some(Rendezvous::Read)),
                 _ => Net::Tcp,
             },
         })

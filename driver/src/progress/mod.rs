@@ -140,6 +140,36 @@ pub(crate) struct Engine {
     board: Option<WaitBoard>,
 }
 
+impl Drop for Engine {
+    /// Sends the answers still queued (FIN, ACK, credit returns) to peers
+    /// that are still there, for at most a second: a peer may be waiting
+    /// on one of them to finish an operation this rank already completed.
+    fn drop(&mut self) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            let mut owed = false;
+            for p in 0..self.peers.len() {
+                if p == self.rank || self.peers[p].broken.is_some() {
+                    continue;
+                }
+                self.progress_tx(p);
+                let answer = self.proto.next_tx(p as u32).is_some_and(|t| {
+                    matches!(t.what, TxWhat::Control | TxWhat::Cts(_))
+                        && t.header.kind() != Kind::Credit
+                });
+                if answer && matches!(self.peers[p].link.liveness(), Liveness::Alive) {
+                    owed = true;
+                }
+            }
+            if !owed || std::time::Instant::now() >= end {
+                return;
+            }
+            self.progress();
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// Largest message tandem accepts (1 TiB): a corrupt length field can never
 /// make a receiver wait for (or allocate) more.
 pub const MAX_MESSAGE: usize = 1 << 40;
@@ -668,13 +698,15 @@ impl Engine {
         did
     }
 
-    /// Completes pulls the transports report done.
+    /// Completes pulls the transports report done, and sends the answers
+    /// (FIN) they owe.
     fn poll_pulls(&mut self) -> bool {
         if self.pending_pulls.is_empty() {
             return false;
         }
         let mut did = false;
         for p in 0..self.peers.len() {
+            let before = did;
             let (peers, pending, side, proto) = (
                 &mut self.peers,
                 &mut self.pending_pulls,
@@ -692,6 +724,9 @@ impl Engine {
                     did = true;
                 }
             });
+            if did && !before {
+                self.progress_tx(p);
+            }
         }
         did
     }

@@ -1062,22 +1062,33 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
 
 impl<Q: QueuePair> Drop for RdmaLink<Q> {
     fn drop(&mut self) {
-        // Let what this side sent (and the credits it owes) reach the peer
-        // before the connection goes: a peer still receiving must get it.
+        // Let what this side sent reach the peer before the connection
+        // goes: a peer still receiving must get it. One signaled zero-length
+        // write retires the unsignaled tail.
         let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        self.told_head = 0;
-        self.told_msgs = 0;
-        while std::time::Instant::now() < end && self.failed.is_none() {
-            self.reap();
-            if self.posted == self.retired && !self.credit_busy {
+        self.reap();
+        if self.failed.is_none() && !self.qp.peer_gone() && self.last_signaled < self.posted {
+            let wr = SendWr {
+                wr_id: 0,
+                op: Opcode::Write(self.peer_credit),
+                sge: None,
+                signaled: true,
+            };
+            self.post(wr, Some(Sig::Msg));
+        }
+        while self.posted > self.retired && self.failed.is_none() && !self.qp.peer_gone() {
+            if std::time::Instant::now() >= end {
                 break;
             }
-            if self.posted > self.retired && self.last_signaled < self.posted {
-                // Retire the unsignaled tail with one signaled credit write.
-                self.credit_busy = false;
-                self.maybe_credit();
-            }
             std::thread::yield_now();
+            self.reap();
+        }
+        let rnr = self.qp.rnr_events();
+        if rnr > 0 {
+            eprintln!(
+                "tandem: RDMA link to rank {} saw {rnr} receiver-not-ready event(s)",
+                self.peer
+            );
         }
         for r in std::mem::take(&mut self.regs) {
             self.qp.deregister(r.keys.lkey);
