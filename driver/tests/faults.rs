@@ -91,6 +91,91 @@ fn receiver_killed_mid_transfer_over_tcp() {
 }
 
 #[test]
+fn sender_killed_mid_transfer_over_soft_rdma() {
+    killed_mid_transfer("sender_killed_mid_transfer_over_soft_rdma", true, "soft");
+}
+
+#[test]
+fn receiver_killed_mid_transfer_over_soft_rdma() {
+    killed_mid_transfer("receiver_killed_mid_transfer_over_soft_rdma", false, "soft");
+}
+
+/// Rank 0's queue pair to rank 1 goes to the error state (as a hardware
+/// fault would put it): both ends of that connection get a clear error
+/// naming the verbs status, within the deadline, and the traffic of both
+/// with rank 2 goes on unharmed.
+#[test]
+fn a_queue_pair_forced_to_error_fails_only_its_connection() {
+    use tandem_driver::transport::fabric::soft::force_error;
+    use tandem_driver::transport::Route;
+    use tandem_driver::{Config, Layout, Links, WaitPolicy};
+    let cfg = Config::default()
+        .wait(WaitPolicy::SHARED_CORES)
+        .timeout(Duration::from_secs(20));
+    let out = Comm::threads_on(3, Links::Soft, &Layout::default(), cfg, |comm| {
+        let me = comm.rank();
+        // Everyone talks to everyone first.
+        for p in (0..3).filter(|&p| p != me) {
+            let mut b = [0u8; 4];
+            comm.sendrecv(b"ping", p, 1, &mut b, p, 1)?;
+        }
+        // Rank 0 breaks its queue pair to rank 1, then (through rank 2)
+        // lets rank 1 try to reach it.
+        let mut go = [0u8; 1];
+        let t = Instant::now();
+        let broken = match me {
+            0 => {
+                let Route::Rdma { qpn } = comm.route(1).unwrap() else {
+                    panic!("rank 1 is not reached over RDMA");
+                };
+                assert!(force_error(qpn));
+                comm.send(b"g", 2, 5)?;
+                Some(comm.ssend(&[1u8; 100], 1, 2).map(|_| ()))
+            }
+            1 => {
+                comm.recv(&mut go, 2, 5)?;
+                Some(comm.ssend(&[1u8; 100], 0, 2).map(|_| ()))
+            }
+            _ => {
+                comm.recv(&mut go, 0, 5)?;
+                comm.send(b"g", 1, 5)?;
+                None
+            }
+        };
+        if let Some(r) = broken {
+            let took = t.elapsed();
+            let e = r.expect_err("the broken connection must fail");
+            let text = e.to_string();
+            assert!(
+                matches!(e, Error::ChannelBroken { .. }) && text.contains("IBV_WC_"),
+                "rank {me}: {text}"
+            );
+            assert!(took < Duration::from_secs(10), "rank {me} took {took:?}");
+        }
+        // Rank 2's connections are untouched. It hears from rank 1 first,
+        // so rank 0 stays until rank 1 has seen its own error (a rank that
+        // exits makes its peers see it gone instead).
+        let mut b = [0u8; 6];
+        match me {
+            2 => {
+                for p in [1, 0] {
+                    comm.recv(&mut b, p, 3)?;
+                    comm.send(b"after!", p, 3)?;
+                }
+            }
+            _ => {
+                comm.send(b"after!", 2, 3)?;
+                comm.recv(&mut b, 2, 3)?;
+            }
+        }
+        Ok(b)
+    });
+    for (r, o) in out.iter().enumerate() {
+        assert_eq!(o.as_ref().map(|b| &b[..]), Ok(&b"after!"[..]), "rank {r}");
+    }
+}
+
+#[test]
 fn no_job_file_remains_after_a_normal_run() {
     common::ranks(3, "no_job_file_remains_after_a_normal_run", |comm| {
         let next = (comm.rank() + 1) % 3;

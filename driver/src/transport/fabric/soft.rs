@@ -325,6 +325,9 @@ struct Core {
     wire_dead: bool,
     /// The transmit thread is writing a packet.
     tx_busy: bool,
+    /// When the oldest unacknowledged request went out (for the ACK
+    /// timeout).
+    oldest_sent: Option<Instant>,
     shutdown: bool,
     rnr_events: u64,
 }
@@ -407,9 +410,15 @@ impl Shared {
 
     /// Requests with sequence numbers up to `psn` are acknowledged.
     fn acked(&self, c: &mut Core, psn: u32) {
+        if c.next_tx > 0 && c.sq.front().is_some_and(|w| !psn_before(psn, w.psn)) {
+            c.oldest_sent = Some(Instant::now());
+        }
         while let Some(w) = c.sq.front() {
             if psn_before(psn, w.psn) || c.next_tx == 0 {
                 break;
+            }
+            if c.next_tx == 1 {
+                c.oldest_sent = None;
             }
             let w = c.sq.pop_front().expect("front exists");
             c.next_tx -= 1;
@@ -437,6 +446,40 @@ impl Shared {
         }
         self.wake.notify_all();
     }
+}
+
+/// How long a request may go unanswered before the requester gives up:
+/// the verbs local ACK timeout (4.096 µs × 2^`timeout`) times
+/// `retry_cnt + 1` attempts. The soft NIC's stream never loses a packet,
+/// so only a peer that stopped answering (its queue pair in the error
+/// state) gets here; each attempt waits at least 250 ms, so a busy
+/// machine is not mistaken for that.
+fn ack_timeout(a: &RcAttrs) -> Duration {
+    let one = Duration::from_nanos(4096u64 << a.timeout.min(31)).max(Duration::from_millis(250));
+    one * (a.retry_cnt as u32 + 1)
+}
+
+/// Live soft queue pairs of this process by number, for [`force_error`].
+static LIVE: Mutex<Vec<(u32, std::sync::Weak<Shared>)>> = Mutex::new(Vec::new());
+
+/// Puts the soft queue pair numbered `qpn` of this process into the
+/// error state, as a hardware fault would (tests of fault handling);
+/// `false` if there is none.
+pub fn force_error(qpn: u32) -> bool {
+    let live = lock(&LIVE);
+    let Some(sh) = live
+        .iter()
+        .find(|(q, _)| *q == qpn)
+        .and_then(|(_, w)| w.upgrade())
+    else {
+        return false;
+    };
+    drop(live);
+    let mut c = sh.core();
+    sh.fail(&mut c, None);
+    drop(c);
+    drop(sh.mrs.write().unwrap_or_else(|e| e.into_inner()));
+    true
 }
 
 fn wc_opcode(op: &Opcode) -> WcOpcode {
@@ -489,6 +532,7 @@ impl SoftQp {
                 resp: VecDeque::with_capacity(cap(caps.max_rd_atomic) + 8),
                 wire_dead: false,
                 tx_busy: false,
+                oldest_sent: None,
                 shutdown: false,
                 rnr_events: 0,
             }),
@@ -502,6 +546,11 @@ impl SoftQp {
             caps,
             opts,
         });
+        {
+            let mut live = lock(&LIVE);
+            live.retain(|(_, w)| w.strong_count() > 0);
+            live.push((qpn, Arc::downgrade(&sh)));
+        }
         Ok(Self {
             sh,
             wire,
@@ -767,9 +816,18 @@ fn tx_loop(sh: &Shared, mut w: Wire) {
                 if c.rnr_until.is_some_and(|t| t <= now) {
                     c.rnr_until = None;
                 }
+                // No answer for too long: the peer's queue pair is gone
+                // (in the error state it drops requests silently).
+                if let (Some(t), QpState::Rts) = (c.oldest_sent, c.state) {
+                    if c.next_tx > 0 && now.duration_since(t) > ack_timeout(&c.attrs) {
+                        sh.fail(&mut c, Some((0, WcStatus::RetryExceeded)));
+                        continue;
+                    }
+                }
                 if c.state == QpState::Rts && c.rnr_until.is_none() && c.next_tx < c.sq.len() {
                     let wqe = c.sq[c.next_tx];
                     c.next_tx += 1;
+                    c.oldest_sent.get_or_insert(now);
                     c.tx_busy = true;
                     break Item::Req(wqe);
                 }
@@ -1185,6 +1243,7 @@ fn on_nak(sh: &Shared, p: &Pkt) {
                     c.rnr_left -= 1;
                 }
                 c.next_tx = i;
+                c.oldest_sent = None;
                 let wait = Duration::from_micros(rnr_timer_us(c.attrs.min_rnr_timer));
                 c.rnr_until = Some(Instant::now() + wait);
                 sh.wake.notify_all();
