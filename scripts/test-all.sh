@@ -36,6 +36,9 @@ cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --min-siz
 cargo run --release -q -p tandem-benches --bin tandem-perf -- bw --min-size 0 --max-size 256K --iters 2000 --json
 cargo run --release -q -p tandem-driver --example pingpong -- 10000
 
+step "receiver-not-ready reproduced (naive SENDs) and prevented (tandem) on the soft RDMA NIC"
+cargo run --release -q -p tandem-driver --example rnr
+
 step "criterion handshake bench, one pass each (--test)"
 cargo bench -q -p tandem-benches --bench handshake -- --test
 

@@ -772,7 +772,10 @@ impl Engine {
                 continue;
             }
             if let Liveness::Lost(e) = self.peers[p].link.liveness() {
+                // What the peer took before going completes first: its
+                // arrivals, and streams whose last bytes it acknowledged.
                 self.progress_rx(p);
+                self.progress_tx(p);
                 self.break_channel(p, e);
             }
         }

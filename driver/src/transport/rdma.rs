@@ -1083,6 +1083,7 @@ impl<Q: QueuePair> Drop for RdmaLink<Q> {
             std::thread::yield_now();
             self.reap();
         }
+        self.qp.drain(std::time::Duration::from_secs(1));
         let rnr = self.qp.rnr_events();
         if rnr > 0 {
             eprintln!(

@@ -408,6 +408,13 @@ pub trait QueuePair: Send {
     /// Takes receive-queue completions into `out`; returns how many.
     fn poll_recv(&mut self, out: &mut [Wc]) -> Result<usize, FabricError>;
 
+    /// Waits, at most `timeout`, until the answers this side's NIC owes
+    /// the peer (acknowledgements, read responses) have gone out, so that
+    /// closing right after cannot fail requests the peer already had
+    /// accepted. Hardware answers at once; a software NIC may need a
+    /// moment.
+    fn drain(&mut self, _timeout: std::time::Duration) {}
+
     /// Whether the peer is known to be gone (an out-of-band signal, e.g.
     /// the bootstrap connection closed), as opposed to this queue pair
     /// having failed for another reason.

@@ -591,31 +591,6 @@ impl SoftQp {
         self.started = true;
         Ok(())
     }
-
-    /// Waits (at most `timeout`) until every posted send has completed and
-    /// every answer owed to the peer went out; `true` if it got there.
-    pub fn quiesce(&self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        let mut c = self.sh.core();
-        loop {
-            if c.state == QpState::Error
-                || c.wire_dead
-                || (c.sq.is_empty() && c.resp.is_empty() && !c.tx_busy)
-            {
-                return c.state != QpState::Error || c.sq.is_empty();
-            }
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            c = self
-                .sh
-                .wake
-                .wait_timeout(c, left.min(Duration::from_millis(10)))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-    }
 }
 
 impl Drop for SoftQp {
@@ -774,6 +749,19 @@ impl QueuePair for SoftQp {
 
     fn poll_recv(&mut self, out: &mut [Wc]) -> Result<usize, FabricError> {
         self.sh.recv_cq.poll(out)
+    }
+
+    fn drain(&mut self, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        let mut c = self.sh.core();
+        while (!c.resp.is_empty() || c.tx_busy) && !c.wire_dead && Instant::now() < end {
+            c = self
+                .sh
+                .wake
+                .wait_timeout(c, Duration::from_millis(5))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     fn peer_gone(&self) -> bool {
