@@ -8,14 +8,18 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-# The launcher tests start real jobs with Debian's Open MPI and MPICH, and
-# the multi-host tests build network namespaces with iproute2 and talk to
-# them with python3: install what is missing (as root; otherwise say so).
+# The launcher tests start real jobs with Debian's Open MPI and MPICH, the
+# multi-host tests build network namespaces with iproute2 and talk to them
+# with python3, and the verbs fabric (feature `verbs`, through sideway)
+# needs cmake and libclang to build: install what is missing (as root;
+# otherwise say so).
 need=()
 command -v mpirun.openmpi >/dev/null || need+=(openmpi-bin)
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
 command -v ip >/dev/null || need+=(iproute2)
 command -v python3 >/dev/null || need+=(python3)
+command -v cmake >/dev/null || need+=(cmake)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         step "installing ${need[*]}"
@@ -29,6 +33,9 @@ fi
 
 step "unit, integration and doc tests (release)"
 cargo test --workspace --release
+
+step "the verbs fabric (sideway): builds, and says clearly when there is no RDMA device"
+cargo test -p tandem-driver --release --features verbs --test verbs
 
 step "tandem-perf smoke run (small sweep)"
 cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --max-size 1M --iters 2000

@@ -117,17 +117,34 @@ impl Choice {
     fn networked(self) -> bool {
         matches!(self, Choice::Tcp | Choice::Soft | Choice::Verbs)
     }
-    /// What carries the mesh's connections.
+    /// The RDMA device this rank would use: required with `verbs`, tried
+    /// with `auto` (a job without one falls back to TCP between hosts).
+    fn rdma_device(self) -> Result<Option<String>> {
+        let want = matches!(self, Choice::Verbs);
+        if !matches!(self, Choice::Verbs | Choice::Auto) {
+            return Ok(None);
+        }
+        if !cfg!(feature = "verbs") {
+            return match want {
+                true => Err(Error::Config(
+                    "TANDEM_TRANSPORT=verbs: this tandem was built without verbs support \
+                     (build tandem-driver with --features verbs)"
+                        .into(),
+                )),
+                false => Ok(None),
+            };
+        }
+        match transport::fabric::verbs::probe() {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if want => Err(Error::Config(format!("TANDEM_TRANSPORT=verbs: {e}"))),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// What carries the mesh's connections by default.
     fn net(self) -> Result<Net> {
         match self {
             Choice::Soft => Ok(Net::Soft(None)),
-            Choice::Verbs => Err(Error::Config(match transport::fabric::verbs::probe() {
-                Err(e) => format!("TANDEM_TRANSPORT=verbs: {e}"),
-                Ok(dev) => format!(
-                    "TANDEM_TRANSPORT=verbs: device {dev} is present, but this build of \
-                     tandem has no verbs queue pair yet (use soft, or tcp)"
-                ),
-            })),
             _ => Ok(Net::Tcp),
         }
     }
@@ -152,6 +169,9 @@ pub(crate) enum Net {
     /// RDMA over the soft NIC, which runs over the TCP connection;
     /// rendezvous as given, or as `TANDEM_RDMA_RNDV` says.
     Soft(Option<Rendezvous>),
+    /// RDMA over this verbs device; the TCP connection stays open as the
+    /// sign of the peer's life.
+    Verbs,
 }
 
 /// Seconds the whole bootstrap may take (`TANDEM_BOOT_TIMEOUT`, default 60).
@@ -202,6 +222,9 @@ struct Record {
     /// A data-connection secret rank 0 made up (local and PMI meetings,
     /// whose channel only the job can read).
     secret: Option<String>,
+    /// Whether this rank has a usable RDMA device (and tandem was built
+    /// with verbs).
+    rdma: bool,
 }
 
 impl Record {
@@ -219,6 +242,9 @@ impl Record {
         }
         if let Some(x) = &self.secret {
             s += &format!("secret={x}\n");
+        }
+        if self.rdma {
+            s += "rdma=1\n";
         }
         s.into_bytes()
     }
@@ -258,6 +284,7 @@ impl Record {
                 envelopes: n("envelopes")?,
             },
             secret: kv.get("secret").map(|s| s.to_string()),
+            rdma: kv.get("rdma") == Some(&"1"),
         })
     }
 }
@@ -505,6 +532,7 @@ fn mesh(
 
 /// The engine of `rank` from its TCP connections and its host's mapping,
 /// shared by the ranks `local` (sorted, this rank among them).
+#[allow(clippy::too_many_arguments)]
 fn assemble(
     rank: usize,
     streams: Vec<Option<TcpStream>>,
@@ -512,7 +540,8 @@ fn assemble(
     local: &[usize],
     protocol: Protocol,
     cfg: &Config,
-    net: Net,
+    nets: &[Net],
+    rdma_dev: Option<&str>,
 ) -> Result<Joined> {
     let size = streams.len();
     let me_local = local
@@ -521,21 +550,25 @@ fn assemble(
     map.attach(me_local, std::process::id());
     let opt = shm_options(cfg);
     let mut links = Vec::with_capacity(size);
-    let rdma = match net {
-        Net::Soft(r) => {
-            let mut o = RdmaOptions::from_env(protocol.eager_limit as usize)?;
-            o.rendezvous = r.unwrap_or(o.rendezvous);
-            Some(o)
-        }
-        Net::Tcp => None,
+    let eager = protocol.eager_limit as usize;
+    let rdma_opts = |r: Option<Rendezvous>| -> Result<RdmaOptions> {
+        let mut o = RdmaOptions::from_env(eager)?;
+        o.rendezvous = r.unwrap_or(o.rendezvous);
+        Ok(o)
     };
     for (p, stream) in streams.into_iter().enumerate() {
-        links.push(match (stream, rdma) {
-            (Some(s), None) => Link::Tcp(Box::new(
+        let net = nets.get(p).copied().unwrap_or(Net::Tcp);
+        links.push(match (stream, net) {
+            (Some(s), Net::Tcp) => Link::Tcp(Box::new(
                 TcpLink::new(s, p, protocol.eager_limit as usize)
                     .map_err(|e| Error::Io(format!("TCP link to rank {p}: {e}")))?,
             )),
-            (Some(mut s), Some(opts)) => {
+            (Some(s), Net::Verbs) => {
+                let dev = rdma_dev.unwrap_or_default();
+                verbs_link(s, p, dev, eager, rdma_opts(None)?)?
+            }
+            (Some(mut s), Net::Soft(r)) => {
+                let opts = rdma_opts(r)?;
                 let io = |e: std::io::Error| Error::Io(format!("soft RDMA link to rank {p}: {e}"));
                 let wire = Wire::Tcp(s.try_clone().map_err(io)?);
                 let qp =
@@ -561,6 +594,36 @@ fn assemble(
     };
     let engine = Engine::new(rank, links, protocol, cfg, Some(board))?;
     Ok(Joined { engine, rank, size })
+}
+
+/// The verbs link to rank `p` over device `dev`, brought up through the
+/// bootstrap connection `s`, which then stays open to tell the peer's end.
+#[cfg(feature = "verbs")]
+fn verbs_link(
+    mut s: TcpStream,
+    p: usize,
+    dev: &str,
+    eager: usize,
+    opts: RdmaOptions,
+) -> Result<Link> {
+    use transport::fabric::verbs_qp;
+    let port: u8 = crate::config::env_num("TANDEM_IB_PORT")?.unwrap_or(1);
+    let gid: Option<u8> = crate::config::env_num("TANDEM_IB_GID_INDEX")?;
+    let mut qp = verbs_qp::open(dev, port, gid, transport::rdma::caps())
+        .map_err(|e| Error::Config(format!("RDMA device {dev}: {e}")))?;
+    let io = |e: std::io::Error| Error::Io(format!("verbs link to rank {p}: {e}"));
+    qp.watch_peer(s.try_clone().map_err(io)?).map_err(io)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(io)?;
+    let link = RdmaLink::connect(qp, &mut s, p, eager, opts)?;
+    Ok(Link::Verbs(Box::new(link)))
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_link(_: TcpStream, _: usize, dev: &str, _: usize, _: RdmaOptions) -> Result<Link> {
+    Err(Error::Config(format!(
+        "RDMA device {dev}: this tandem was built without verbs support"
+    )))
 }
 
 /// How the ranks of [`crate::Comm::threads_on`] are connected.
@@ -667,7 +730,8 @@ impl ThreadPlan {
             &local,
             self.protocol,
             cfg,
-            self.net,
+            &vec![self.net; n],
+            None,
         )
     }
 }
@@ -706,6 +770,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     let layout = Layout::from_env()?;
     layout.validate()?;
     let net = choice.net()?;
+    let rdma_dev = choice.rdma_device()?;
     let deadline = Instant::now() + boot_timeout()?;
     let given = match std::env::var("TANDEM_SECRET") {
         Ok(t) if !t.is_empty() => Some(t),
@@ -782,6 +847,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
         transport: choice,
         protocol,
         secret: made_up,
+        rdma: rdma_dev.is_some(),
     };
     let records: Vec<Record> = store
         .allgather(&mine.encode())?
@@ -790,6 +856,26 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
         .map(|(r, b)| Record::decode(r, b))
         .collect::<Result<_>>()?;
     check_agreement(rank, &records)?;
+    if choice == Choice::Verbs {
+        let without: Vec<String> = (0..size)
+            .filter(|&r| !records[r].rdma)
+            .map(|r| r.to_string())
+            .collect();
+        if !without.is_empty() {
+            return Err(Error::Config(format!(
+                "TANDEM_TRANSPORT=verbs: rank(s) {} have no usable RDMA device",
+                without.join(", ")
+            )));
+        }
+    }
+    // Verbs between two ranks when both have a device; otherwise the
+    // default.
+    let nets: Vec<Net> = (0..size)
+        .map(|p| match (records[p].rdma && records[rank].rdma, choice) {
+            (true, Choice::Auto | Choice::Verbs) => Net::Verbs,
+            _ => net,
+        })
+        .collect();
     let data_secret = match (&given, &records[0].secret) {
         (Some(t), _) | (None, Some(t)) => secret_of(t)?,
         (None, None) => {
@@ -858,7 +944,16 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     drop(_unlink);
     let map = opened?;
     drop(store);
-    let joined = assemble(rank, streams, Arc::new(map), &local, protocol, cfg, net)?;
+    let joined = assemble(
+        rank,
+        streams,
+        Arc::new(map),
+        &local,
+        protocol,
+        cfg,
+        &nets,
+        rdma_dev.as_deref(),
+    )?;
     if debug_level() >= DebugLevel::Info {
         eprintln!(
             "tandem[{rank}/{size}] started by {} (met via {meet_kind}, job {job}), \

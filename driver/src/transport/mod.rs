@@ -110,6 +110,17 @@ pub enum Route {
     },
 }
 
+impl Route {
+    /// Which transport the route is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Route::Shm => Kind::Shm,
+            Route::Tcp { .. } => Kind::Tcp,
+            Route::Rdma { .. } => Kind::Rdma,
+        }
+    }
+}
+
 /// The interface every transport implements, one value per peer.
 ///
 /// Contract with the progress layer:
@@ -205,6 +216,9 @@ pub enum Link {
     Tcp(Box<tcp::TcpLink>),
     /// RDMA over the soft NIC.
     Soft(Box<rdma::RdmaLink<fabric::soft::SoftQp>>),
+    /// RDMA over a verbs device.
+    #[cfg(feature = "verbs")]
+    Verbs(Box<rdma::RdmaLink<fabric::verbs_qp::VerbsQp>>),
 }
 
 macro_rules! dispatch {
@@ -213,6 +227,8 @@ macro_rules! dispatch {
             Link::Shm($l) => $e,
             Link::Tcp($l) => $e,
             Link::Soft($l) => $e,
+            #[cfg(feature = "verbs")]
+            Link::Verbs($l) => $e,
         }
     };
 }

@@ -34,6 +34,8 @@
 
 pub mod soft;
 pub mod verbs;
+#[cfg(feature = "verbs")]
+pub mod verbs_qp;
 
 use std::fmt;
 
