@@ -34,10 +34,16 @@ fn port_active(dev: &str, port: u32) -> bool {
 /// The device to use: `TANDEM_IB_DEV` if set, else the first with an
 /// active port 1; an error naming what is missing otherwise.
 pub fn probe() -> Result<String, FabricError> {
-    let all = devices();
     let want = std::env::var("TANDEM_IB_DEV")
         .ok()
         .filter(|s| !s.is_empty());
+    probe_named(want.as_deref())
+}
+
+/// As [`probe`], for device `want` (`None`: the first usable one).
+pub fn probe_named(want: Option<&str>) -> Result<String, FabricError> {
+    let all = devices();
+    let want = want.map(str::to_string);
     if all.is_empty() {
         return Err(FabricError::NoDevice(format!(
             "the kernel lists no RDMA device ({SYSFS} is empty or missing: no \
