@@ -40,12 +40,15 @@ impl RawTcp {
     /// connected by TCP.
     pub fn connect(comm: &Comm) -> Result<Option<Self>> {
         let me = comm.rank();
-        let Route::Tcp {
-            local,
-            peer: remote,
-        } = comm.route(1 - me)?
-        else {
-            return Ok(None);
+        // TCP routes, and RDMA routes that came with a TCP connection (the
+        // soft NIC's wire, verbs' bootstrap connection).
+        let (local, remote) = match comm.route(1 - me)? {
+            Route::Tcp { local, peer } => (local, peer),
+            Route::Rdma {
+                tcp: Some((local, peer)),
+                ..
+            } => (local, peer),
+            _ => return Ok(None),
         };
         let sock = if me == 1 {
             let l = TcpListener::bind(SocketAddr::new(local.ip(), 0)).map_err(io)?;

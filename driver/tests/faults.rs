@@ -125,7 +125,7 @@ fn a_queue_pair_forced_to_error_fails_only_its_connection() {
         let t = Instant::now();
         let broken = match me {
             0 => {
-                let Route::Rdma { qpn } = comm.route(1).unwrap() else {
+                let Route::Rdma { qpn, .. } = comm.route(1).unwrap() else {
                     panic!("rank 1 is not reached over RDMA");
                 };
                 assert!(force_error(qpn));

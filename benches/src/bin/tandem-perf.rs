@@ -7,7 +7,8 @@
 //!   measured first, in the same run, and small-message latency is printed
 //!   as a ratio to the one-way cache-line latency.
 //! * As ranks of a launched job (`tandem-run --hosts`, `mpirun`,
-//!   `mpiexec`, `srun`, `torchrun`), or with `TANDEM_TRANSPORT=tcp`, the
+//!   `mpiexec`, `srun`, `torchrun`), or with `TANDEM_TRANSPORT=tcp` (or
+//!   `soft`, `verbs`: RDMA over the soft NIC or a device), the
 //!   two ranks may be on different hosts: the raw TCP floor between them
 //!   (an 8-byte `TCP_NODELAY` ping-pong and one blocking stream) is
 //!   measured before and after the sweep, and results are printed as ratios
@@ -28,7 +29,8 @@ const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c> [options]
   pingpong   two ranks: half round trip and bandwidth (over shared memory
              when tandem-perf starts them itself; run it under a launcher,
              e.g. tandem-run -n 2 --hosts a,b, or with TANDEM_TRANSPORT=tcp,
-             for TCP, compared with the raw TCP floor of the same two ranks)
+             soft or verbs, for TCP or RDMA, compared with the raw TCP floor
+             of the same two ranks)
   bw         two ranks: windows of up to 64 non-blocking sends, then one
              acknowledgement (like osu_bw): streaming bandwidth
   c2c        the machine's cross-process cache-line round trip and memcpy
@@ -172,7 +174,11 @@ fn network_mode() -> bool {
     .any(|v| set(v))
         || (set("RANK") && set("WORLD_SIZE"))
         || (set("TANDEM_RANK") && !set("TANDEM_PERF_C2C_FD"));
-    launched || std::env::var("TANDEM_TRANSPORT").as_deref() == Ok("tcp")
+    let networked = matches!(
+        std::env::var("TANDEM_TRANSPORT").as_deref(),
+        Ok("tcp" | "soft" | "verbs" | "rdma")
+    );
+    launched || networked
 }
 
 /// `pingpong` and `bw`: start two ranks, sweep the sizes, report.
@@ -314,6 +320,18 @@ fn sweep_sizes(o: &Opts) {
 /// floor of the same two ranks before and after, the sweep in between.
 fn sweep_network(o: &Opts) {
     let bw = o.cmd == "bw";
+    if matches!(
+        std::env::var("TANDEM_TRANSPORT").as_deref(),
+        Ok("verbs" | "rdma")
+    ) {
+        if let Err(e) = tandem_driver::transport::fabric::verbs::probe() {
+            println!(
+                "# tandem-perf {}: skipped, TANDEM_TRANSPORT=verbs but {e}",
+                o.cmd
+            );
+            return;
+        }
+    }
     let cfg = Config::from_env().unwrap_or_else(|e| fail(&e.to_string()));
     let comm = Comm::local_with(2, cfg).unwrap_or_else(|e| fail(&e.to_string()));
     let me = comm.rank();

@@ -575,7 +575,11 @@ fn assemble(
                     SoftQp::new(wire, transport::rdma::caps(), soft_options(rank)?).map_err(io)?;
                 s.set_read_timeout(Some(Duration::from_secs(30)))
                     .map_err(io)?;
-                let link = RdmaLink::connect(qp, &mut s, p, protocol.eager_limit as usize, opts)?;
+                let ends = s.local_addr().and_then(|l| Ok((l, s.peer_addr()?)));
+                let mut link = RdmaLink::connect(qp, &mut s, p, eager, opts)?;
+                if let Ok(e) = ends {
+                    link.set_tcp(e);
+                }
                 Link::Soft(Box::new(link))
             }
             (None, _) => {
@@ -615,7 +619,11 @@ fn verbs_link(
     qp.watch_peer(s.try_clone().map_err(io)?).map_err(io)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(io)?;
-    let link = RdmaLink::connect(qp, &mut s, p, eager, opts)?;
+    let ends = s.local_addr().and_then(|l| Ok((l, s.peer_addr()?)));
+    let mut link = RdmaLink::connect(qp, &mut s, p, eager, opts)?;
+    if let Ok(e) = ends {
+        link.set_tcp(e);
+    }
     Ok(Link::Verbs(Box::new(link)))
 }
 

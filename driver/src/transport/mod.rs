@@ -107,6 +107,11 @@ pub enum Route {
     Rdma {
         /// This end's queue pair number.
         qpn: u32,
+        /// The TCP connection the bootstrap made between the two ranks
+        /// (this end, the peer's end): the soft NIC runs over it, verbs
+        /// watches it for the peer's end. Tools measure the raw TCP floor
+        /// beside it.
+        tcp: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
     },
 }
 

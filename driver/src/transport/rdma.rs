@@ -325,6 +325,7 @@ pub struct RdmaLink<Q: QueuePair> {
     reads: usize,
     reads_done: Vec<(u64, bool)>,
     failed: Option<Error>,
+    tcp: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
 }
 
 impl<Q: QueuePair> std::fmt::Debug for RdmaLink<Q> {
@@ -440,7 +441,14 @@ impl<Q: QueuePair> RdmaLink<Q> {
             reads: 0,
             reads_done: Vec::with_capacity(64),
             failed: None,
+            tcp: None,
         })
+    }
+
+    /// Records the TCP connection between the two ranks (this end, the
+    /// peer's), for [`Route::Rdma`].
+    pub fn set_tcp(&mut self, ends: (std::net::SocketAddr, std::net::SocketAddr)) {
+        self.tcp = Some(ends);
     }
 
     /// The queue pair (tests force it into the error state).
@@ -1056,6 +1064,7 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
     fn route(&self) -> Route {
         Route::Rdma {
             qpn: self.qp.local_addr().qpn,
+            tcp: self.tcp,
         }
     }
 }
