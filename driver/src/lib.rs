@@ -45,7 +45,7 @@ mod sys;
 pub mod transport;
 
 pub use bootstrap::Links;
-pub use comm::{Comm, Group, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
+pub use comm::{Comm, Group, Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
 pub use config::{Config, Layout, WaitPolicy};
 pub use error::{Error, OpKind, Result};
 pub use progress::{Status, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};

@@ -18,6 +18,9 @@ pub(crate) struct UserBuf {
     /// (each needs one `Transport::release`), and with which peer.
     pub(crate) regs: u32,
     pub(crate) reg_peer: u32,
+    /// What was registered: bytes from the start, and whether writable.
+    pub(crate) reg_len: usize,
+    pub(crate) reg_writable: bool,
 }
 
 impl UserBuf {
@@ -29,6 +32,8 @@ impl UserBuf {
         scope: 0,
         regs: 0,
         reg_peer: 0,
+        reg_len: 0,
+        reg_writable: false,
     };
 
     /// Records a send buffer (only ever read).
@@ -40,6 +45,8 @@ impl UserBuf {
             scope,
             regs: 0,
             reg_peer: 0,
+            reg_len: 0,
+            reg_writable: false,
         }
     }
 
@@ -52,6 +59,8 @@ impl UserBuf {
             scope,
             regs: 0,
             reg_peer: 0,
+            reg_len: 0,
+            reg_writable: false,
         }
     }
 

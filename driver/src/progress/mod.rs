@@ -471,6 +471,8 @@ impl Engine {
                     let desc = ch.link.describe(&buf[..len], cts);
                     s.regs += 1;
                     s.reg_peer = p as u32;
+                    s.reg_len = len;
+                    s.reg_writable = cts;
                     ch.link.try_send(&hb, &desc.encode())
                 }
                 TxWhat::Control => ch.link.try_send(&hb, &[]),
@@ -684,6 +686,8 @@ impl Engine {
                     let s = &mut self.side[pl.op.index()];
                     s.regs += 1;
                     s.reg_peer = p as u32;
+                    s.reg_len = n;
+                    s.reg_writable = true;
                     self.pending_pulls.push(PendingPull {
                         op: pl.op,
                         peer: p,
@@ -812,11 +816,33 @@ impl Engine {
     fn unregister(&mut self, id: OpId) {
         let s = &mut self.side[id.index()];
         let (n, p, addr) = (s.regs, s.reg_peer as usize, s.addr());
+        let (len, w) = (s.reg_len, s.reg_writable);
         s.regs = 0;
         if let Some(peer) = self.peers.get_mut(p) {
             for _ in 0..n {
-                peer.link.release(addr);
+                peer.link.release(addr, len, w);
             }
+        }
+    }
+
+    /// Registers `buf` with every peer's transport for as long as the user
+    /// holds it ([`crate::Comm::register`]); on failure nothing stays
+    /// registered.
+    pub(crate) fn pin(&mut self, buf: &mut [u8]) -> Result<()> {
+        for p in 0..self.peers.len() {
+            if let Err(e) = self.peers[p].link.pin(buf) {
+                self.unpin(buf.as_ptr() as u64, p);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a [`pin`](Self::pin) with the first `upto` peers (all: the
+    /// number of peers).
+    pub(crate) fn unpin(&mut self, addr: u64, upto: usize) {
+        for peer in self.peers.iter_mut().take(upto) {
+            peer.link.unpin(addr);
         }
     }
 

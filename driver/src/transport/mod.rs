@@ -184,11 +184,22 @@ pub trait Transport {
         }
     }
 
-    /// The operation that had the buffer at `addr` described (or pulled
-    /// into) is over: from the return of this call the peer can no longer
-    /// reach that buffer. Called once per successful `describe` or
-    /// `start_pull`.
-    fn release(&mut self, _addr: u64) {}
+    /// The operation that had `len` bytes at `addr` described (or pulled
+    /// into) with `writable` is over: from the return of this call the
+    /// peer can no longer reach that buffer through it. Called once per
+    /// `describe`, and once per `start_pull` that returned
+    /// [`PullStart::Pending`].
+    fn release(&mut self, _addr: u64, _len: usize, _writable: bool) {}
+
+    /// Registers `buf` for as long as the user holds it registered
+    /// ([`crate::Comm::register`]): rendezvous operations on any part of it
+    /// then reuse this registration instead of making their own.
+    fn pin(&mut self, _buf: &mut [u8]) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// Ends a [`pin`](Self::pin) of the buffer at `addr`.
+    fn unpin(&mut self, _addr: u64) {}
 
     /// Reads the peer's buffer `remote` into `dst` directly.
     fn start_pull(&mut self, _remote: MemDesc, _dst: &mut [u8]) -> PullStart {
@@ -274,8 +285,14 @@ impl Transport for Link {
     fn describe(&mut self, buf: &[u8], writable: bool) -> MemDesc {
         dispatch!(self, l => l.describe(buf, writable))
     }
-    fn release(&mut self, addr: u64) {
-        dispatch!(self, l => l.release(addr))
+    fn release(&mut self, addr: u64, len: usize, writable: bool) {
+        dispatch!(self, l => l.release(addr, len, writable))
+    }
+    fn pin(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        dispatch!(self, l => l.pin(buf))
+    }
+    fn unpin(&mut self, addr: u64) {
+        dispatch!(self, l => l.unpin(addr))
     }
     fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
         dispatch!(self, l => l.start_pull(remote, dst))

@@ -216,14 +216,17 @@ impl Hello {
     }
 }
 
-/// A registration of a user buffer for a rendezvous.
+/// A registration of a user buffer: for one rendezvous, or pinned by the
+/// user ([`crate::Comm::register`]) for as long as it holds it.
 #[derive(Debug, Clone, Copy)]
 struct Reg {
     addr: u64,
     len: usize,
     keys: MrKeys,
     writable: bool,
+    /// Operations using it, plus one while pinned.
     refs: u32,
+    pinned: bool,
 }
 
 /// The front rendezvous stream being written out.
@@ -325,6 +328,7 @@ pub struct RdmaLink<Q: QueuePair> {
     reads: usize,
     reads_done: Vec<(u64, bool)>,
     failed: Option<Error>,
+    reaping: bool,
     tcp: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
 }
 
@@ -441,6 +445,7 @@ impl<Q: QueuePair> RdmaLink<Q> {
             reads: 0,
             reads_done: Vec::with_capacity(64),
             failed: None,
+            reaping: false,
             tcp: None,
         })
     }
@@ -468,6 +473,13 @@ impl<Q: QueuePair> RdmaLink<Q> {
     }
 
     fn wc_failed(&mut self, wc: &Wc) {
+        // A flushed request only says the queue pair failed; the send
+        // queue may hold the completion that says why: look there first.
+        if wc.status == WcStatus::Flushed && self.failed.is_none() && !self.reaping {
+            self.reaping = true;
+            self.reap();
+            self.reaping = false;
+        }
         let peer = self.peer;
         let e = if self.qp.peer_gone() {
             Error::PeerLost { rank: peer }
@@ -725,6 +737,10 @@ impl<Q: QueuePair> RdmaLink<Q> {
         self.fail(Error::Protocol { peer, detail });
     }
 
+    /// The first registration covering `addr..addr + len` with the access
+    /// needed. Registrations are only ever appended and removed in place
+    /// (never reordered), so an operation's `release` finds the one its
+    /// `describe` used.
     fn reg_index(&self, addr: u64, len: usize, writable: bool) -> Option<usize> {
         self.regs.iter().position(|r| {
             r.addr <= addr
@@ -733,14 +749,15 @@ impl<Q: QueuePair> RdmaLink<Q> {
         })
     }
 
+    fn drop_reg(&mut self, i: usize) {
+        let r = self.regs.remove(i);
+        self.qp.deregister(r.keys.lkey);
+    }
+
     /// Registers a user buffer for a rendezvous (or counts one more user of
     /// its registration).
     fn register_user(&mut self, addr: u64, len: usize, writable: bool) -> Option<MrKeys> {
-        if let Some(i) = self
-            .regs
-            .iter()
-            .position(|r| r.addr == addr && r.len == len && r.writable == writable)
-        {
+        if let Some(i) = self.reg_index(addr, len.max(1), writable) {
             self.regs[i].refs += 1;
             return Some(self.regs[i].keys);
         }
@@ -765,6 +782,7 @@ impl<Q: QueuePair> RdmaLink<Q> {
                     keys,
                     writable,
                     refs: 1,
+                    pinned: false,
                 });
                 Some(keys)
             }
@@ -792,7 +810,10 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
     }
 
     fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek {
-        if self.failed.is_some() {
+        // Even after a failure (the peer left, one of this side's writes
+        // was refused), what arrived before it is delivered: successful
+        // receive completions stay queued ahead of the flushed ones.
+        if matches!(self.failed, Some(Error::Protocol { .. })) {
             return Peek::Nothing;
         }
         let Some(wc) = self.front_wc() else {
@@ -995,16 +1016,47 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
         }
     }
 
-    fn release(&mut self, addr: u64) {
-        let Some(i) = self.regs.iter().position(|r| r.addr == addr) else {
+    fn release(&mut self, addr: u64, len: usize, writable: bool) {
+        let Some(i) = self.reg_index(addr, len.max(1), writable) else {
             return;
         };
-        let r = &mut self.regs[i];
-        r.refs -= 1;
-        if r.refs == 0 {
-            let lkey = r.keys.lkey;
-            self.regs.swap_remove(i);
-            self.qp.deregister(lkey);
+        self.regs[i].refs -= 1;
+        if self.regs[i].refs == 0 {
+            self.drop_reg(i);
+        }
+    }
+
+    fn pin(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        let addr = buf.as_ptr() as u64;
+        let len = buf.len().max(1);
+        // SAFETY: `Comm::register` holds the exclusive borrow of `buf` for
+        // as long as the pin lasts and unpins before the borrow ends;
+        // operations still using the registration then hold their own
+        // borrows of the buffer, which end before it can go away.
+        match unsafe { self.qp.register(addr, len, Access::ALL) } {
+            Ok(keys) => {
+                self.regs.push(Reg {
+                    addr,
+                    len,
+                    keys,
+                    writable: true,
+                    refs: 1,
+                    pinned: true,
+                });
+                Ok(())
+            }
+            Err(e) => Err(fab(self.peer, "registering a buffer", e)),
+        }
+    }
+
+    fn unpin(&mut self, addr: u64) {
+        let Some(i) = self.regs.iter().position(|r| r.pinned && r.addr == addr) else {
+            return;
+        };
+        self.regs[i].pinned = false;
+        self.regs[i].refs -= 1;
+        if self.regs[i].refs == 0 {
+            self.drop_reg(i);
         }
     }
 

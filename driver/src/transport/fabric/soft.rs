@@ -59,6 +59,15 @@ pub fn rnr_events_total() -> u64 {
     RNR_EVENTS.load(Ordering::Relaxed)
 }
 
+/// Memory registrations made by every soft queue pair in this process.
+static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Memory registrations made by every soft queue pair in this process so
+/// far (to check that registered buffers are not registered again).
+pub fn registrations_total() -> u64 {
+    REGISTRATIONS.load(Ordering::Relaxed)
+}
+
 /// The byte stream a soft queue pair runs over.
 #[derive(Debug)]
 pub enum Wire {
@@ -665,6 +674,7 @@ impl QueuePair for SoftQp {
                 "region at {addr:#x} of {len} bytes wraps"
             )));
         }
+        REGISTRATIONS.fetch_add(1, Ordering::Relaxed);
         let mut m = self.sh.mrs.write().unwrap_or_else(|e| e.into_inner());
         m.next_key = m.next_key.wrapping_add(1);
         let k = m.next_key;
