@@ -10,8 +10,11 @@
 //! in some, and rendezvous both single-copy (cross-memory attach) and
 //! streamed through the slot ring. Ranks are threads (`Comm::threads_on`),
 //! and every configuration runs once per transport: shared memory, TCP
-//! between every pair, and a mixed job (two pretend hosts: shared memory
-//! within each, TCP between them).
+//! between every pair, a mixed job (two pretend hosts: shared memory
+//! within each, TCP between them), and RDMA over the soft RC NIC with
+//! rendezvous by RDMA WRITE and by RDMA READ, where `rnr_retry = 0` makes
+//! any receiver-not-ready fail the run (`TANDEM_CONFORMANCE_LINKS=soft-rdma`
+//! runs only the named transports).
 
 mod common;
 use common::pattern;
