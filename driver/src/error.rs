@@ -171,7 +171,8 @@ impl fmt::Display for Error {
             ),
             Self::Timeout { op, peer, tag, waited } => write!(
                 f,
-                "{op} with rank {peer} tag {tag} made no progress for {:.1}s (raise TANDEM_TIMEOUT if the peer is just slow)",
+                "{} made no progress for {:.1}s (raise TANDEM_TIMEOUT if the peer is just slow)",
+                Operation(*op, *peer, *tag),
                 waited.as_secs_f64()
             ),
             Self::Deadlock { ours, theirs, waited } => write!(
@@ -223,3 +224,64 @@ impl From<std::io::Error> for Error {
 
 /// tandem's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// How every error names an operation: its kind, the direction, the peer
+/// and the tag, with the wildcards spelled out (`recv from any rank any
+/// tag`, `ssend to rank 1 tag 5`). `peer` [`crate::ANY_SOURCE`] is "any
+/// rank" and `tag` [`crate::ANY_TAG`] "any tag".
+pub(crate) struct Operation(pub OpKind, pub usize, pub u32);
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Operation(op, peer, tag) = *self;
+        let dir = match op {
+            OpKind::Send | OpKind::Ssend => "to",
+            OpKind::Recv | OpKind::Probe => "from",
+        };
+        // The public wildcards (`comm` re-states them: usize::MAX and
+        // u32::MAX; a test checks they agree).
+        match peer {
+            usize::MAX => write!(f, "{op} {dir} any rank")?,
+            p => write!(f, "{op} {dir} rank {p}")?,
+        }
+        match tag {
+            u32::MAX => f.write_str(" any tag"),
+            t => write!(f, " tag {t}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_are_named_not_printed_as_sentinels() {
+        assert_eq!(crate::ANY_SOURCE, usize::MAX);
+        assert_eq!(crate::ANY_TAG, u32::MAX);
+        let e = Error::Timeout {
+            op: OpKind::Recv,
+            peer: crate::ANY_SOURCE,
+            tag: crate::ANY_TAG,
+            waited: Duration::from_secs(3),
+        };
+        let t = e.to_string();
+        assert!(
+            t.starts_with("recv from any rank any tag made no progress for 3.0s"),
+            "{t}"
+        );
+        assert!(!t.contains(&usize::MAX.to_string()) && !t.contains(&u32::MAX.to_string()));
+        let p = Error::Timeout {
+            op: OpKind::Probe,
+            peer: 2,
+            tag: crate::ANY_TAG,
+            waited: Duration::from_secs(1),
+        };
+        assert!(
+            p.to_string().starts_with("probe from rank 2 any tag"),
+            "{p}"
+        );
+        let s = Operation(OpKind::Ssend, 1, 5).to_string();
+        assert_eq!(s, "ssend to rank 1 tag 5");
+    }
+}

@@ -171,7 +171,12 @@ fn a_queue_pair_forced_to_error_fails_only_its_connection() {
         Ok(b)
     });
     for (r, o) in out.iter().enumerate() {
-        assert_eq!(o.as_ref().map(|b| &b[..]), Ok(&b"after!"[..]), "rank {r}");
+        let all = format!("{out:?}");
+        assert_eq!(
+            o.as_ref().map(|b| &b[..]),
+            Ok(&b"after!"[..]),
+            "rank {r}; all ranks: {all}"
+        );
     }
 }
 

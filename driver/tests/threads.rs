@@ -32,7 +32,7 @@ fn a_receive_nobody_answers_times_out_with_a_named_operation() {
                     ),
                     "{e}"
                 );
-                assert!(e.to_string().contains("recv with rank 1 tag 42"), "{e}");
+                assert!(e.to_string().contains("recv from rank 1 tag 42"), "{e}");
             }
             Ok(())
         },

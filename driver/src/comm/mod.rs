@@ -386,6 +386,18 @@ impl Comm {
         Ok(())
     }
 
+    /// A send to `dst` with `tag` would be accepted.
+    fn check_send(&self, dst: usize, tag: Tag) -> Result<()> {
+        Self::check_send_tag(tag)?;
+        if dst >= self.size() {
+            return Err(Error::InvalidRank {
+                rank: dst,
+                size: self.size(),
+            });
+        }
+        Ok(())
+    }
+
     fn source(&self, src: usize) -> Result<u32> {
         if src == ANY_SOURCE {
             return Ok(crate::progress::ANY_SOURCE);
@@ -491,6 +503,11 @@ impl Comm {
         src: usize,
         rtag: Tag,
     ) -> Result<Status> {
+        // Both halves are checked before either is posted: a call that
+        // fails must not have consumed a message meanwhile.
+        self.check_send(dst, stag)?;
+        Self::check_recv_tag(rtag)?;
+        self.source(src)?;
         self.scope(|s| {
             let r = s.irecv(rbuf, src, rtag)?;
             let w = s.isend(sbuf, dst, stag)?;
@@ -598,10 +615,31 @@ impl Comm {
         &'env self,
         f: impl for<'s> FnOnce(&mut Group<'s, 'env>) -> Result<()>,
     ) -> Result<()> {
-        self.scope(|s| {
+        let mut first = Ok(());
+        let end = self.scope(|s| {
             let mut g = Group { scope: s };
-            f(&mut g)
-        })?
+            first = f(&mut g);
+            if first.is_err() {
+                // The group failed part-way (an invalid rank or tag, say):
+                // its receives that have not matched are cancelled, so their
+                // messages stay receivable and the end of the group does not
+                // wait for messages that may never come. What it did post
+                // and start still completes.
+                self.cancel_unmatched_receives(s.id);
+            }
+        });
+        first?;
+        end
+    }
+
+    /// Cancels every receive of scope `id` that has not matched yet.
+    fn cancel_unmatched_receives(&self, id: u32) {
+        let mut e = self.engine();
+        let mut from = 0;
+        while let Some((op, resume)) = e.next_scope_op(id, from) {
+            from = resume;
+            e.cancel_recv(op);
+        }
     }
 
     fn finish_scope(&self, id: u32) -> Result<()> {
@@ -804,21 +842,7 @@ struct Waiter {
 }
 
 fn describe(op: OpKind, rank: usize, peer: usize, tag: Tag) -> String {
-    let dir = match op {
-        OpKind::Send | OpKind::Ssend => "to",
-        OpKind::Recv | OpKind::Probe => "from",
-    };
-    let peer = if peer == ANY_SOURCE {
-        "any rank".to_string()
-    } else {
-        format!("rank {peer}")
-    };
-    let tag = if tag == ANY_TAG {
-        "any tag".to_string()
-    } else {
-        format!("tag {tag}")
-    };
-    format!("rank {rank}: {op} {dir} {peer} {tag}")
+    format!("rank {rank}: {}", crate::error::Operation(op, peer, tag))
 }
 
 impl Waiter {

@@ -62,8 +62,12 @@ pub(crate) type OpId = Handle;
 /// A payload stream of a rendezvous.
 #[derive(Clone, Copy)]
 struct Stream {
-    /// `None`: its receive was abandoned; drain and drop the bytes.
+    /// `None`: its operation failed with the channel; drain and drop the
+    /// bytes.
     op: Option<Handle>,
+    /// Its receive was withdrawn: drain and drop the bytes, then finish the
+    /// (orphaned) operation so that its slot is freed.
+    discard: bool,
     len: usize,
     done: usize,
     /// For a send: the receiver's buffer, from its CTS.
@@ -483,6 +487,7 @@ impl Engine {
             if let TxWhat::Cts(h) = tx.what {
                 ch.rx_streams.push_back(Stream {
                     op: Some(h),
+                    discard: false,
                     len: tx.header.len as usize,
                     done: 0,
                     remote: MemDesc::NONE,
@@ -531,15 +536,21 @@ impl Engine {
             if st.done < st.len {
                 let left = st.len - st.done;
                 let n = match st.op {
-                    Some(h) => {
+                    Some(h) if !st.discard => {
                         let side = &mut self.side[h.index()];
                         // SAFETY: a streaming receive is pending.
                         let dst = unsafe { side.dst() };
-                        let n = ch.link.stream_in(left, Some(&mut dst[st.done..st.len]));
+                        let n = match dst.get_mut(st.done..st.len) {
+                            Some(d) => ch.link.stream_in(left, Some(d)),
+                            // Its buffer is shorter than the stream the CTS
+                            // announced: impossible unless the op changed
+                            // under us; drop rather than write past it.
+                            None => ch.link.stream_in(left, None),
+                        };
                         side.moved = st.done + n;
                         n
                     }
-                    None => ch.link.stream_in(left, None),
+                    _ => ch.link.stream_in(left, None),
                 };
                 st.done += n;
                 did |= n > 0;
@@ -627,6 +638,7 @@ impl Engine {
                     Action::Stream { op, len, .. } => {
                         ch.tx_streams.push_back(Stream {
                             op: Some(op),
+                            discard: false,
                             len: len as usize,
                             done: 0,
                             remote: desc,
@@ -811,6 +823,31 @@ impl Engine {
         }
     }
 
+    /// A withdrawn receive whose buffer the peer's hardware may still be
+    /// writing (an RDMA stream or READ into it under way) is driven until
+    /// that ends, at most 5 s: then its buffer can go without the peer's
+    /// writes failing (which would break the channel) and the operation
+    /// finishes, freeing its slot. Other transports drain later instead.
+    fn settle(&mut self, id: OpId) {
+        let s = &self.side[id.index()];
+        let p = s.reg_peer as usize;
+        if s.regs == 0 || !self.peers.get(p).is_some_and(|c| c.link.places_directly()) {
+            return;
+        }
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let streaming = self.peers[p].rx_streams.iter().any(|s| s.op == Some(id));
+            let pulling = self.pending_pulls.iter().any(|q| q.op == id);
+            if (!streaming && !pulling) || std::time::Instant::now() >= end {
+                return;
+            }
+            if !self.progress() {
+                self.check_peers();
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// Gives back the transport registrations of an operation's buffer:
     /// from here on no peer can reach it.
     fn unregister(&mut self, id: OpId) {
@@ -879,14 +916,18 @@ impl Engine {
                 self.break_channel(p, Error::ChannelBroken { peer: p, reason });
             }
             (false, Phase::Streaming) => {
+                // The rest of its stream is drained and dropped; when it
+                // ends, `stream_done` finishes the orphaned operation and
+                // frees its slot.
                 for ch in &mut self.peers {
                     for s in ch.rx_streams.iter_mut().filter(|s| s.op == Some(id)) {
-                        s.op = None;
+                        s.discard = true;
                     }
                 }
             }
             _ => {}
         }
+        self.settle(id);
         self.unregister(id);
         self.side[id.index()] = UserBuf::EMPTY;
         if self.proto.info(id).is_some_and(|i| i.phase == Phase::Done) {

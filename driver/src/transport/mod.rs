@@ -201,6 +201,13 @@ pub trait Transport {
     /// Ends a [`pin`](Self::pin) of the buffer at `addr`.
     fn unpin(&mut self, _addr: u64) {}
 
+    /// Whether the peer's hardware writes straight into the local buffers
+    /// this transport describes (RDMA): a receive withdrawn mid-stream must
+    /// then wait for the stream's end before its buffer may go.
+    fn places_directly(&self) -> bool {
+        false
+    }
+
     /// Reads the peer's buffer `remote` into `dst` directly.
     fn start_pull(&mut self, _remote: MemDesc, _dst: &mut [u8]) -> PullStart {
         PullStart::Unsupported
@@ -293,6 +300,9 @@ impl Transport for Link {
     }
     fn unpin(&mut self, addr: u64) {
         dispatch!(self, l => l.unpin(addr))
+    }
+    fn places_directly(&self) -> bool {
+        dispatch!(self, l => l.places_directly())
     }
     fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
         dispatch!(self, l => l.start_pull(remote, dst))

@@ -1109,6 +1109,10 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
         Liveness::Alive
     }
 
+    fn places_directly(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> Kind {
         Kind::Rdma
     }

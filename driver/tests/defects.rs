@@ -1,0 +1,145 @@
+//! Regression tests for the defects an outside black-box suite found
+//! (issue 12): each failed before its fix.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+use tandem_driver::{Comm, Config, Error, Layout, Links, WaitPolicy, ANY_SOURCE, TAG_UB};
+
+fn cfg() -> Config {
+    Config::default()
+        .wait(WaitPolicy::SHARED_CORES)
+        .timeout(Duration::from_secs(10))
+}
+
+/// A scope that ends by panic while one of its receives is in the middle
+/// of its stream gives that operation's slot back: with room for 4
+/// operations, 40 such panics in a row leave the communicator usable.
+#[test]
+fn a_scope_panicking_mid_stream_gives_its_slots_back() {
+    const ROUNDS: usize = 40;
+    const BIG: usize = 4 << 20;
+    for links in [Links::Shm, Links::Tcp, Links::Soft] {
+        let out = Comm::threads_on(
+            2,
+            links,
+            &Layout::default(),
+            cfg().max_requests(4),
+            |comm| {
+                if comm.rank() == 0 {
+                    let buf = vec![7u8; BIG];
+                    for _ in 0..ROUNDS {
+                        comm.send(&buf, 1, 5)?;
+                    }
+                    comm.send(b"done", 1, 6)?;
+                    return Ok(());
+                }
+                let mut buf = vec![0u8; BIG];
+                for round in 0..ROUNDS {
+                    // The announcement is here: the receive matches when posted.
+                    comm.probe(0, 5)?;
+                    let r = catch_unwind(AssertUnwindSafe(|| {
+                        comm.scope(|s| -> tandem_driver::Result<()> {
+                            let mut req = s.irecv(&mut buf, 0, 5)?;
+                            // Two passes start the stream (the message is far
+                            // larger than the rings), then leave by panic.
+                            for _ in 0..2 {
+                                if req.test()?.is_some() {
+                                    return Ok(());
+                                }
+                            }
+                            panic!("scope ends by panic in round {round}");
+                        })
+                    }));
+                    match r {
+                        Err(_) | Ok(Ok(Ok(()))) => {}
+                        Ok(Ok(Err(e))) | Ok(Err(e)) => return Err(e),
+                    }
+                }
+                let mut d = [0u8; 4];
+                comm.recv(&mut d, 0, 6)?;
+                assert_eq!(&d, b"done");
+                Ok(())
+            },
+        );
+        for (r, o) in out.iter().enumerate() {
+            assert!(o.is_ok(), "{links:?} rank {r}: {:?}", o);
+        }
+    }
+}
+
+/// `sendrecv` with an invalid send half fails at once with the send's
+/// error and consumes nothing: the message its receive would have taken is
+/// still there for the next receive.
+#[test]
+fn sendrecv_with_an_invalid_half_fails_at_once_and_takes_nothing() {
+    let out = Comm::threads(2, &Layout::default(), cfg(), |comm| {
+        if comm.rank() == 0 {
+            comm.send(b"keep me", 1, 3)?;
+            let mut b = [0u8; 1];
+            comm.recv(&mut b, 1, 4)?;
+            return Ok(());
+        }
+        // Wait until the message is here, so a posted receive would take it.
+        comm.probe(0, 3)?;
+        let mut got = [0u8; 7];
+        for (dst, tag, want) in [
+            (9, 0, Error::InvalidRank { rank: 9, size: 2 }),
+            (0, TAG_UB + 1, Error::InvalidTag { tag: TAG_UB + 1 }),
+        ] {
+            let t = Instant::now();
+            let e = comm.sendrecv(b"x", dst, tag, &mut got, 0, 3).unwrap_err();
+            assert_eq!(e, want);
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "took {:?}",
+                t.elapsed()
+            );
+        }
+        // An invalid receive half is refused the same way.
+        let e = comm.sendrecv(b"x", 0, 1, &mut got, 7, 3).unwrap_err();
+        assert_eq!(e, Error::InvalidRank { rank: 7, size: 2 });
+        let st = comm.recv(&mut got, 0, 3)?;
+        assert_eq!((st.len, &got), (7, b"keep me"));
+        comm.send(&[1], 0, 4)?;
+        Ok(())
+    });
+    for (r, o) in out.iter().enumerate() {
+        assert!(o.is_ok(), "rank {r}: {o:?}");
+    }
+}
+
+/// A group whose closure fails part-way (here its second operation names
+/// rank 9) returns that error at once; its receive that had not matched is
+/// cancelled, so the message it would have taken stays receivable.
+#[test]
+fn a_failing_group_leaves_its_unmatched_messages_receivable() {
+    let out = Comm::threads(2, &Layout::default(), cfg(), |comm| {
+        if comm.rank() == 0 {
+            let mut b = [0u8; 1];
+            comm.recv(&mut b, 1, 9)?; // rank 1's group has failed by now
+            comm.send(b"later", 1, 3)?;
+            return Ok(());
+        }
+        let mut got = [0u8; 5];
+        let t = Instant::now();
+        let e = comm
+            .group(|g| {
+                g.recv(&mut got, ANY_SOURCE, 3)?;
+                g.send(b"x", 9, 0)
+            })
+            .unwrap_err();
+        assert_eq!(e, Error::InvalidRank { rank: 9, size: 2 });
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            t.elapsed()
+        );
+        comm.send(&[1], 0, 9)?;
+        let st = comm.recv(&mut got, 0, 3)?;
+        assert_eq!((st.len, &got), (5, b"later"));
+        Ok(())
+    });
+    for (r, o) in out.iter().enumerate() {
+        assert!(o.is_ok(), "rank {r}: {o:?}");
+    }
+}
