@@ -996,6 +996,30 @@ where
         }
     }
 
+    /// Messages that arrived from `src` (or [`ANY_SOURCE`]) in `ctx` and
+    /// wait for a receive, oldest first: fills `out` with up to its length
+    /// and returns how many there are in all (for hang reports: what a
+    /// stuck receive could have matched with another tag).
+    pub fn unmatched(&self, src: u32, ctx: u16, out: &mut [Status]) -> usize {
+        let (mut e, mut n) = (self.unexpected.head, 0);
+        while e != NIL {
+            let ent = self.ent(e);
+            let from = self.entry_peer(e);
+            if ent.ctx == ctx && (src == ANY_SOURCE || src == from) {
+                if let Some(o) = out.get_mut(n) {
+                    *o = Status {
+                        source: from,
+                        tag: ent.tag,
+                        len: ent.len,
+                    };
+                }
+                n += 1;
+            }
+            e = ent.next;
+        }
+        n
+    }
+
     /// The first message that arrived and would match a receive from
     /// `src` with `tag` in `ctx`, without receiving it.
     pub fn probe(&self, src: u32, ctx: u16, tag: u32) -> Option<Status> {

@@ -68,15 +68,22 @@ pub enum Error {
         tag: u32,
         /// How long it waited without progress.
         waited: Duration,
+        /// What this rank could see of why, or empty: the chain of ranks
+        /// the peer is itself blocked on, or messages from the awaited
+        /// source that arrived and match no receive ("rank 1 sent tag 7
+        /// (12 bytes), which no receive matches").
+        why: String,
     },
-    /// An operation waited past the timeout while its peer was itself
-    /// blocked in an operation that waits on this rank: the two can never
-    /// complete (for instance both ranks in a blocking `ssend` to each
-    /// other). Both operations are named.
+    /// An operation waited past the timeout while the ranks it waits on
+    /// wait, in a cycle, on this rank: none can ever complete (for instance
+    /// both ranks in a blocking `ssend` to each other, or three ranks each
+    /// in an `ssend` to the next). Every operation of the cycle is named.
     Deadlock {
         /// This rank's blocked operation, e.g. "rank 0: ssend to rank 1 tag 5".
         ours: String,
-        /// The peer's, as it published it.
+        /// The others of the cycle, in order, as they published them
+        /// ("rank 1: ssend to rank 2 tag 0, which waits for rank 2: ssend
+        /// to rank 0 tag 0").
         theirs: String,
         /// How long this rank waited.
         waited: Duration,
@@ -169,15 +176,27 @@ impl fmt::Display for Error {
                 "peer rank {rank} is gone (its process exited, or its connection was closed or \
                  reset) with operations pending"
             ),
-            Self::Timeout { op, peer, tag, waited } => write!(
-                f,
-                "{} made no progress for {:.1}s (raise TANDEM_TIMEOUT if the peer is just slow)",
-                Operation(*op, *peer, *tag),
-                waited.as_secs_f64()
-            ),
+            Self::Timeout {
+                op,
+                peer,
+                tag,
+                waited,
+                why,
+            } => {
+                write!(
+                    f,
+                    "{} made no progress for {:.1}s",
+                    Operation(*op, *peer, *tag),
+                    waited.as_secs_f64()
+                )?;
+                if !why.is_empty() {
+                    write!(f, "; {why}")?;
+                }
+                f.write_str(" (raise TANDEM_TIMEOUT if the peer is just slow)")
+            }
             Self::Deadlock { ours, theirs, waited } => write!(
                 f,
-                "deadlock: {ours} waited {:.1}s while {theirs} (each waits for the other; post both in a group or reorder them)",
+                "deadlock: {ours} waited {:.1}s while {theirs} (each waits for the next; post the operations in a group or reorder them)",
                 waited.as_secs_f64()
             ),
             Self::Cancelled => f.write_str("operation cancelled before it matched"),
@@ -264,6 +283,7 @@ mod tests {
             peer: crate::ANY_SOURCE,
             tag: crate::ANY_TAG,
             waited: Duration::from_secs(3),
+            why: String::new(),
         };
         let t = e.to_string();
         assert!(
@@ -276,9 +296,14 @@ mod tests {
             peer: 2,
             tag: crate::ANY_TAG,
             waited: Duration::from_secs(1),
+            why: "rank 2 sent tag 7 (3 bytes), which no receive matches".into(),
         };
         assert!(
             p.to_string().starts_with("probe from rank 2 any tag"),
+            "{p}"
+        );
+        assert!(
+            p.to_string().contains("; rank 2 sent tag 7 (3 bytes)"),
             "{p}"
         );
         let s = Operation(OpKind::Ssend, 1, 5).to_string();

@@ -70,3 +70,92 @@ fn the_same_exchange_in_a_group_completes_at_any_size() {
         },
     );
 }
+
+/// Three ranks each in a blocking `ssend` to the next (0 → 1 → 2 → 0): a
+/// cycle longer than two is still a deadlock, and every rank's report names
+/// all three operations in cycle order.
+#[test]
+fn a_three_rank_cycle_of_ssends_is_a_deadlock_naming_every_operation() {
+    let name = "a_three_rank_cycle_of_ssends_is_a_deadlock_naming_every_operation";
+    if common::is_rank() {
+        let comm = Comm::from_env().unwrap();
+        let me = comm.rank();
+        let next = (me + 1) % 3;
+        let r = comm.ssend(b"x", next, 4);
+        // Stay until the others reached their deadlines too.
+        std::thread::sleep(Duration::from_secs(2));
+        let Err(Error::Deadlock { ours, theirs, .. }) = &r else {
+            panic!("rank {me}: expected a deadlock report, got {r:?}");
+        };
+        assert_eq!(ours, &format!("rank {me}: ssend to rank {next} tag 4"));
+        let n2 = (next + 1) % 3;
+        assert_eq!(
+            theirs,
+            &format!(
+                "rank {next}: ssend to rank {n2} tag 4, which waits for rank {n2}: ssend to rank {me} tag 4"
+            )
+        );
+        return;
+    }
+    let o = common::launcher(3, name)
+        .env("TANDEM_TIMEOUT", "2")
+        .run()
+        .unwrap();
+    assert_eq!(o.code(), 0, "exit codes {:?}", o.codes);
+}
+
+/// A receive for tag 8 from rank 1, while rank 1's tag-7 message sits
+/// unreceived: the timeout names that message. A wait on a rank that is
+/// itself waiting on a third names the chain.
+#[test]
+fn timeouts_name_unmatched_messages_and_the_chain_of_waits() {
+    let name = "timeouts_name_unmatched_messages_and_the_chain_of_waits";
+    if common::is_rank() {
+        let comm = Comm::from_env().unwrap();
+        match comm.rank() {
+            0 => {
+                let mut b = [0u8; 16];
+                let e = comm.recv(&mut b, 1, 8).unwrap_err();
+                let t = e.to_string();
+                assert!(matches!(e, Error::Timeout { .. }), "{t}");
+                assert!(
+                    t.contains("rank 1 sent tag 7 (12 bytes), which no receive matches"),
+                    "{t}"
+                );
+                assert!(
+                    t.contains("it waits for rank 1: recv from rank 2 tag 3"),
+                    "{t}"
+                );
+                // (No cycle: rank 2 is busy outside tandem, not waiting.)
+                assert!(!t.contains("rank 2: "), "{t}");
+            }
+            1 => {
+                comm.send(b"twelve bytes", 0, 7).unwrap();
+                // Blocked on rank 2, which answers late (past this rank's
+                // own deadline: try again after a timeout).
+                let mut b = [0u8; 3];
+                let mut tries = 0;
+                loop {
+                    match comm.recv(&mut b, 2, 3) {
+                        Err(Error::Timeout { .. }) if tries < 5 => tries += 1,
+                        r => {
+                            r.unwrap();
+                            break;
+                        }
+                    };
+                }
+            }
+            _ => {
+                // Busy with something else past rank 0's deadline.
+                std::thread::sleep(Duration::from_secs(4));
+                comm.send(b"ok!", 1, 3).unwrap();
+            }
+        }
+        return;
+    }
+    let o = common::launcher(3, name)
+        .env("TANDEM_TIMEOUT", "2")
+        .run()
+        .unwrap();
+    assert_eq!(o.code(), 0, "exit codes {:?}", o.codes);
+}

@@ -542,12 +542,7 @@ impl Comm {
                     }
                     if let Some(waited) = w.stalled(0) {
                         e.publish_wait(None);
-                        return Err(Error::Timeout {
-                            op: OpKind::Probe,
-                            peer: src,
-                            tag,
-                            waited,
-                        });
+                        return Err(explain(&e, OpKind::Probe, src, tag, self.ctx, waited));
                     }
                     if w.published.is_none() {
                         w.published = Some(());
@@ -841,6 +836,68 @@ struct Waiter {
     published: Option<()>,
 }
 
+/// Why an operation of this rank (`op` with `peer` and `tag` in context
+/// `ctx`) has made no progress for `waited`, from what this rank can see:
+///
+/// * the wait records that ranks on this host publish: following who waits
+///   on whom from `peer`, a cycle back to this rank is a
+///   [`Error::Deadlock`] naming every operation in it; a chain that ends
+///   elsewhere is named in the timeout;
+/// * for a receive or probe, messages from the awaited source that arrived
+///   and match no receive ("rank 1 sent tag 7 (12 bytes), which no receive
+///   matches").
+fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Duration) -> Error {
+    let rank = e.rank();
+    let ours = describe(op, rank, peer, tag);
+    let mut chain: Vec<String> = Vec::new();
+    let mut seen = vec![rank];
+    let mut cur = peer;
+    while cur != ANY_SOURCE && !seen.contains(&cur) {
+        let Some((pop, ppeer, ptag)) = e.peer_wait(cur) else {
+            break;
+        };
+        chain.push(describe(pop, cur, ppeer, ptag));
+        if ppeer == rank || ppeer == ANY_SOURCE {
+            return Error::Deadlock {
+                ours,
+                theirs: chain.join(", which waits for "),
+                waited,
+            };
+        }
+        seen.push(cur);
+        cur = ppeer;
+    }
+    let mut why = Vec::new();
+    if !chain.is_empty() {
+        why.push(format!("it waits for {}", chain.join(", which waits for ")));
+    }
+    if matches!(op, OpKind::Recv | OpKind::Probe) {
+        let src = if peer == ANY_SOURCE {
+            crate::progress::ANY_SOURCE
+        } else {
+            peer as u32
+        };
+        let (msgs, n) = e.unmatched(src, ctx, 4);
+        let mut told: Vec<String> = msgs
+            .iter()
+            .map(|m| format!("rank {} sent tag {} ({} bytes)", m.source, m.tag, m.len))
+            .collect();
+        if n > msgs.len() {
+            told.push(format!("{} more", n - msgs.len()));
+        }
+        if !told.is_empty() {
+            why.push(format!("{}, which no receive matches", told.join(", ")));
+        }
+    }
+    Error::Timeout {
+        op,
+        peer,
+        tag,
+        waited,
+        why: why.join("; "),
+    }
+}
+
 fn describe(op: OpKind, rank: usize, peer: usize, tag: Tag) -> String {
     format!("rank {rank}: {}", crate::error::Operation(op, peer, tag))
 }
@@ -932,24 +989,7 @@ impl Waiter {
             } else {
                 i.peer as usize
             };
-            let rank = e.rank();
-            if peer != ANY_SOURCE {
-                if let Some((pop, ppeer, ptag)) = e.peer_wait(peer) {
-                    if ppeer == rank || ppeer == ANY_SOURCE {
-                        return Err(Error::Deadlock {
-                            ours: describe(op, rank, peer, i.tag),
-                            theirs: describe(pop, peer, ppeer, ptag),
-                            waited,
-                        });
-                    }
-                }
-            }
-            return Err(Error::Timeout {
-                op,
-                peer,
-                tag: i.tag,
-                waited,
-            });
+            return Err(explain(e, op, peer, i.tag, ctx, waited));
         }
         Ok(())
     }

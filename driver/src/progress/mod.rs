@@ -425,6 +425,28 @@ impl Engine {
         })
     }
 
+    /// Up to `max` messages from `src` (or any) in `ctx` that arrived and
+    /// match no receive, oldest first, and how many there are in all.
+    pub(crate) fn unmatched(&self, src: u32, ctx: u16, max: usize) -> (Vec<Status>, usize) {
+        let z = proto::Status {
+            source: 0,
+            tag: 0,
+            len: 0,
+        };
+        let mut out = vec![z; max];
+        let n = self.proto.unmatched(src, ctx, &mut out);
+        out.truncate(n.min(max));
+        let v = out
+            .iter()
+            .map(|s| Status {
+                source: s.source as usize,
+                tag: s.tag,
+                len: s.len as usize,
+            })
+            .collect();
+        (v, n)
+    }
+
     /// Whether rank `p` is known gone (for waits that hold no operation).
     pub(crate) fn is_dead(&mut self, p: usize) -> bool {
         p != self.rank
