@@ -4,7 +4,11 @@
 #      then every protocol-engine mutant against it;
 #   2. the loom models of the lock-free structures (slot ring, line ring,
 #      credit window over line rings, request completion / user-proxy
-#      hand-off), then every ring and lock mutant against them.
+#      hand-off), then every ring and lock mutant against them;
+#   3. the fuzz targets (header decoding; two engines driven by arbitrary
+#      call sequences and hostile headers, audit after every step, a
+#      reference matcher as oracle), time-boxed, then against the protocol
+#      mutants.
 # Exits non-zero if a property fails or a mutant goes uncaught.
 # LOOM_MAX_PREEMPTIONS (default 3) sets loom's preemption bound.
 set -euo pipefail
@@ -21,12 +25,17 @@ LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg loom" CARGO_T
     cargo test --release -p tandem-verify --features mutants -- --nocapture --test-threads=1 2>&1 \
     | grep -E 'loom model|caught|^test result|FAILED|panicked at verify' | sed -E 's/^.*(loom model)/\1/' | tee -a "$log"
 
+printf '\n==> fuzzing, time-boxed (TANDEM_FUZZ_SECS a target, default 20; a long run: TANDEM_FUZZ_SECS=3600)\n'
+cargo run --release -q -p tandem-verify --features mutants --bin tandem-fuzz -- --secs "${TANDEM_FUZZ_SECS:-20}" | cut -c1-400 | tee -a "$log"
+cargo run --release -q -p tandem-verify --features mutants --bin tandem-fuzz -- --mutants --secs 5 | tee -a "$log"
+
 printf '\n==> summary\n'
 models=$(grep -c '^loom model' "$log" || true)
 execs=$(awk '/^loom model/ { for (i = 1; i <= NF; i++) if ($i == "executions,") s += $(i - 1) } END { print s + 0 }' "$log")
 echo "model check: $(grep -c 'all properties held\|deadlock found as expected' "$log") specs held; $(grep '^  total:' "$log" | sed -E 's/^  total: //; s/; properties.*//')"
 echo "loom: $models model runs, $execs executions (bound ${LOOM_MAX_PREEMPTIONS:-3})"
 echo "mutants caught: $(grep -c 'CAUGHT by\|caught by the loom' "$log") of $(grep -c 'CAUGHT by\|NOT CAUGHT\|caught by the loom' "$log")"
+echo "fuzz: $(awk '/^fuzz (header|engine):/ { s += $3 } END { print s + 0 }' "$log") executions ($(grep -E '^fuzz (header|engine):' "$log" | awk '{ printf "%s%s %s", sep, $2, $3; sep=", " }')), $(grep -c 'FAILED at input' "$log") failures; protocol mutants the fuzzer catches: $(grep -c '^fuzz mutant .*CAUGHT' "$log") of $(grep -c '^fuzz mutant' "$log")"
 grep -E 'CAUGHT by|caught by the loom|broken variant caught' "$log" | sed -E 's/^ +//; s/ after [0-9]+ states//' | cut -c1-160
 if grep -qE 'NOT CAUGHT|FAILED|VIOLATION' "$log"; then
     echo "verification FAILED"

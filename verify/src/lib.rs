@@ -71,6 +71,8 @@
 pub use harness::*;
 
 #[cfg(not(loom))]
+pub mod fuzz;
+#[cfg(not(loom))]
 pub mod model;
 
 /// Shared helpers for the models (only built under `--cfg loom`).

@@ -1,0 +1,619 @@
+//! Fuzz targets for `tandem-core`, on stable Rust.
+//!
+//! Each target takes arbitrary bytes (libFuzzer's signature, so the same
+//! functions can be driven by `cargo fuzz` where a nightly toolchain
+//! exists) and returns `Err` with a description when a property fails;
+//! `tandem-fuzz` (the binary) feeds them pseudo-random inputs for a time
+//! box. [`arbitrary`] turns the bytes into structured call sequences.
+//!
+//! * [`header`]: header and descriptor decoding never panic, and whatever
+//!   decodes re-encodes to the same header.
+//! * [`engine`]: two protocol engines joined by FIFO wires, driven by an
+//!   arbitrary sequence of calls: posts of sends and receives (wildcards,
+//!   truncating capacities, synchronous sends), transmissions and
+//!   deliveries in any interleaving, pulls that succeed or fall back to a
+//!   stream, takes, cancels, and, in some runs, hostile headers injected on
+//!   a wire. After every step both engines' [`audit`] must pass. Without
+//!   hostile headers a tiny reference matcher (MPI's rule: a message
+//!   matches the earliest posted receive it fits, a receive the earliest
+//!   arrived message, per sender in order) predicts what every receive
+//!   gets: each completed receive must report exactly its message's
+//!   source, tag and length, truncated exactly when the message is longer
+//!   than the buffer; a cancel must succeed exactly when the receive had
+//!   not matched; and once the wires drain, every matched receive and
+//!   every send must be complete (nothing is lost or stuck).
+//!
+//! [`audit`]: tandem_core::proto::Engine::audit
+
+use arbitrary::{Arbitrary, Unstructured};
+use std::collections::VecDeque;
+use tandem_core::proto::{
+    Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Taken, TxWhat, ANY_SOURCE, ANY_TAG,
+};
+use tandem_core::wire::{Header, Kind, Limits, MemDesc, DESC_LEN, HEADER_LEN};
+
+/// Result of one fuzz input.
+pub type FuzzResult = Result<(), String>;
+
+/// Header and descriptor decoding: no panic, and a round trip.
+pub fn header(data: &[u8]) -> FuzzResult {
+    let limits = Limits {
+        eager_max: 64,
+        msg_max: 1 << 40,
+        contexts: 16,
+    };
+    if let Ok(h) = Header::decode(data, &limits) {
+        let again = Header::decode(&h.encode(), &limits)
+            .map_err(|e| format!("a decoded header does not decode again: {e:?} ({h:?})"))?;
+        if again != h {
+            return Err(format!("header round trip changed it: {h:?} -> {again:?}"));
+        }
+    }
+    if data.len() >= DESC_LEN {
+        let mut d = [0u8; DESC_LEN];
+        d.copy_from_slice(&data[..DESC_LEN]);
+        let m = MemDesc::decode(&d);
+        if MemDesc::decode(&m.encode()) != m {
+            return Err(format!("descriptor round trip changed {m:?}"));
+        }
+    }
+    if data.len() >= 64 {
+        let mut b = [0u8; 56];
+        b.copy_from_slice(&data[..56]);
+        let word = u64::from_le_bytes(data[56..64].try_into().expect("8 bytes"));
+        let _ = Header::decode_eager(&b, word, limits.eager_max);
+    }
+    Ok(())
+}
+
+const OPS: usize = 24;
+const ENVELOPES: usize = 8;
+const CREDITS: usize = 4;
+type Eng = Engine<[Op; OPS], [Entry; 2 * ENVELOPES], [Peer; 2], [u32; 2 * CREDITS]>;
+
+#[derive(Debug, Clone, Copy)]
+enum Frame {
+    /// A header; `msg`: the message it announces or carries, if any.
+    Msg { h: Header, msg: Option<usize> },
+    /// The end of a rendezvous stream for the receive with this token.
+    StreamEnd { token: u32 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Message {
+    src: usize,
+    tag: u32,
+    len: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind2 {
+    Send { msg: usize },
+    Recv { src: u32, tag: u32, cap: u64 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OpRec {
+    h: Handle,
+    what: Kind2,
+    taken: bool,
+    cancelled: bool,
+    /// The reference matcher's choice for a receive.
+    bound: Option<usize>,
+}
+
+#[derive(Debug, Arbitrary)]
+enum Call {
+    Send {
+        r: bool,
+        tag: u8,
+        len: u8,
+        sync: bool,
+    },
+    Recv {
+        r: bool,
+        src: u8,
+        tag: u8,
+        cap: u8,
+    },
+    Transmit {
+        r: bool,
+    },
+    Deliver {
+        to: bool,
+    },
+    Pull {
+        r: bool,
+        pulled: bool,
+    },
+    Take {
+        r: bool,
+        i: u8,
+    },
+    Cancel {
+        r: bool,
+        i: u8,
+    },
+    Hostile {
+        to: bool,
+        bytes: [u8; HEADER_LEN],
+    },
+}
+
+struct World {
+    e: [Eng; 2],
+    wire: [VecDeque<Frame>; 2],
+    /// Receives answered by CTS, per receiver, awaiting their stream.
+    cts: [Vec<Handle>; 2],
+    ops: [Vec<OpRec>; 2],
+    msgs: Vec<Message>,
+    /// Reference matcher: per receiver, arrived messages not yet matched.
+    arrived: [Vec<usize>; 2],
+    eager: u64,
+    hostile: bool,
+}
+
+fn lens(eager: u64) -> [u64; 6] {
+    [
+        0,
+        1,
+        eager,
+        eager + 1,
+        eager.saturating_sub(1),
+        3 * eager + 5,
+    ]
+}
+
+impl World {
+    fn new(u: &mut Unstructured<'_>) -> arbitrary::Result<Result<Self, String>> {
+        let credits = u.int_in_range(1..=CREDITS as u16)?;
+        let envelopes = u.int_in_range(credits + 1..=ENVELOPES as u16)?;
+        let eager = *u.choose(&[0u64, 1, 8, 64])?;
+        let threshold = u.int_in_range(1..=credits)?;
+        let seq_start = *u.choose(&[0u16, 65_530])?;
+        let mk = |rank| {
+            Eng::new(
+                Params {
+                    rank,
+                    nranks: 2,
+                    credits,
+                    envelopes,
+                    credit_threshold: threshold,
+                    eager_limit: eager,
+                    seq_start,
+                },
+                [Op::EMPTY; OPS],
+                [Entry::EMPTY; 2 * ENVELOPES],
+                [Peer::EMPTY; 2],
+                [0u32; 2 * CREDITS],
+            )
+        };
+        let (a, b) = match (mk(0), mk(1)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(format!("engine refused params: {e}"))),
+        };
+        Ok(Ok(World {
+            e: [a, b],
+            wire: [VecDeque::new(), VecDeque::new()],
+            cts: [Vec::new(), Vec::new()],
+            ops: [Vec::new(), Vec::new()],
+            msgs: Vec::new(),
+            arrived: [Vec::new(), Vec::new()],
+            eager,
+            hostile: false,
+        }))
+    }
+
+    fn fits(m: &Message, src: u32, tag: u32) -> bool {
+        (src == ANY_SOURCE || src as usize == m.src) && (tag == ANY_TAG || tag == m.tag)
+    }
+
+    /// Reference: a new receive at `r` takes the earliest arrived message
+    /// it fits.
+    fn ref_post(&mut self, r: usize, i: usize) {
+        let Kind2::Recv { src, tag, .. } = self.ops[r][i].what else {
+            return;
+        };
+        if let Some(k) = self.arrived[r]
+            .iter()
+            .position(|&m| Self::fits(&self.msgs[m], src, tag))
+        {
+            self.ops[r][i].bound = Some(self.arrived[r].remove(k));
+        }
+    }
+
+    /// Reference: message `m` arrives at `r` and goes to the earliest
+    /// posted, unmatched, uncancelled receive it fits.
+    fn ref_arrive(&mut self, r: usize, m: usize) {
+        let msg = self.msgs[m];
+        for o in self.ops[r].iter_mut() {
+            if let Kind2::Recv { src, tag, .. } = o.what {
+                if o.bound.is_none() && !o.cancelled && Self::fits(&msg, src, tag) {
+                    o.bound = Some(m);
+                    return;
+                }
+            }
+        }
+        self.arrived[r].push(m);
+    }
+
+    fn find(&self, r: usize, h: Handle) -> Option<usize> {
+        self.ops[r].iter().position(|o| o.h == h && !o.taken)
+    }
+
+    fn step(&mut self, c: &Call) -> FuzzResult {
+        match *c {
+            Call::Send { r, tag, len, sync } => {
+                let r = r as usize;
+                let len = lens(self.eager)[len as usize % 6];
+                let tag = (tag % 3) as u32;
+                if let Ok(h) = self.e[r].post_send(1 - r as u32, 0, tag, len, sync) {
+                    let msg = self.msgs.len();
+                    self.msgs.push(Message { src: r, tag, len });
+                    self.ops[r].push(OpRec {
+                        h,
+                        what: Kind2::Send { msg },
+                        taken: false,
+                        cancelled: false,
+                        bound: None,
+                    });
+                }
+            }
+            Call::Recv { r, src, tag, cap } => {
+                let r = r as usize;
+                let src = if src % 2 == 0 {
+                    ANY_SOURCE
+                } else {
+                    1 - r as u32
+                };
+                let tag = match tag % 4 {
+                    3 => ANY_TAG,
+                    t => t as u32,
+                };
+                let cap = lens(self.eager)[cap as usize % 6];
+                if let Ok((h, _copy)) = self.e[r].post_recv(src, 0, tag, cap) {
+                    self.ops[r].push(OpRec {
+                        h,
+                        what: Kind2::Recv { src, tag, cap },
+                        taken: false,
+                        cancelled: false,
+                        bound: None,
+                    });
+                    let i = self.ops[r].len() - 1;
+                    self.ref_post(r, i);
+                }
+            }
+            Call::Transmit { r } => {
+                let r = r as usize;
+                let p = 1 - r as u32;
+                if let Some(tx) = self.e[r].next_tx(p) {
+                    let msg = match tx.what {
+                        TxWhat::Payload(h) | TxWhat::Rts(h) => {
+                            self.find(r, h).and_then(|i| match self.ops[r][i].what {
+                                Kind2::Send { msg } => Some(msg),
+                                _ => None,
+                            })
+                        }
+                        TxWhat::Cts(h) => {
+                            self.cts[r].push(h);
+                            None
+                        }
+                        TxWhat::Control => None,
+                    };
+                    self.e[r].tx_done(p, &tx);
+                    self.wire[r].push_back(Frame::Msg { h: tx.header, msg });
+                }
+            }
+            Call::Deliver { to } => {
+                let t = to as usize;
+                let f = 1 - t;
+                let Some(fr) = self.wire[f].pop_front() else {
+                    return Ok(());
+                };
+                match fr {
+                    Frame::Msg { h, msg } => {
+                        let res = self.e[t].on_message(f as u32, &h, MemDesc::NONE, &mut |_| {});
+                        let act = match res {
+                            Ok(a) => a,
+                            Err(_) if self.hostile => return Ok(()),
+                            Err(e) => {
+                                return Err(format!(
+                                    "rank {t} refused an honest {:?}: {e}",
+                                    h.kind()
+                                ))
+                            }
+                        };
+                        if let (Some(m), Kind::Eager | Kind::EagerSync | Kind::Rts) =
+                            (msg, h.kind())
+                        {
+                            self.ref_arrive(t, m);
+                        }
+                        if let Action::Stream { op, remote, .. } = act {
+                            self.e[t].stream_done(op);
+                            self.wire[t].push_back(Frame::StreamEnd { token: remote });
+                        }
+                    }
+                    Frame::StreamEnd { token } => {
+                        match self.cts[t].iter().position(|h| h.token() == token) {
+                            Some(i) => {
+                                let h = self.cts[t].remove(i);
+                                self.e[t].stream_done(h);
+                            }
+                            None if self.hostile => {}
+                            None => return Err(format!("rank {t}: a stream nobody asked for")),
+                        }
+                    }
+                }
+            }
+            Call::Pull { r, pulled } => {
+                let r = r as usize;
+                if let Some(p) = self.e[r].next_pull() {
+                    self.e[r].pull_done(p.op, pulled);
+                }
+            }
+            Call::Take { r, i } => self.take(r as usize, i as usize)?,
+            Call::Cancel { r, i } => {
+                let r = r as usize;
+                let live: Vec<usize> = (0..self.ops[r].len())
+                    .filter(|&k| !self.ops[r][k].taken && !self.ops[r][k].cancelled)
+                    .collect();
+                if live.is_empty() {
+                    return Ok(());
+                }
+                let k = live[i as usize % live.len()];
+                let o = self.ops[r][k];
+                let ok = self.e[r].cancel(o.h);
+                if let Kind2::Recv { .. } = o.what {
+                    if !self.hostile && ok == o.bound.is_some() {
+                        return Err(format!(
+                            "rank {r}: cancel said {ok} for a receive the reference {} matched",
+                            if o.bound.is_some() { "had" } else { "had not" }
+                        ));
+                    }
+                    if ok {
+                        self.ops[r][k].cancelled = true;
+                    }
+                } else if ok {
+                    // A send not yet transmitted: its message never exists.
+                    self.ops[r][k].cancelled = true;
+                }
+            }
+            Call::Hostile { to, bytes } => {
+                let t = to as usize;
+                let limits = Limits {
+                    eager_max: self.eager,
+                    msg_max: 1 << 40,
+                    contexts: 1,
+                };
+                if let Ok(h) = Header::decode(&bytes, &limits) {
+                    self.hostile = true;
+                    // Whatever it says, the engine must not panic or break
+                    // its invariants (the audit after this step).
+                    let _ = self.e[t].on_message(1 - t as u32, &h, MemDesc::NONE, &mut |_| {});
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, r: usize, i: usize) -> FuzzResult {
+        let live: Vec<usize> = (0..self.ops[r].len())
+            .filter(|&k| !self.ops[r][k].taken)
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let k = live[i % live.len()];
+        let o = self.ops[r][k];
+        let Taken::Done(res) = self.e[r].take(o.h) else {
+            return Ok(());
+        };
+        self.ops[r][k].taken = true;
+        if self.hostile {
+            return Ok(());
+        }
+        match (o.what, res) {
+            (Kind2::Send { .. }, Ok(_)) => Ok(()),
+            (Kind2::Send { .. }, Err(OpError::Cancelled)) if o.cancelled => Ok(()),
+            (Kind2::Send { msg }, Err(e)) => {
+                Err(format!("rank {r}: send of message {msg} failed: {e:?}"))
+            }
+            (Kind2::Recv { .. }, Err(OpError::Cancelled)) if o.cancelled => Ok(()),
+            (Kind2::Recv { cap, .. }, res) => {
+                let Some(m) = o.bound else {
+                    return Err(format!(
+                        "rank {r}: a receive completed ({res:?}) that the reference never matched"
+                    ));
+                };
+                let want = self.msgs[m];
+                let st = match res {
+                    Ok(st) if want.len <= cap => st,
+                    Err(OpError::Truncated { status, got }) if want.len > cap && got == cap => status,
+                    other => {
+                        return Err(format!(
+                            "rank {r}: receive of capacity {cap} for message {m} {want:?} ended {other:?}"
+                        ))
+                    }
+                };
+                if (st.source as usize, st.tag, st.len) != (want.src, want.tag, want.len) {
+                    return Err(format!(
+                        "rank {r}: receive got {st:?}, the reference says message {m} {want:?}"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves everything still in flight until nothing moves.
+    fn drain(&mut self) -> FuzzResult {
+        for _ in 0..10_000 {
+            let mut moved = false;
+            for r in 0..2 {
+                while self.e[r].next_tx(1 - r as u32).is_some() {
+                    self.step(&Call::Transmit { r: r == 1 })?;
+                    moved = true;
+                }
+                // (`next_pull` takes the pull it returns.)
+                while let Some(p) = self.e[r].next_pull() {
+                    self.e[r].pull_done(p.op, true);
+                    moved = true;
+                }
+            }
+            for t in 0..2 {
+                while !self.wire[1 - t].is_empty() {
+                    self.step(&Call::Deliver { to: t == 1 })?;
+                    moved = true;
+                }
+            }
+            self.audit()?;
+            if !moved {
+                return Ok(());
+            }
+        }
+        Err("the wires never drained".into())
+    }
+
+    fn audit(&self) -> FuzzResult {
+        for r in 0..2 {
+            self.e[r]
+                .audit()
+                .map_err(|e| format!("rank {r}: audit failed: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// After draining: every send and every matched receive is complete.
+    fn settled(&mut self) -> FuzzResult {
+        for r in 0..2 {
+            for k in 0..self.ops[r].len() {
+                let o = self.ops[r][k];
+                if o.taken {
+                    continue;
+                }
+                let must = match o.what {
+                    Kind2::Send { .. } => {
+                        // A send completes once its receiver matched it (or
+                        // at once if eager): only one the peer never
+                        // matched may still wait.
+                        let msg = match o.what {
+                            Kind2::Send { msg } => msg,
+                            _ => unreachable!(),
+                        };
+                        self.ops[1 - r]
+                            .iter()
+                            .any(|x| x.bound == Some(msg) && !x.cancelled)
+                    }
+                    Kind2::Recv { .. } => o.bound.is_some() || o.cancelled,
+                };
+                if must {
+                    if let Taken::Pending = self.e[r].take(o.h) {
+                        let m = o.bound.map(|m| (m, self.msgs[m]));
+                        return Err(format!(
+                            "rank {r}: {:?} never completed after the wires drained (phase {:?}, \
+                             info {:?}, the reference's message {m:?})",
+                            o.what,
+                            self.e[r].phase(o.h),
+                            self.e[r].info(o.h)
+                        ));
+                    }
+                    self.ops[r][k].taken = true;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Two engines driven by an arbitrary call sequence (see the module docs).
+pub fn engine(data: &[u8]) -> FuzzResult {
+    let mut u = Unstructured::new(data);
+    let mut w = match World::new(&mut u) {
+        Ok(Ok(w)) => w,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Ok(()),
+    };
+    // One run in four may see hostile headers (then only no-panic and the
+    // audit are checked).
+    let allow_hostile = u.ratio(1, 4).unwrap_or(false);
+    let trace = std::env::var_os("TANDEM_FUZZ_TRACE").is_some();
+    // `arbitrary` keeps answering from an exhausted input (with zeros):
+    // stop at its end, and bound the run.
+    for _ in 0..2_000 {
+        if u.is_empty() {
+            break;
+        }
+        let Ok(c) = Call::arbitrary(&mut u) else {
+            break;
+        };
+        if matches!(c, Call::Hostile { .. }) && !allow_hostile {
+            continue;
+        }
+        if trace {
+            eprintln!("{c:?}");
+        }
+        w.step(&c)?;
+        w.audit()?;
+    }
+    if !w.hostile {
+        w.drain()?;
+        // Take what finished (checked against the reference), then insist
+        // on what must have.
+        for r in 0..2 {
+            for i in 0..w.ops[r].len() {
+                w.take(r, i)?;
+            }
+        }
+        w.settled()?;
+        w.close()?;
+    }
+    Ok(())
+}
+
+impl World {
+    /// Receives everything still outstanding, round after round, and
+    /// insists that every send then completes: nothing may be stuck once
+    /// the receivers take what was sent (a lost credit return or a stalled
+    /// window would leave a send queued forever).
+    fn close(&mut self) -> FuzzResult {
+        for _ in 0..8 {
+            for r in 0..2 {
+                let p = 1 - r;
+                let waiting = self.ops[p]
+                    .iter()
+                    .filter(|o| !o.taken && !o.cancelled && matches!(o.what, Kind2::Send { .. }))
+                    .count();
+                for _ in 0..waiting {
+                    let c = Call::Recv {
+                        r: r == 1,
+                        src: 0,
+                        tag: 3,
+                        cap: 5,
+                    };
+                    self.step(&c)?;
+                }
+            }
+            self.drain()?;
+            for r in 0..2 {
+                for i in 0..self.ops[r].len() {
+                    self.take(r, i)?;
+                }
+            }
+            self.settled()?;
+        }
+        for r in 0..2 {
+            if let Some(o) = self.ops[r]
+                .iter()
+                .find(|o| !o.taken && !o.cancelled && matches!(o.what, Kind2::Send { .. }))
+            {
+                return Err(format!(
+                    "rank {r}: {:?} never completed although its peer received everything \
+                     (phase {:?})",
+                    o.what,
+                    self.e[r].phase(o.h)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
