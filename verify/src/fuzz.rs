@@ -121,6 +121,7 @@ enum Call {
     },
     Deliver {
         to: bool,
+        pick: u8,
     },
     Pull {
         r: bool,
@@ -138,6 +139,18 @@ enum Call {
         to: bool,
         bytes: [u8; HEADER_LEN],
     },
+    /// The blocking eager send's shortcut (`eager_now`).
+    FastSend {
+        r: bool,
+        tag: u8,
+        len: u8,
+    },
+    /// The blocking receive's shortcut (`eager_recv_now`) on the next
+    /// frame from the peer.
+    FastRecv {
+        r: bool,
+        tag: u8,
+    },
 }
 
 struct World {
@@ -151,6 +164,14 @@ struct World {
     arrived: [Vec<usize>; 2],
     eager: u64,
     hostile: bool,
+    /// Wires deliver in any order (else FIFO).
+    reorder: bool,
+    /// Per sender, its messages in the order their announcing frames went
+    /// out (their sequence order); per receiver, how many of the peer's it
+    /// has released, and those that arrived ahead of their turn.
+    sent: [Vec<usize>; 2],
+    released: [usize; 2],
+    early: [Vec<usize>; 2],
 }
 
 fn lens(eager: u64) -> [u64; 6] {
@@ -201,6 +222,10 @@ impl World {
             arrived: [Vec::new(), Vec::new()],
             eager,
             hostile: false,
+            reorder: u.ratio(1, 3)?,
+            sent: [Vec::new(), Vec::new()],
+            released: [0, 0],
+            early: [Vec::new(), Vec::new()],
         }))
     }
 
@@ -301,15 +326,21 @@ impl World {
                         TxWhat::Control => None,
                     };
                     self.e[r].tx_done(p, &tx);
+                    if let (Some(m), TxWhat::Payload(_) | TxWhat::Rts(_)) = (msg, tx.what) {
+                        self.sent[r].push(m);
+                    }
                     self.wire[r].push_back(Frame::Msg { h: tx.header, msg });
                 }
             }
-            Call::Deliver { to } => {
+            Call::Deliver { to, pick } => {
                 let t = to as usize;
                 let f = 1 - t;
-                let Some(fr) = self.wire[f].pop_front() else {
-                    return Ok(());
+                let at = match self.wire[f].len() {
+                    0 => return Ok(()),
+                    n if self.reorder => pick as usize % n,
+                    _ => 0,
                 };
+                let fr = self.wire[f].remove(at).expect("in range");
                 match fr {
                     Frame::Msg { h, msg } => {
                         let res = self.e[t].on_message(f as u32, &h, MemDesc::NONE, &mut |_| {});
@@ -326,7 +357,17 @@ impl World {
                         if let (Some(m), Kind::Eager | Kind::EagerSync | Kind::Rts) =
                             (msg, h.kind())
                         {
-                            self.ref_arrive(t, m);
+                            // The engine releases the peer's messages in
+                            // sequence order (holding back early ones).
+                            self.early[t].push(m);
+                            while let Some(&next) = self.sent[f].get(self.released[t]) {
+                                let Some(k) = self.early[t].iter().position(|&x| x == next) else {
+                                    break;
+                                };
+                                self.early[t].remove(k);
+                                self.released[t] += 1;
+                                self.ref_arrive(t, next);
+                            }
                         }
                         if let Action::Stream { op, remote, .. } = act {
                             self.e[t].stream_done(op);
@@ -377,6 +418,64 @@ impl World {
                     // A send not yet transmitted: its message never exists.
                     self.ops[r][k].cancelled = true;
                 }
+            }
+            Call::FastSend { r, tag, len } => {
+                let r = r as usize;
+                let tag = (tag % 3) as u32;
+                let len = lens(self.eager)[len as usize % 6];
+                if let Some(h) = self.e[r].eager_now(1 - r as u32, 0, tag, len) {
+                    // Committed: it goes out now and completes at once.
+                    let m = self.msgs.len();
+                    self.msgs.push(Message { src: r, tag, len });
+                    self.sent[r].push(m);
+                    self.wire[r].push_back(Frame::Msg { h, msg: Some(m) });
+                }
+            }
+            Call::FastRecv { r, tag } => {
+                let r = r as usize;
+                let p = 1 - r;
+                let tag = (tag % 3) as u32;
+                let Some(&Frame::Msg { h, msg }) = self.wire[p].front() else {
+                    return Ok(());
+                };
+                let took = match self.e[r].eager_recv_now(p as u32, 0, tag, &h) {
+                    Ok(t) => t,
+                    Err(_) if self.hostile => return Ok(()),
+                    Err(e) => return Err(format!("rank {r}: the receive shortcut refused: {e}")),
+                };
+                if !took {
+                    return Ok(());
+                }
+                self.wire[p].pop_front();
+                if self.hostile {
+                    return Ok(());
+                }
+                // The shortcut must take exactly what a posted receive
+                // would: the peer's next message in sequence, with no
+                // receive posted ahead and nothing earlier that fits.
+                let Some(m) = msg else {
+                    return Err(format!(
+                        "rank {r}: the receive shortcut took a control message"
+                    ));
+                };
+                let next = self.sent[p].get(self.released[r]).copied();
+                let posted = self.ops[r].iter().any(|o| {
+                    matches!(o.what, Kind2::Recv { .. })
+                        && o.bound.is_none()
+                        && !o.cancelled
+                        && !o.taken
+                });
+                let earlier = self.arrived[r]
+                    .iter()
+                    .any(|&x| Self::fits(&self.msgs[x], p as u32, tag));
+                let want = self.msgs[m];
+                if next != Some(m) || posted || earlier || want.tag != tag {
+                    return Err(format!(
+                        "rank {r}: the receive shortcut took message {m} {want:?} (next in \
+                         sequence {next:?}, a receive posted {posted}, an earlier match {earlier})"
+                    ));
+                }
+                self.released[r] += 1;
             }
             Call::Hostile { to, bytes } => {
                 let t = to as usize;
@@ -462,7 +561,10 @@ impl World {
             }
             for t in 0..2 {
                 while !self.wire[1 - t].is_empty() {
-                    self.step(&Call::Deliver { to: t == 1 })?;
+                    self.step(&Call::Deliver {
+                        to: t == 1,
+                        pick: 0,
+                    })?;
                     moved = true;
                 }
             }
