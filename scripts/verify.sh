@@ -4,7 +4,8 @@
 #      then every protocol-engine mutant against it;
 #   2. the loom models of the lock-free structures (slot ring, line ring,
 #      credit window over line rings, request completion / user-proxy
-#      hand-off), then every ring and lock mutant against them;
+#      hand-off, the hot paths: peek + consume, try_skip, the lock's switch
+#      to shared mode), then every ring and lock mutant against them;
 #   3. the fuzz targets (header decoding; two engines driven by arbitrary
 #      call sequences and hostile headers, audit after every step, a
 #      reference matcher as oracle), time-boxed, then against the protocol
