@@ -21,7 +21,8 @@ fn net(n: usize) -> Option<common::netns::Net> {
 }
 
 fn unique_port(k: u16) -> u16 {
-    36000 + (std::process::id() % 3000) as u16 * 8 + k
+    // Below the ephemeral range (32768-60999), in this file's own band.
+    20000 + (std::process::id() % 1000) as u16 * 8 + k
 }
 
 /// `tandem-run` over `hosts` of `net`, running this binary's rank entry

@@ -233,7 +233,8 @@ fn slurm_variables_on_two_nodes_with_a_root() {
     let root = format!(
         "{}:{}",
         net.hosts()[0].addr,
-        41000 + std::process::id() % 5000
+        // Below the ephemeral range, in this file's own band.
+        28000 + std::process::id() % 2000
     );
     let o = start_ranks(
         4,
@@ -259,7 +260,7 @@ fn slurm_variables_on_two_nodes_with_a_root() {
 fn torchrun_variables_on_two_hosts_leave_the_store_port_alone() {
     let Some(net) = net(2) else { return };
     let a0 = net.hosts()[0].addr;
-    let port = 46000 + (std::process::id() % 5000) as u16;
+    let port = 30000 + (std::process::id() % 2000) as u16;
     // torchrun's own store holds MASTER_PORT on the master host.
     let mut store = net
         .command(0, "python3")
