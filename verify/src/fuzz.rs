@@ -10,7 +10,8 @@
 //!   decodes re-encodes to the same header.
 //! * [`engine`]: two protocol engines joined by FIFO wires, driven by an
 //!   arbitrary sequence of calls: posts of sends and receives (wildcards,
-//!   truncating capacities, synchronous sends), transmissions and
+//!   truncating capacities, synchronous sends, two contexts whose
+//!   traffic must never cross), transmissions and
 //!   deliveries in any interleaving, pulls that succeed or fall back to a
 //!   stream, takes, cancels, and, in some runs, hostile headers injected on
 //!   a wire. After every step both engines' [`audit`] must pass. Without
@@ -82,14 +83,22 @@ enum Frame {
 #[derive(Debug, Clone, Copy)]
 struct Message {
     src: usize,
+    ctx: u16,
     tag: u32,
     len: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Kind2 {
-    Send { msg: usize },
-    Recv { src: u32, tag: u32, cap: u64 },
+    Send {
+        msg: usize,
+    },
+    Recv {
+        src: u32,
+        ctx: u16,
+        tag: u32,
+        cap: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -229,19 +238,23 @@ impl World {
         }))
     }
 
-    fn fits(m: &Message, src: u32, tag: u32) -> bool {
-        (src == ANY_SOURCE || src as usize == m.src) && (tag == ANY_TAG || tag == m.tag)
+    /// Contexts are never wildcarded: traffic of another communicator
+    /// never matches.
+    fn fits(m: &Message, src: u32, ctx: u16, tag: u32) -> bool {
+        m.ctx == ctx
+            && (src == ANY_SOURCE || src as usize == m.src)
+            && (tag == ANY_TAG || tag == m.tag)
     }
 
     /// Reference: a new receive at `r` takes the earliest arrived message
     /// it fits.
     fn ref_post(&mut self, r: usize, i: usize) {
-        let Kind2::Recv { src, tag, .. } = self.ops[r][i].what else {
+        let Kind2::Recv { src, ctx, tag, .. } = self.ops[r][i].what else {
             return;
         };
         if let Some(k) = self.arrived[r]
             .iter()
-            .position(|&m| Self::fits(&self.msgs[m], src, tag))
+            .position(|&m| Self::fits(&self.msgs[m], src, ctx, tag))
         {
             self.ops[r][i].bound = Some(self.arrived[r].remove(k));
         }
@@ -252,8 +265,8 @@ impl World {
     fn ref_arrive(&mut self, r: usize, m: usize) {
         let msg = self.msgs[m];
         for o in self.ops[r].iter_mut() {
-            if let Kind2::Recv { src, tag, .. } = o.what {
-                if o.bound.is_none() && !o.cancelled && Self::fits(&msg, src, tag) {
+            if let Kind2::Recv { src, ctx, tag, .. } = o.what {
+                if o.bound.is_none() && !o.cancelled && Self::fits(&msg, src, ctx, tag) {
                     o.bound = Some(m);
                     return;
                 }
@@ -271,10 +284,16 @@ impl World {
             Call::Send { r, tag, len, sync } => {
                 let r = r as usize;
                 let len = lens(self.eager)[len as usize % 6];
+                let ctx = (tag >> 7) as u16;
                 let tag = (tag % 3) as u32;
-                if let Ok(h) = self.e[r].post_send(1 - r as u32, 0, tag, len, sync) {
+                if let Ok(h) = self.e[r].post_send(1 - r as u32, ctx, tag, len, sync) {
                     let msg = self.msgs.len();
-                    self.msgs.push(Message { src: r, tag, len });
+                    self.msgs.push(Message {
+                        src: r,
+                        ctx,
+                        tag,
+                        len,
+                    });
                     self.ops[r].push(OpRec {
                         h,
                         what: Kind2::Send { msg },
@@ -291,15 +310,16 @@ impl World {
                 } else {
                     1 - r as u32
                 };
+                let ctx = (tag >> 7) as u16;
                 let tag = match tag % 4 {
                     3 => ANY_TAG,
                     t => t as u32,
                 };
                 let cap = lens(self.eager)[cap as usize % 6];
-                if let Ok((h, _copy)) = self.e[r].post_recv(src, 0, tag, cap) {
+                if let Ok((h, _copy)) = self.e[r].post_recv(src, ctx, tag, cap) {
                     self.ops[r].push(OpRec {
                         h,
-                        what: Kind2::Recv { src, tag, cap },
+                        what: Kind2::Recv { src, ctx, tag, cap },
                         taken: false,
                         cancelled: false,
                         bound: None,
@@ -421,12 +441,18 @@ impl World {
             }
             Call::FastSend { r, tag, len } => {
                 let r = r as usize;
+                let ctx = (tag >> 7) as u16;
                 let tag = (tag % 3) as u32;
                 let len = lens(self.eager)[len as usize % 6];
-                if let Some(h) = self.e[r].eager_now(1 - r as u32, 0, tag, len) {
+                if let Some(h) = self.e[r].eager_now(1 - r as u32, ctx, tag, len) {
                     // Committed: it goes out now and completes at once.
                     let m = self.msgs.len();
-                    self.msgs.push(Message { src: r, tag, len });
+                    self.msgs.push(Message {
+                        src: r,
+                        ctx,
+                        tag,
+                        len,
+                    });
                     self.sent[r].push(m);
                     self.wire[r].push_back(Frame::Msg { h, msg: Some(m) });
                 }
@@ -434,11 +460,12 @@ impl World {
             Call::FastRecv { r, tag } => {
                 let r = r as usize;
                 let p = 1 - r;
+                let ctx = (tag >> 7) as u16;
                 let tag = (tag % 3) as u32;
                 let Some(&Frame::Msg { h, msg }) = self.wire[p].front() else {
                     return Ok(());
                 };
-                let took = match self.e[r].eager_recv_now(p as u32, 0, tag, &h) {
+                let took = match self.e[r].eager_recv_now(p as u32, ctx, tag, &h) {
                     Ok(t) => t,
                     Err(_) if self.hostile => return Ok(()),
                     Err(e) => return Err(format!("rank {r}: the receive shortcut refused: {e}")),
@@ -467,9 +494,9 @@ impl World {
                 });
                 let earlier = self.arrived[r]
                     .iter()
-                    .any(|&x| Self::fits(&self.msgs[x], p as u32, tag));
+                    .any(|&x| Self::fits(&self.msgs[x], p as u32, ctx, tag));
                 let want = self.msgs[m];
-                if next != Some(m) || posted || earlier || want.tag != tag {
+                if next != Some(m) || posted || earlier || want.tag != tag || want.ctx != ctx {
                     return Err(format!(
                         "rank {r}: the receive shortcut took message {m} {want:?} (next in \
                          sequence {next:?}, a receive posted {posted}, an earlier match {earlier})"
@@ -482,7 +509,7 @@ impl World {
                 let limits = Limits {
                     eager_max: self.eager,
                     msg_max: 1 << 40,
-                    contexts: 1,
+                    contexts: 2,
                 };
                 if let Ok(h) = Header::decode(&bytes, &limits) {
                     self.hostile = true;
@@ -681,15 +708,24 @@ impl World {
         for _ in 0..8 {
             for r in 0..2 {
                 let p = 1 - r;
-                let waiting = self.ops[p]
+                // A wildcard receive (any source, any tag) in the context
+                // of each send still waiting and of each message waiting.
+                let waiting: Vec<u16> = self.ops[p]
                     .iter()
-                    .filter(|o| !o.taken && !o.cancelled && matches!(o.what, Kind2::Send { .. }))
-                    .count();
-                for _ in 0..waiting {
+                    .filter(|o| !o.taken && !o.cancelled)
+                    .filter_map(|o| match o.what {
+                        Kind2::Send { msg } => Some(self.msgs[msg].ctx),
+                        _ => None,
+                    })
+                    // And messages that arrived unmatched (their sends may
+                    // be complete): they hold this side's entries.
+                    .chain(self.arrived[r].iter().map(|&m| self.msgs[m].ctx))
+                    .collect();
+                for ctx in waiting {
                     let c = Call::Recv {
                         r: r == 1,
                         src: 0,
-                        tag: 3,
+                        tag: 3 | ((ctx as u8) << 7),
                         cap: 5,
                     };
                     self.step(&c)?;
