@@ -567,20 +567,13 @@ fn assemble(
                 let dev = rdma_dev.unwrap_or_default();
                 verbs_link(s, p, dev, eager, rdma_opts(None)?)?
             }
-            (Some(mut s), Net::Soft(r)) => {
+            (Some(s), Net::Soft(r)) => {
                 let opts = rdma_opts(r)?;
                 let io = |e: std::io::Error| Error::Io(format!("soft RDMA link to rank {p}: {e}"));
                 let wire = Wire::Tcp(s.try_clone().map_err(io)?);
                 let qp =
                     SoftQp::new(wire, transport::rdma::caps(), soft_options(rank)?).map_err(io)?;
-                s.set_read_timeout(Some(Duration::from_secs(30)))
-                    .map_err(io)?;
-                let ends = s.local_addr().and_then(|l| Ok((l, s.peer_addr()?)));
-                let mut link = RdmaLink::connect(qp, &mut s, p, eager, opts)?;
-                if let Ok(e) = ends {
-                    link.set_tcp(e);
-                }
-                Link::Soft(Box::new(link))
+                Link::Soft(Box::new(rdma_connect(qp, s, p, eager, opts)?))
             }
             (None, _) => {
                 let pl = local.binary_search(&p).map_err(|_| {
@@ -600,23 +593,16 @@ fn assemble(
     Ok(Joined { engine, rank, size })
 }
 
-/// The verbs link to rank `p` over device `dev`, brought up through the
-/// bootstrap connection `s`, which then stays open to tell the peer's end.
-#[cfg(feature = "verbs")]
-fn verbs_link(
+/// Brings `qp` up with rank `p`'s over the bootstrap connection `s` (a
+/// bounded hello exchange), recording the connection's ends for the route.
+fn rdma_connect<Q: transport::fabric::QueuePair>(
+    qp: Q,
     mut s: TcpStream,
     p: usize,
-    dev: &str,
     eager: usize,
     opts: RdmaOptions,
-) -> Result<Link> {
-    use transport::fabric::verbs_qp;
-    let port: u8 = crate::config::env_num("TANDEM_IB_PORT")?.unwrap_or(1);
-    let gid: Option<u8> = crate::config::env_num("TANDEM_IB_GID_INDEX")?;
-    let mut qp = verbs_qp::open(dev, port, gid, transport::rdma::caps())
-        .map_err(|e| Error::Config(format!("RDMA device {dev}: {e}")))?;
-    let io = |e: std::io::Error| Error::Io(format!("verbs link to rank {p}: {e}"));
-    qp.watch_peer(s.try_clone().map_err(io)?).map_err(io)?;
+) -> Result<RdmaLink<Q>> {
+    let io = |e: std::io::Error| Error::Io(format!("RDMA link to rank {p}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(io)?;
     let ends = s.local_addr().and_then(|l| Ok((l, s.peer_addr()?)));
@@ -624,7 +610,21 @@ fn verbs_link(
     if let Ok(e) = ends {
         link.set_tcp(e);
     }
-    Ok(Link::Verbs(Box::new(link)))
+    Ok(link)
+}
+
+/// The verbs link to rank `p` over device `dev`, brought up through the
+/// bootstrap connection `s`, which then stays open to tell the peer's end.
+#[cfg(feature = "verbs")]
+fn verbs_link(s: TcpStream, p: usize, dev: &str, eager: usize, opts: RdmaOptions) -> Result<Link> {
+    use transport::fabric::verbs_qp;
+    let port: u8 = crate::config::env_num("TANDEM_IB_PORT")?.unwrap_or(1);
+    let gid: Option<u8> = crate::config::env_num("TANDEM_IB_GID_INDEX")?;
+    let mut qp = verbs_qp::open(dev, port, gid, transport::rdma::caps())
+        .map_err(|e| Error::Config(format!("RDMA device {dev}: {e}")))?;
+    let io = |e: std::io::Error| Error::Io(format!("verbs link to rank {p}: {e}"));
+    qp.watch_peer(s.try_clone().map_err(io)?).map_err(io)?;
+    Ok(Link::Verbs(Box::new(rdma_connect(qp, s, p, eager, opts)?)))
 }
 
 #[cfg(not(feature = "verbs"))]

@@ -198,6 +198,18 @@ pub struct Wc {
 }
 
 impl Wc {
+    /// The completion of a work request that failed (or was flushed):
+    /// only its id, status and kind mean anything, as in verbs.
+    pub fn failed(wr_id: u64, opcode: WcOpcode, status: WcStatus) -> Wc {
+        Wc {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            imm: None,
+        }
+    }
+
     /// An empty completion to fill arrays with.
     pub const EMPTY: Wc = Wc {
         wr_id: 0,

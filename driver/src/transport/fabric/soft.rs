@@ -374,23 +374,15 @@ impl Shared {
                 Some((f, s)) if f == i => s,
                 _ => WcStatus::Flushed,
             };
-            ok &= self.send_cq.push(Wc {
-                wr_id: w.wr.wr_id,
-                status,
-                opcode: wc_opcode(&w.wr.op),
-                byte_len: 0,
-                imm: None,
-            });
+            ok &= self
+                .send_cq
+                .push(Wc::failed(w.wr.wr_id, wc_opcode(&w.wr.op), status));
         }
         c.next_tx = 0;
         for (id, _) in c.rq.drain(..) {
-            ok &= self.recv_cq.push(Wc {
-                wr_id: id,
-                status: WcStatus::Flushed,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-            });
+            ok &= self
+                .recv_cq
+                .push(Wc::failed(id, WcOpcode::Recv, WcStatus::Flushed));
         }
         // Answers already owed (a NAK saying why) still go out.
         let _ = ok;
@@ -703,13 +695,7 @@ impl QueuePair for SoftQp {
         match c.state {
             QpState::Reset => return Err(FabricError::BadState(c.state, "post_recv")),
             QpState::Error => {
-                let wc = Wc {
-                    wr_id,
-                    status: WcStatus::Flushed,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                };
+                let wc = Wc::failed(wr_id, WcOpcode::Recv, WcStatus::Flushed);
                 self.sh.cq_push(&mut c, &self.sh.recv_cq, wc);
                 return Ok(());
             }
@@ -727,13 +713,7 @@ impl QueuePair for SoftQp {
         match c.state {
             QpState::Rts => {}
             QpState::Error => {
-                let wc = Wc {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::Flushed,
-                    opcode: wc_opcode(&wr.op),
-                    byte_len: 0,
-                    imm: None,
-                };
+                let wc = Wc::failed(wr.wr_id, wc_opcode(&wr.op), WcStatus::Flushed);
                 self.sh.cq_push(&mut c, &self.sh.send_cq, wc);
                 return Ok(());
             }
@@ -1154,17 +1134,12 @@ fn on_request(sh: &Shared, w: &mut Wire, p: &Pkt, bounce: &mut [u8]) -> bool {
             let valid = sge.is_none_or(|s| m.by_lkey(&s, true));
             if !fits || !valid {
                 c.rq.pop_front();
-                let wc = Wc {
-                    wr_id: id,
-                    status: if fits {
-                        WcStatus::LocalProtection
-                    } else {
-                        WcStatus::LocalLength
-                    },
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
+                let status = if fits {
+                    WcStatus::LocalProtection
+                } else {
+                    WcStatus::LocalLength
                 };
+                let wc = Wc::failed(id, WcOpcode::Recv, status);
                 sh.cq_push(&mut c, &sh.recv_cq, wc);
                 sh.push_resp(&mut c, Resp::Nak(p.psn, NAK_INVALID));
                 sh.fail(&mut c, None);
