@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs all of tandem's verification and prints a summary:
-#   1. the exhaustive model check of the protocol engine (tandem-verify),
-#      then every protocol-engine mutant against it;
+#   1. the exhaustive model check of the protocol engine (tandem-verify):
+#      the hand-written specs, every program of up to 3 operations over a
+#      small grammar and 600 random programs (cancel, withdraw, probe, peer
+#      death, two contexts, counters near 2^16), then every protocol-engine
+#      mutant against them;
 #   2. the loom models of the lock-free structures (slot ring, line ring,
 #      credit window over line rings, request completion / user-proxy
 #      hand-off, the hot paths: peek + consume, try_skip, the lock's switch
@@ -34,6 +37,7 @@ printf '\n==> summary\n'
 models=$(grep -c '^loom model' "$log" || true)
 execs=$(awk '/^loom model/ { for (i = 1; i <= NF; i++) if ($i == "executions,") s += $(i - 1) } END { print s + 0 }' "$log")
 echo "model check: $(grep -c 'all properties held\|deadlock found as expected' "$log") specs held; $(grep '^  total:' "$log" | sed -E 's/^  total: //; s/; properties.*//')"
+echo "generated programs: $(awk '/^  generated:/ { n += $2; s += $(NF-8); v += $(NF-2) } END { printf "%d checked exhaustively, %d states, %d violations", n, s, v }' "$log") ($(grep '^  generated:' "$log" | sed -E 's/^  generated: ([0-9]+) ([^:]+):.*/\1 \2/' | paste -sd ';' | sed 's/;/; /g'))"
 echo "loom: $models model runs, $execs executions (bound ${LOOM_MAX_PREEMPTIONS:-3})"
 echo "mutants caught: $(grep -c 'CAUGHT by\|caught by the loom' "$log") of $(grep -c 'CAUGHT by\|NOT CAUGHT\|caught by the loom' "$log")"
 echo "fuzz: $(awk '/^fuzz (header|engine):/ { s += $3 } END { print s + 0 }' "$log") executions ($(grep -E '^fuzz (header|engine):' "$log" | awk '{ printf "%s%s %s", sep, $2, $3; sep=", " }')), $(grep -c 'FAILED at input' "$log") failures; protocol mutants the fuzzer catches: $(grep -c '^fuzz mutant .*CAUGHT' "$log") of $(grep -c '^fuzz mutant' "$log")"

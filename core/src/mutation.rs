@@ -35,11 +35,25 @@ pub enum Mutant {
     /// `proto`: the blocking-receive shortcut (`eager_recv_now`) forgets to
     /// advance the expected sequence number.
     FastRecvSeqStuck = 8,
+    /// `proto`: declaring a peer lost also drops the eager messages it
+    /// sent before, which must stay receivable.
+    FailPeerDropsEager = 9,
+    /// `proto`: `cancel` finishes a posted receive without taking it off
+    /// the posted list, so a later message can still match it.
+    CancelKeepsPosted = 10,
+    /// `proto`: `probe` ignores the context.
+    ProbeIgnoresContext = 11,
+    /// `proto`: a withdrawn (orphaned) operation is never freed when it
+    /// finishes: its table slot leaks.
+    OrphanLeak = 12,
+    /// `proto`: a credit count that crossed the 16-bit wrap is taken as
+    /// stale, so credits stop coming back after 2^16 frees.
+    CreditCountWrap = 13,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::SkipCreditCheck,
         Mutant::RelaxedFlagPublish,
         Mutant::SlotHeadOffByOne,
@@ -48,6 +62,11 @@ impl Mutant {
         Mutant::CreditReturnLost,
         Mutant::LockReleaseRelaxed,
         Mutant::FastRecvSeqStuck,
+        Mutant::FailPeerDropsEager,
+        Mutant::CancelKeepsPosted,
+        Mutant::ProbeIgnoresContext,
+        Mutant::OrphanLeak,
+        Mutant::CreditCountWrap,
     ];
 }
 

@@ -240,6 +240,19 @@ impl core::fmt::Display for ProtoError {
     }
 }
 
+/// The credit ledger with one peer ([`Engine::ledger`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Ledger {
+    /// Receive entries this rank may still fill at the peer.
+    pub entries_available: u64,
+    /// Eager buffers this rank may still fill at the peer.
+    pub buffers_available: u64,
+    /// Entries freed for the peer that it has not been told of.
+    pub entries_owed: u64,
+    /// Eager buffers freed for the peer that it has not been told of.
+    pub buffers_owed: u64,
+}
+
 /// Engine parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Params {
@@ -263,8 +276,9 @@ pub struct Params {
     pub credit_threshold: u16,
     /// Longest payload sent eagerly; longer messages use rendezvous.
     pub eager_limit: u64,
-    /// First sequence number on every pair (all ranks must agree; 0 unless
-    /// a test wants to cross the 16-bit wrap early).
+    /// First sequence number on every pair, and where the freed counts of
+    /// the credit returns start (all ranks must agree; 0 unless a test
+    /// wants to cross the 16-bit wraps early).
     pub seq_start: u16,
 }
 
@@ -662,6 +676,14 @@ where
                 bfree: (i * k) as u32,
                 send_seq: p.seq_start,
                 recv_seq: p.seq_start,
+                // The freed counts start there too, so a test that starts
+                // near 2^16 crosses the wrap of the 16-bit credit fields.
+                seen_freed: p.seq_start as u64,
+                seen_bfreed: p.seq_start as u64,
+                freed: p.seq_start as u64,
+                told: p.seq_start as u64,
+                bfreed: p.seq_start as u64,
+                btold: p.seq_start as u64,
                 ..Peer::EMPTY
             };
         }
@@ -770,7 +792,7 @@ where
         o.r_src = src;
         o.r_tag = tag;
         o.r_len = len;
-        if o.orphan {
+        if o.orphan && !active(Mutant::OrphanLeak) {
             self.free_op(i);
         }
     }
@@ -924,7 +946,7 @@ where
         while e != NIL {
             let ent = *self.ent(e);
             let from = self.entry_peer(e);
-            if ent.ctx == ctx
+            if (ent.ctx == ctx || active(Mutant::ProbeIgnoresContext))
                 && (src == ANY_SOURCE || src == from)
                 && (tag == ANY_TAG || tag == ent.tag)
             {
@@ -1027,7 +1049,7 @@ where
         while e != NIL {
             let ent = self.ent(e);
             let from = self.entry_peer(e);
-            if ent.ctx == ctx
+            if (ent.ctx == ctx || active(Mutant::ProbeIgnoresContext))
                 && (src == ANY_SOURCE || src == from)
                 && (tag == ANY_TAG || tag == ent.tag)
             {
@@ -1271,14 +1293,15 @@ where
     #[inline(always)]
     fn apply_credit(&mut self, peer: u32, credit: u16, ecredit: u16) -> R<()> {
         let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
+        let base = self.p.seq_start as u64;
         let q = self.peer_mut(peer);
         // Most headers return nothing new: two compares.
         if credit == q.seen_freed as u16 && ecredit == q.seen_bfreed as u16 {
             return Ok(());
         }
         let bad = ProtoError::BadCredit { peer };
-        grant(&mut q.window, &mut q.seen_freed, credit, c).ok_or(bad)?;
-        grant(&mut q.bwindow, &mut q.seen_bfreed, ecredit, k).ok_or(bad)
+        grant(&mut q.window, &mut q.seen_freed, credit, c, base).ok_or(bad)?;
+        grant(&mut q.bwindow, &mut q.seen_bfreed, ecredit, k, base).ok_or(bad)
     }
 
     fn on_matching(
@@ -1557,6 +1580,7 @@ where
         }
         let o = *self.op(h.idx);
         let removed = match o.st {
+            St::RecvPosted if active(Mutant::CancelKeepsPosted) => true,
             St::RecvPosted => self.remove(Lst::Posted, h.idx),
             St::SendQueued => {
                 let p = o.peer;
@@ -1641,7 +1665,8 @@ where
         let (mut prev, mut e) = (NIL, self.unexpected.head);
         while e != NIL {
             let next = self.ent(e).next;
-            if self.entry_peer(e) == peer && !self.ent(e).kind.is_eager() {
+            let drop_eager = active(Mutant::FailPeerDropsEager);
+            if self.entry_peer(e) == peer && (!self.ent(e).kind.is_eager() || drop_eager) {
                 self.unlink(Lst::Unexpected, prev, e);
                 self.free_entry(e);
             } else {
@@ -1756,26 +1781,54 @@ where
             .get(peer as usize)
             .map_or(0, |q| q.window.available())
     }
+
+    /// The credit ledger with `peer`, for model checkers: receive entries
+    /// and eager buffers this rank may still use at the peer, and those it
+    /// freed for the peer but has not told it about yet (returns wait for
+    /// [`Params::credit_threshold`] frees or a header going that way).
+    /// When nothing is in flight between the two, the peer's window equals
+    /// this rank's `owed` plus what it holds ([`held_for`](Self::held_for))
+    /// plus the peer's `available`.
+    pub fn ledger(&self, peer: u32) -> Ledger {
+        self.peers
+            .as_ref()
+            .get(peer as usize)
+            .map_or(Ledger::default(), |q| Ledger {
+                entries_available: q.window.available(),
+                buffers_available: q.bwindow.available(),
+                entries_owed: q.freed - q.told,
+                buffers_owed: q.bfreed - q.btold,
+            })
+    }
 }
 
 /// Applies a 16-bit freed count from the peer to `window`: `seen` is the
-/// full count so far, `initial` the window's size. `None` if the peer
-/// claims to have freed more than we ever sent.
+/// full count so far (it started at `base`), `initial` the window's size.
+/// `None` if the peer claims to have freed more than we ever sent.
 #[inline(always)]
-fn grant(window: &mut CreditWindow, seen: &mut u64, count: u16, initial: u64) -> Option<()> {
+fn grant(
+    window: &mut CreditWindow,
+    seen: &mut u64,
+    count: u16,
+    initial: u64,
+    base: u64,
+) -> Option<()> {
     // Counts are 16-bit and at most a window (< 2^15) apart, so the signed
     // difference tells a newer count from a stale one that a reordering
     // transport delivered late.
-    let diff = count.wrapping_sub(*seen as u16) as i16;
+    let mut diff = count.wrapping_sub(*seen as u16) as i16;
+    if active(Mutant::CreditCountWrap) && count < *seen as u16 {
+        diff = 0;
+    }
     if diff <= 0 {
         return Some(());
     }
     let total = *seen + diff as u64;
-    if total > window.used() {
+    if total - base > window.used() {
         return None;
     }
     *seen = total;
-    window.grant(initial + total).ok()
+    window.grant(initial + total - base).ok()
 }
 
 impl Header {

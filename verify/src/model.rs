@@ -1,16 +1,28 @@
 //! An exhaustive, bounded model check of the protocol engine
 //! ([`tandem_core::proto::Engine`], the very code the driver runs).
 //!
-//! A [`Spec`] gives 2–3 ranks a small program each (eager and rendezvous
-//! sends, synchronous or not, blocking or not; receives with wildcards) and a
-//! network: FIFO per pair (shared memory, RDMA RC) or one that may deliver a
-//! pair's messages in any order (to exercise the hold-back queue). The
-//! checker explores **every** interleaving of the ranks' steps, every order
-//! in which transmissions happen and every delivery order the network
-//! allows, and, if asked, both answers to every rendezvous (pull the data
-//! single-copy, or have it streamed after a clear-to-send). States are
-//! fingerprinted (64-bit SipHash of the whole state: engines, programs,
-//! buffers, network) so each is expanded once.
+//! A [`Spec`] gives 2–3 ranks a small program each and a network: FIFO per
+//! pair (shared memory, RDMA RC) or one that may deliver a pair's messages
+//! in any order (to exercise the hold-back queue). A program's [`Step`]s
+//! are eager and rendezvous sends, synchronous or not, blocking or not, in
+//! one of two contexts; receives with wildcards into buffers of an exact
+//! size; `cancel`; withdrawal (what a scope that ends by panic does);
+//! `probe`; and a rank's death, after which each survivor notices it at a
+//! moment of its own, before or after what the dead rank still had in
+//! flight arrives. The checker explores **every** interleaving of the
+//! ranks' steps, every order in which transmissions happen and every
+//! delivery order the network allows, and both answers to every rendezvous
+//! (pull the data single-copy, or have it streamed after a clear-to-send).
+//! States are fingerprinted (64-bit SipHash of the whole state) so each is
+//! expanded once. The explicit-credit threshold is the driver's
+//! (`credits.div_ceil(2)`); sequence numbers and credit counts can start
+//! just below 2^16 so both 16-bit wraps are crossed.
+//!
+//! Besides the hand-written [`suite`], programs are generated: every
+//! two-rank program of up to k operations over a small grammar
+//! ([`enumerated_specs`]) and seeded random ones ([`random_specs`]), each
+//! checked exhaustively against [`Expect::Progress`], which accepts any
+//! outcome MPI allows and nothing else.
 //!
 //! Checked in every state and transition:
 //! * **receiver ready**: no matching message ever arrives without a free
@@ -18,30 +30,43 @@
 //!   the RDMA receiver-not-ready condition — and no header is refused as a
 //!   protocol violation; credits in flight plus credits held never exceed
 //!   the windows; control messages in flight never exceed a reserve of
-//!   `envelopes` per kind (answers always; credit returns on FIFO networks,
-//!   where a reordering one may also hold stale ones), so a transport that
-//!   needs receive buffers for them (RDMA RC, which is FIFO) can size it;
-//! * **no slot overwritten**: the engine's own audit (every receive entry and
-//!   eager buffer free or in use, never both, never twice);
-//! * **no stale read**: a rendezvous pull only reads a send buffer whose send
-//!   is still pending;
-//! * **byte-exact delivery** with the right status (truncation included).
+//!   `envelopes` per kind;
+//! * **no slot overwritten**: the engine's own audit;
+//! * **no stale read or write**: a rendezvous pull only reads a send buffer
+//!   whose send is still pending; nothing is written into a receive buffer
+//!   after its receive completed;
+//! * **byte-exact delivery** with the right status: every byte of the
+//!   message up to the capacity, guard bytes on both sides of the buffer
+//!   untouched, `Truncated` exactly when the message is longer;
+//! * **results**: `Cancelled` only after a `cancel` (or withdrawal) that
+//!   succeeded; `PeerLost` only for an operation on a rank this one
+//!   declared lost; on a FIFO network, never for a receive that an eager
+//!   message sent before the death matches and that still waits here;
+//! * **probe**: what it reports is a message that arrived and nobody
+//!   received; on a FIFO network it reports nothing only if every waiting
+//!   message it matches may be spoken for by a receive.
 //!
 //! And in every terminal state (nothing can move any more):
-//! * **exactly once, non-overtaking**: every send was received once, and no
-//!   receive got a message while an earlier one from the same sender that
-//!   it also matched went to a later-posted receive;
-//! * **termination**: for a spec whose operations match, every rank
-//!   finished (a state where some rank is stuck is a deadlock and a
-//!   violation); for a spec that cannot complete (`Expect::Deadlock`), the
-//!   deadlock is found and reported with every pending operation named.
+//! * **exactly once, non-overtaking**: no message received twice, no
+//!   cancelled send received, and no receive got a message while an
+//!   earlier one from the same sender that it also matched went to a
+//!   later-posted receive; for a `Complete` spec, every message that was
+//!   not cancelled was received;
+//! * **slots come back**: each rank's operation table holds exactly its
+//!   pending operations (withdrawn ones included: they free themselves);
+//! * **credits balance**: with nothing in flight, the sender's available
+//!   entries and buffers plus what the receiver holds plus what it freed
+//!   and has not yet returned make the whole window;
+//! * **termination / progress**: for a `Complete` spec every rank finished;
+//!   for a `Deadlock` spec the deadlock is found and reported with every
+//!   pending operation named; for a `Progress` spec, operations may be left
+//!   pending only where no pending receive has a matching message it could
+//!   get and no pending send's message was received.
 //!
-//! No livelock can hide from this: every transition strictly advances a
-//! well-founded measure (a program counter, a message leaving a queue, a
-//! pull decided, or a monotonic counter such as a sequence number or a
-//! freed-credit count that only grows to a bound fixed by the programs), so
-//! the state graph is finite and acyclic and every execution ends in a
-//! terminal state, which is checked.
+//! The search is depth first and keeps its path: a transition back onto
+//! the path is a cycle (a livelock) and a violation, and a `Complete` spec
+//! must reach at least one terminal state, so no execution can hide in a
+//! loop that never ends.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashSet, VecDeque};
@@ -49,8 +74,8 @@ use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 use tandem_core::proto::{
-    Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Phase, SlotCopy, Status, Taken,
-    TxWhat, ANY_SOURCE, ANY_TAG,
+    Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Phase, ProtoError, SlotCopy, Status,
+    Taken, TxWhat, ANY_SOURCE, ANY_TAG,
 };
 use tandem_core::wire::{Header, Kind, MemDesc};
 
@@ -59,11 +84,17 @@ pub const MAX_RANKS: usize = 3;
 /// Most steps in one rank's program.
 pub const MAX_STEPS: usize = 5;
 /// Receive entries per peer at most.
-pub const MAX_ENVELOPES: usize = 3;
+pub const MAX_ENVELOPES: usize = 4;
 /// Eager buffers per peer at most.
-pub const MAX_CREDITS: usize = 2;
+pub const MAX_CREDITS: usize = 3;
 /// Longest message (and receive buffer) in a spec.
 pub const MAX_LEN: usize = 4;
+/// A receive buffer: one guard byte, `MAX_LEN` bytes, one guard byte (a
+/// receive of capacity `cap` owns bytes `1..=cap`; everything else is
+/// guard and must stay [`GUARD`]).
+const BUF: usize = MAX_LEN + 2;
+/// What receive buffers are filled with before anything is written.
+const GUARD: u8 = 0xEE;
 
 type Eng = Engine<
     [Op; MAX_STEPS],
@@ -75,7 +106,7 @@ type Eng = Engine<
 /// One operation of a rank's program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
-    /// Send `len` bytes to `to` with `tag`.
+    /// Send `len` bytes to `to` with `tag` in context `ctx`.
     Send {
         /// Destination.
         to: usize,
@@ -87,19 +118,90 @@ pub enum Step {
         sync: bool,
         /// Wait for it before the next step.
         blocking: bool,
+        /// Context (communicator) 0 or 1.
+        ctx: u16,
     },
     /// Receive up to `cap` bytes from `from` (`None`: any source) with `tag`
-    /// (`None`: any tag).
+    /// (`None`: any tag) in context `ctx`.
     Recv {
         /// Source, or any.
         from: Option<usize>,
         /// Tag, or any.
         tag: Option<u32>,
-        /// Buffer length.
+        /// Buffer length (exactly: the bytes around it are guards).
         cap: usize,
         /// Wait for it before the next step.
         blocking: bool,
+        /// Context (communicator) 0 or 1.
+        ctx: u16,
     },
+    /// `cancel` the operation of an earlier step of this program: if it
+    /// has not reached a peer it completes cancelled (a receive's message
+    /// then goes to a later receive; a send's is never delivered).
+    Cancel {
+        /// The step whose operation is cancelled.
+        step: usize,
+    },
+    /// Withdraw the receive of an earlier step, as the driver does when a
+    /// scope ends by panic: cancelled if unmatched, otherwise left to
+    /// finish with its data dropped; either way its table slot must come
+    /// back.
+    Abandon {
+        /// The receive step withdrawn.
+        step: usize,
+    },
+    /// Non-blocking probe: the status returned must be a message that
+    /// arrived and nobody received; on FIFO networks, `None` only if no
+    /// such message is waiting unmatched.
+    Probe {
+        /// Source, or any.
+        from: Option<usize>,
+        /// Tag, or any.
+        tag: Option<u32>,
+        /// Context.
+        ctx: u16,
+    },
+    /// The rank dies here: it never moves again, messages to it vanish,
+    /// and each survivor eventually notices (`Engine::fail_peer`), before
+    /// or after the dead rank's messages still in flight arrive.
+    Die,
+}
+
+impl Step {
+    /// The same step in context `ctx` (sends and receives; others as is).
+    pub fn in_ctx(self, c: u16) -> Step {
+        match self {
+            Step::Send {
+                to,
+                tag,
+                len,
+                sync,
+                blocking,
+                ..
+            } => Step::Send {
+                to,
+                tag,
+                len,
+                sync,
+                blocking,
+                ctx: c,
+            },
+            Step::Recv {
+                from,
+                tag,
+                cap,
+                blocking,
+                ..
+            } => Step::Recv {
+                from,
+                tag,
+                cap,
+                blocking,
+                ctx: c,
+            },
+            s => s,
+        }
+    }
 }
 
 /// What a spec's programs should do.
@@ -109,6 +211,13 @@ pub enum Expect {
     Complete,
     /// The operations cannot all complete: a deadlock must be found.
     Deadlock,
+    /// Anything MPI allows (for generated programs): an execution may end
+    /// with operations pending only where no pending receive has a
+    /// matching message available and no pending send's message was
+    /// received (the progress rule), or where a receiver's entries for a
+    /// sender are all held by messages nobody receives (the documented
+    /// limit of the envelope budget).
+    Progress,
 }
 
 /// How matched rendezvous messages move.
@@ -127,17 +236,19 @@ pub enum Pulls {
 pub struct Spec {
     /// Name for reports.
     pub name: String,
-    /// Eager buffers per peer (credits), 1..=[`MAX_CREDITS`].
+    /// Eager buffers per peer (credits), 1..=[`MAX_CREDITS`]; the explicit
+    /// credit threshold is the driver's, `credits.div_ceil(2)`.
     pub credits: u16,
     /// Receive entries per peer, `credits + 1..=`[`MAX_ENVELOPES`].
     pub envelopes: u16,
-    /// Messages longer than this use rendezvous.
+    /// Messages longer than this use rendezvous (at most `MAX_LEN - 2`).
     pub eager_limit: u64,
     /// Whether the network may reorder a pair's messages.
     pub reorder: bool,
     /// Rendezvous choices.
     pub pulls: Pulls,
-    /// First sequence number (put it near 2^16 to cross the wrap).
+    /// First sequence number and credit count (put it near 2^16 to cross
+    /// the 16-bit wraps).
     pub seq_start: u16,
     /// Also explore the driver's fast paths for blocking eager sends and
     /// receives (`Engine::eager_now`, `Engine::eager_recv_now`), which skip
@@ -166,14 +277,27 @@ struct RankSt {
     pc: u8,
     handles: [Option<Handle>; MAX_STEPS],
     done: [bool; MAX_STEPS],
-    /// Receive buffers, by step.
-    bufs: [[u8; MAX_LEN]; MAX_STEPS],
+    /// The step's operation was cancelled (by `Cancel` or an `Abandon` of
+    /// an unmatched receive): it never took part in matching.
+    cancelled: [bool; MAX_STEPS],
+    /// The step's receive was withdrawn: its buffer is the user's again.
+    abandoned: [bool; MAX_STEPS],
+    /// Receive buffers, by step (guard, payload, guard).
+    bufs: [[u8; BUF]; MAX_STEPS],
     /// Eager payload buffers.
     slots: [[u8; MAX_LEN]; MAX_RANKS * MAX_CREDITS],
     /// Which (sender, step) each receive step got.
     got: [Option<(u8, u8)>; MAX_STEPS],
     /// Receives waiting for a stream, per peer (CTS order).
     rx_streams: [Vec<Handle>; MAX_RANKS],
+    /// This rank has died.
+    dead: bool,
+    /// Peers this rank has declared lost.
+    detected: [bool; MAX_RANKS],
+    /// Per sender: bit `k` set once the matching message of the sender's
+    /// step `k` arrived here (eager or RTS); `arrived_eager` the eager ones.
+    arrived: [u8; MAX_RANKS],
+    arrived_eager: [u8; MAX_RANKS],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -221,6 +345,11 @@ fn content(s: usize, k: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| byte(s, k, i)).collect()
 }
 
+/// Whether a receive (`from`, `tag`, `ctx`) matches a message from `s`.
+fn matches(from: Option<usize>, tag: Option<u32>, ctx: u16, s: usize, t: u32, c: u16) -> bool {
+    ctx == c && from.is_none_or(|f| f == s) && tag.is_none_or(|x| x == t)
+}
+
 struct Checker<'a> {
     spec: &'a Spec,
     n: usize,
@@ -242,7 +371,8 @@ impl Checker<'_> {
                 nranks: self.n as u32,
                 credits: s.credits,
                 envelopes: s.envelopes,
-                credit_threshold: 1,
+                // The driver's threshold (progress/mod.rs).
+                credit_threshold: s.credits.div_ceil(2),
                 eager_limit: s.eager_limit,
                 seq_start: s.seq_start,
             };
@@ -259,10 +389,16 @@ impl Checker<'_> {
                 pc: 0,
                 handles: [None; MAX_STEPS],
                 done: [false; MAX_STEPS],
-                bufs: [[0xEE; MAX_LEN]; MAX_STEPS],
+                cancelled: [false; MAX_STEPS],
+                abandoned: [false; MAX_STEPS],
+                bufs: [[GUARD; BUF]; MAX_STEPS],
                 slots: [[0; MAX_LEN]; MAX_RANKS * MAX_CREDITS],
                 got: [None; MAX_STEPS],
                 rx_streams: Default::default(),
+                dead: false,
+                detected: [false; MAX_RANKS],
+                arrived: [0; MAX_RANKS],
+                arrived_eager: [0; MAX_RANKS],
             });
         }
         Ok(State {
@@ -289,66 +425,174 @@ impl Checker<'_> {
         })
     }
 
+    /// Whether rank `r` received message (`s`, `k`) in some step.
+    fn received(&self, st: &State, r: usize, s: usize, k: usize) -> bool {
+        st.ranks[r].got.contains(&Some((s as u8, k as u8)))
+    }
+
+    /// Copies `bytes` into receive step `k`'s buffer the way the driver
+    /// does: nothing for a withdrawn receive; a write into a receive that
+    /// already completed is a violation.
+    fn write(&self, st: &mut State, r: usize, k: usize, bytes: &[u8]) -> Res<()> {
+        let rk = &mut st.ranks[r];
+        if rk.abandoned[k] {
+            return Ok(());
+        }
+        if rk.done[k] {
+            return Err(format!(
+                "rank {r} step {k}: written after its receive completed"
+            ));
+        }
+        if bytes.len() > MAX_LEN {
+            return Err(format!("rank {r} step {k}: {} bytes written", bytes.len()));
+        }
+        rk.bufs[k][1..1 + bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    }
+
     /// Collects finished operations, checking their results.
     fn collect(&self, st: &mut State) -> Res<()> {
         for r in 0..self.n {
+            if st.ranks[r].dead {
+                continue;
+            }
             for k in 0..st.ranks[r].pc as usize {
-                let rk = &mut st.ranks[r];
-                if rk.done[k] {
+                let step = self.spec.programs[r][k];
+                if st.ranks[r].done[k] || !matches!(step, Step::Send { .. } | Step::Recv { .. }) {
                     continue;
                 }
-                let h = rk.handles[k].expect("posted");
-                let Taken::Done(res) = rk.e.take(h) else {
+                let h = st.ranks[r].handles[k].expect("posted");
+                let Taken::Done(res) = st.ranks[r].e.take(h) else {
                     continue;
                 };
-                rk.done[k] = true;
-                match self.spec.programs[r][k] {
-                    Step::Send { .. } => {
-                        res.map_err(|e| format!("rank {r} step {k}: send failed: {e:?}"))?;
-                    }
-                    Step::Recv { from, tag, cap, .. } => {
-                        let st_ = match res {
-                            Ok(s) => s,
-                            Err(OpError::Truncated { status, got }) if got as usize == cap => {
-                                status
-                            }
-                            Err(e) => return Err(format!("rank {r} step {k}: recv failed: {e:?}")),
-                        };
-                        let (s, ks) = rk.got[k].ok_or_else(|| {
-                            format!("rank {r} step {k}: completed without a message")
-                        })?;
-                        let (s, ks) = (s as usize, ks as usize);
-                        let Step::Send { len, tag: stag, .. } = self.spec.programs[s][ks] else {
-                            return Err("matched a receive".into());
-                        };
-                        let want = Status {
-                            source: s as u32,
-                            tag: stag,
-                            len: len as u64,
-                        };
-                        if st_ != want {
-                            return Err(format!(
-                                "rank {r} step {k}: status {st_:?}, message was {want:?}"
-                            ));
-                        }
-                        if from.is_some_and(|f| f != s) || tag.is_some_and(|t| t != stag) {
-                            return Err(format!(
-                                "rank {r} step {k}: got a message it does not match"
-                            ));
-                        }
-                        let n = len.min(cap);
-                        if rk.bufs[k][..n] != content(s, ks, len)[..n] {
-                            return Err(format!(
-                                "rank {r} step {k}: bytes {:?}, sent {:?}",
-                                &rk.bufs[k][..n],
-                                &content(s, ks, len)[..n]
-                            ));
-                        }
-                        if rk.bufs[k][n..cap].iter().any(|&b| b != 0xEE) {
-                            return Err(format!("rank {r} step {k}: written past the message"));
-                        }
-                    }
+                st.ranks[r].done[k] = true;
+                self.check_result(st, r, k, step, res)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_result(
+        &self,
+        st: &State,
+        r: usize,
+        k: usize,
+        step: Step,
+        res: Result<Status, OpError>,
+    ) -> Res<()> {
+        let rk = &st.ranks[r];
+        let (involves, is_recv) = match step {
+            Step::Send { to, .. } => (Some(to), false),
+            Step::Recv { from, .. } => (from, true),
+            _ => return Ok(()),
+        };
+        let status = match res {
+            Ok(s) => s,
+            Err(OpError::Cancelled) if rk.cancelled[k] => return Ok(()),
+            Err(OpError::PeerLost { peer })
+                if rk.detected[peer as usize] && involves.is_none_or(|p| p == peer as usize) =>
+            {
+                return self.lost_ok(st, r, k, peer as usize);
+            }
+            Err(OpError::Truncated { status, got }) if is_recv => {
+                let Step::Recv { cap, .. } = step else {
+                    unreachable!()
+                };
+                if status.len as usize <= cap || got as usize != cap {
+                    return Err(format!(
+                        "rank {r} step {k}: Truncated ({got} of {} B) into a {cap}-byte buffer",
+                        status.len
+                    ));
                 }
+                status
+            }
+            Err(e) => return Err(format!("rank {r} step {k}: {step:?} failed: {e:?}")),
+        };
+        let Step::Recv {
+            from,
+            tag,
+            cap,
+            ctx,
+            ..
+        } = step
+        else {
+            return Ok(());
+        };
+        let (s, ks) =
+            rk.got[k].ok_or_else(|| format!("rank {r} step {k}: completed without a message"))?;
+        let (s, ks) = (s as usize, ks as usize);
+        let Step::Send {
+            len,
+            tag: stag,
+            ctx: sctx,
+            ..
+        } = self.spec.programs[s][ks]
+        else {
+            return Err("matched a non-send".into());
+        };
+        let want = Status {
+            source: s as u32,
+            tag: stag,
+            len: len as u64,
+        };
+        if status != want {
+            return Err(format!(
+                "rank {r} step {k}: status {status:?}, message was {want:?}"
+            ));
+        }
+        if len > cap && res.is_ok() {
+            return Err(format!(
+                "rank {r} step {k}: a {len}-byte message into {cap} bytes did not report Truncated"
+            ));
+        }
+        if !matches(from, tag, ctx, s, stag, sctx) {
+            return Err(format!(
+                "rank {r} step {k}: got a message it does not match"
+            ));
+        }
+        let n = len.min(cap);
+        let b = &rk.bufs[k];
+        if b[1..1 + n] != content(s, ks, len)[..n] {
+            return Err(format!(
+                "rank {r} step {k}: bytes {:?}, sent {:?}",
+                &b[1..1 + n],
+                &content(s, ks, len)[..n]
+            ));
+        }
+        if b[0] != GUARD || b[1 + n..].iter().any(|&x| x != GUARD) {
+            return Err(format!(
+                "rank {r} step {k}: written outside the message ({b:?}, {n} B at 1..)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A receive or send of rank `r`'s step `k` failed because peer `d`
+    /// was lost. On a FIFO network, a receive may fail so only if no eager
+    /// message `d` sent before dying that it matches is waiting here: those
+    /// stay receivable.
+    fn lost_ok(&self, st: &State, r: usize, k: usize, d: usize) -> Res<()> {
+        let Step::Recv { from, tag, ctx, .. } = self.spec.programs[r][k] else {
+            return Ok(());
+        };
+        if self.spec.reorder {
+            return Ok(());
+        }
+        for (kk, step) in self.spec.programs[d].iter().enumerate() {
+            let Step::Send {
+                to, tag: t, ctx: c, ..
+            } = *step
+            else {
+                continue;
+            };
+            if to == r
+                && st.ranks[r].arrived_eager[d] & (1 << kk) != 0
+                && !self.received(st, r, d, kk)
+                && matches(from, tag, ctx, d, t, c)
+            {
+                return Err(format!(
+                    "rank {r} step {k}: failed PeerLost although rank {d}'s eager message of step {kk}, which it matches, arrived before the death and is unreceived"
+                ));
             }
         }
         Ok(())
@@ -364,6 +608,9 @@ impl Checker<'_> {
     fn invariants(&self, st: &State) -> Res<()> {
         let s = self.spec;
         for r in 0..self.n {
+            if st.ranks[r].dead {
+                continue;
+            }
             st.ranks[r]
                 .e
                 .audit()
@@ -371,6 +618,9 @@ impl Checker<'_> {
         }
         for f in 0..self.n {
             for t in 0..self.n {
+                if st.ranks[f].dead || st.ranks[t].dead {
+                    continue;
+                }
                 let q = &st.wire[self.pair(f, t)];
                 let matching = q.iter().filter(|m| m.h.kind().is_matching()).count() as u64;
                 let eager = q.iter().filter(|m| m.h.kind().is_eager()).count() as u64;
@@ -383,7 +633,7 @@ impl Checker<'_> {
                     .count() as u64;
                 let credit_msgs = q.iter().filter(|m| m.h.kind() == Kind::Credit).count() as u64;
                 // On a FIFO network (shm, RDMA RC) each credit message in
-                // flight returns at least `credit_threshold` (1 here) frees the
+                // flight returns at least `credit_threshold` frees the
                 // peer has not heard of, and those are bounded by its
                 // window. (A reordering network may also hold stale ones.)
                 let fifo = !s.reorder;
@@ -408,6 +658,9 @@ impl Checker<'_> {
     /// Every state reachable in one transition from `st`.
     fn successors(&self, st: &State, out: &mut Vec<State>) -> Res<()> {
         for r in 0..self.n {
+            if st.ranks[r].dead {
+                continue;
+            }
             // Post the next step (and, if enabled, try its fast path).
             if (st.ranks[r].pc as usize) < self.spec.programs[r].len() && !self.blocked(st, r) {
                 let mut x = st.clone();
@@ -428,17 +681,27 @@ impl Checker<'_> {
                     out.push(x);
                 }
             }
-            // Decide a matched rendezvous.
+            // Decide a matched rendezvous (a dead sender's buffer cannot
+            // be read: only a CTS, which goes nowhere).
             let mut probe = st.ranks[r].e.clone();
-            if probe.next_pull().is_some() {
-                let choices: &[bool] = match self.spec.pulls {
-                    Pulls::Always => &[true],
-                    Pulls::Never => &[false],
-                    Pulls::Both => &[true, false],
+            if let Some(p) = probe.next_pull() {
+                let sender_dead = st.ranks[(p.desc.addr >> 8) as usize].dead;
+                let choices: &[bool] = match (self.spec.pulls, sender_dead) {
+                    (_, true) | (Pulls::Never, _) => &[false],
+                    (Pulls::Always, _) => &[true],
+                    (Pulls::Both, _) => &[true, false],
                 };
                 for &pull in choices {
                     let mut x = st.clone();
                     self.pull(&mut x, r, pull)?;
+                    out.push(x);
+                }
+            }
+            // Notice a dead peer.
+            for d in 0..self.n {
+                if st.ranks[d].dead && !st.ranks[r].detected[d] {
+                    let mut x = st.clone();
+                    self.detect(&mut x, r, d);
                     out.push(x);
                 }
             }
@@ -470,32 +733,170 @@ impl Checker<'_> {
 
     fn post(&self, st: &mut State, r: usize) -> Res<()> {
         let k = st.ranks[r].pc as usize;
+        let step = self.spec.programs[r][k];
+        st.ranks[r].pc += 1;
         let rk = &mut st.ranks[r];
-        match self.spec.programs[r][k] {
+        match step {
             Step::Send {
-                to, tag, len, sync, ..
+                to,
+                tag,
+                len,
+                sync,
+                ctx,
+                ..
             } => {
-                let h =
-                    rk.e.post_send(to as u32, 0, tag, len as u64, sync)
-                        .map_err(|e| format!("rank {r} step {k}: post_send: {e}"))?;
-                rk.handles[k] = Some(h);
+                match rk.e.post_send(to as u32, ctx, tag, len as u64, sync) {
+                    Ok(h) => rk.handles[k] = Some(h),
+                    // Refused at once: the destination was declared lost.
+                    Err(ProtoError::PeerLost { peer })
+                        if peer as usize == to && rk.detected[to] =>
+                    {
+                        rk.done[k] = true;
+                    }
+                    Err(e) => return Err(format!("rank {r} step {k}: post_send: {e}")),
+                }
             }
-            Step::Recv { from, tag, cap, .. } => {
+            Step::Recv {
+                from,
+                tag,
+                cap,
+                ctx,
+                ..
+            } => {
                 let src = from.map_or(ANY_SOURCE, |f| f as u32);
                 let (h, copy) =
-                    rk.e.post_recv(src, 0, tag.unwrap_or(ANY_TAG), cap as u64)
+                    rk.e.post_recv(src, ctx, tag.unwrap_or(ANY_TAG), cap as u64)
                         .map_err(|e| format!("rank {r} step {k}: post_recv: {e}"))?;
                 rk.handles[k] = Some(h);
                 if let Some(c) = copy {
-                    let n = c.len as usize;
                     let bytes = rk.slots[c.slot];
-                    rk.bufs[k][..n].copy_from_slice(&bytes[..n]);
                     rk.got[k] = slot_origin(rk, c.slot);
+                    self.write(st, r, k, &bytes[..c.len as usize])?;
+                }
+            }
+            Step::Cancel { step: j } => {
+                let rk = &mut st.ranks[r];
+                if j < k && !rk.done[j] {
+                    if let Some(h) = rk.handles[j] {
+                        rk.cancelled[j] = rk.e.cancel(h);
+                    }
+                }
+            }
+            Step::Abandon { step: j } => {
+                let rk = &mut st.ranks[r];
+                let is_recv = matches!(self.spec.programs[r].get(j), Some(Step::Recv { .. }));
+                if j < k && is_recv && !rk.done[j] {
+                    let h = rk.handles[j].expect("posted");
+                    let phase = rk.e.abandon(h);
+                    rk.cancelled[j] = phase == Some(Phase::Posted);
+                    rk.abandoned[j] = true;
+                    rk.done[j] = true;
+                }
+            }
+            Step::Probe { from, tag, ctx } => {
+                let src = from.map_or(ANY_SOURCE, |f| f as u32);
+                let got = st.ranks[r].e.probe(src, ctx, tag.unwrap_or(ANY_TAG));
+                self.check_probe(st, r, k, (from, tag, ctx), got)?;
+            }
+            Step::Die => {
+                st.ranks[r].dead = true;
+                // Whatever was on its way to it is gone.
+                for f in 0..self.n {
+                    let i = self.pair(f, r);
+                    st.wire[i].clear();
+                    st.data[i].clear();
                 }
             }
         }
-        st.ranks[r].pc += 1;
         Ok(())
+    }
+
+    /// A probe's answer must name a message that arrived here and that no
+    /// receive got; on a FIFO network, "nothing" only if every such
+    /// message it matches may be spoken for by a receive of this rank.
+    fn check_probe(
+        &self,
+        st: &State,
+        r: usize,
+        k: usize,
+        (from, tag, ctx): (Option<usize>, Option<u32>, u16),
+        got: Option<Status>,
+    ) -> Res<()> {
+        let rk = &st.ranks[r];
+        let waiting = |s: usize, kk: usize| -> Option<(u32, usize, u16)> {
+            let Step::Send {
+                to,
+                tag: t,
+                len,
+                ctx: c,
+                ..
+            } = self.spec.programs[s][kk]
+            else {
+                return None;
+            };
+            let dropped = rk.detected[s] && rk.arrived_eager[s] & (1 << kk) == 0;
+            (to == r && rk.arrived[s] & (1 << kk) != 0 && !self.received(st, r, s, kk) && !dropped)
+                .then_some((t, len, c))
+        };
+        if let Some(g) = got {
+            let s = g.source as usize;
+            let real = (0..self.spec.programs[s].len()).any(|kk| {
+                waiting(s, kk).is_some_and(|(t, len, c)| {
+                    t == g.tag && len as u64 == g.len && matches(from, tag, ctx, s, t, c)
+                })
+            });
+            if !real {
+                return Err(format!(
+                    "rank {r} step {k}: probe reported {g:?}, which no waiting message is"
+                ));
+            }
+            return Ok(());
+        }
+        if self.spec.reorder {
+            return Ok(());
+        }
+        for s in 0..self.n {
+            for kk in 0..self.spec.programs[s].len() {
+                let Some((t, _, c)) = waiting(s, kk) else {
+                    continue;
+                };
+                if !matches(from, tag, ctx, s, t, c) {
+                    continue;
+                }
+                // A receive of this rank, pending or withdrawn while
+                // matched, may hold it (a matched rendezvous).
+                let spoken = (0..rk.pc as usize).any(|j| match self.spec.programs[r][j] {
+                    Step::Recv {
+                        from: f2,
+                        tag: t2,
+                        ctx: c2,
+                        ..
+                    } => {
+                        rk.got[j].is_none()
+                            && (!rk.done[j] || (rk.abandoned[j] && !rk.cancelled[j]))
+                            && matches(f2, t2, c2, s, t, c)
+                    }
+                    _ => false,
+                });
+                if !spoken {
+                    return Err(format!(
+                        "rank {r} step {k}: probe found nothing although rank {s}'s message of step {kk} is waiting unmatched"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Survivor `r` declares `d` lost: what `d` still had in flight to it
+    /// is gone with the connection.
+    fn detect(&self, st: &mut State, r: usize, d: usize) {
+        st.ranks[r].e.fail_peer(d as u32);
+        st.ranks[r].detected[d] = true;
+        st.ranks[r].rx_streams[d].clear();
+        let i = self.pair(d, r);
+        st.wire[i].clear();
+        st.data[i].clear();
     }
 
     /// The driver's fast path for rank `r`'s next step, if it is a blocking
@@ -510,23 +911,27 @@ impl Checker<'_> {
                 len,
                 sync: false,
                 blocking: true,
+                ctx,
             } => {
-                let Some(h) = st.ranks[r].e.eager_now(to as u32, 0, tag, len as u64) else {
+                let Some(h) = st.ranks[r].e.eager_now(to as u32, ctx, tag, len as u64) else {
                     return Ok(false);
                 };
-                let i = self.pair(r, to);
-                st.wire[i].push_back(Msg {
-                    h,
-                    addr: 0,
-                    payload: content(r, k, len),
-                    step: k as u8,
-                });
+                if !st.ranks[to].dead {
+                    let i = self.pair(r, to);
+                    st.wire[i].push_back(Msg {
+                        h,
+                        addr: 0,
+                        payload: content(r, k, len),
+                        step: k as u8,
+                    });
+                }
             }
             Step::Recv {
                 from: Some(f),
                 tag,
                 cap,
                 blocking: true,
+                ctx,
             } => {
                 let i = self.pair(f, r);
                 let Some(m) = st.wire[i].front().cloned() else {
@@ -534,17 +939,22 @@ impl Checker<'_> {
                 };
                 let taken = st.ranks[r]
                     .e
-                    .eager_recv_now(f as u32, 0, tag.unwrap_or(ANY_TAG), &m.h)
+                    .eager_recv_now(f as u32, ctx, tag.unwrap_or(ANY_TAG), &m.h)
                     .map_err(|e| format!("rank {r}: fast receive refused a header: {e}"))?;
                 if !taken {
                     return Ok(false);
                 }
                 st.wire[i].pop_front();
                 let n = m.payload.len().min(cap);
-                let Step::Send { tag: stag, .. } = self.spec.programs[f][m.step as usize] else {
+                let Step::Send {
+                    tag: stag,
+                    ctx: sctx,
+                    ..
+                } = self.spec.programs[f][m.step as usize]
+                else {
                     return Err("fast receive of a non-send".into());
                 };
-                if tag.is_some_and(|t| t != stag) || m.h.tag != stag {
+                if !matches(Some(f), tag, ctx, f, stag, sctx) || m.h.tag != stag {
                     return Err(format!(
                         "rank {r}: fast receive took a message it does not match"
                     ));
@@ -552,9 +962,11 @@ impl Checker<'_> {
                 if m.payload != content(f, m.step as usize, m.payload.len()) {
                     return Err(format!("rank {r}: fast receive got corrupt bytes"));
                 }
-                let rk = &mut st.ranks[r];
-                rk.bufs[k][..n].copy_from_slice(&m.payload[..n]);
-                rk.got[k] = Some((f as u8, m.step));
+                let bit = 1 << m.step;
+                st.ranks[r].arrived[f] |= bit;
+                st.ranks[r].arrived_eager[f] |= bit;
+                st.ranks[r].got[k] = Some((f as u8, m.step));
+                self.write(st, r, k, &m.payload[..n])?;
             }
             _ => return Ok(false),
         }
@@ -585,19 +997,27 @@ impl Checker<'_> {
             TxWhat::Control => (0, vec![], u8::MAX),
         };
         st.ranks[r].e.tx_done(p as u32, &tx);
-        let i = self.pair(r, p);
-        st.wire[i].push_back(Msg {
-            h: tx.header,
-            addr,
-            payload,
-            step,
-        });
+        if !st.ranks[p].dead {
+            let i = self.pair(r, p);
+            st.wire[i].push_back(Msg {
+                h: tx.header,
+                addr,
+                payload,
+                step,
+            });
+        }
         Ok(())
     }
 
     fn deliver(&self, st: &mut State, f: usize, t: usize, i: usize) -> Res<()> {
         let m = st.wire[self.pair(f, t)].remove(i).expect("in range");
         let from_step = Some(m.step as usize);
+        if m.h.kind().is_matching() {
+            st.ranks[t].arrived[f] |= 1 << m.step;
+            if m.h.kind().is_eager() {
+                st.ranks[t].arrived_eager[f] |= 1 << m.step;
+            }
+        }
         let mut copies: Vec<SlotCopy> = Vec::new();
         let act = st.ranks[t]
             .e
@@ -605,32 +1025,34 @@ impl Checker<'_> {
             .map_err(|e| {
                 format!("rank {t} refused a message from rank {f} ({e}): receiver not ready or protocol broken")
             })?;
-        let rk = &mut st.ranks[t];
         for c in copies {
-            let n = c.len as usize;
+            let rk = &mut st.ranks[t];
             let k = rk
                 .handles
                 .iter()
                 .position(|&x| x == Some(c.op))
                 .expect("own op");
             let bytes = rk.slots[c.slot];
-            rk.bufs[k][..n].copy_from_slice(&bytes[..n]);
             // Which message was in that slot is recorded with it.
             rk.got[k] = slot_origin(rk, c.slot);
+            self.write(st, t, k, &bytes[..c.len as usize])?;
         }
         match act {
             Action::None => {}
             Action::Deliver { op, len } => {
-                let k = rk
-                    .handles
-                    .iter()
-                    .position(|&x| x == Some(op))
-                    .expect("own op");
-                let n = len as usize;
-                rk.bufs[k][..n].copy_from_slice(&m.payload[..n]);
-                rk.got[k] = from_step.map(|s| (f as u8, s as u8));
+                let k = self.step_of(st, t, op).expect("own op");
+                st.ranks[t].got[k] = from_step.map(|s| (f as u8, s as u8));
+                let n = (len as usize).min(m.payload.len());
+                self.write(st, t, k, &m.payload[..n])?;
+                if len as usize > m.payload.len() {
+                    return Err(format!(
+                        "rank {t}: told to deliver {len} B of a {}-byte message",
+                        m.payload.len()
+                    ));
+                }
             }
             Action::Store { slot } => {
+                let rk = &mut st.ranks[t];
                 rk.slots[slot][..m.payload.len()].copy_from_slice(&m.payload);
                 set_slot_origin(rk, slot, from_step.map(|s| (f as u8, s as u8)));
             }
@@ -641,8 +1063,10 @@ impl Checker<'_> {
                 };
                 let bytes = content(t, k, full)[..len as usize].to_vec();
                 st.ranks[t].e.stream_done(op);
-                let j = self.pair(t, f);
-                st.data[j].push_back((remote, bytes));
+                if !st.ranks[f].dead {
+                    let j = self.pair(t, f);
+                    st.data[j].push_back((remote, bytes));
+                }
             }
         }
         Ok(())
@@ -666,7 +1090,10 @@ impl Checker<'_> {
             let bytes = content(s, k, len);
             let kr = self.step_of(st, r, p.op).expect("own op");
             let n = p.len as usize;
-            st.ranks[r].bufs[kr][..n].copy_from_slice(&bytes[..n]);
+            if n > len {
+                return Err(format!("rank {r}: pull of {n} B from a {len}-byte send"));
+            }
+            self.write(st, r, kr, &bytes[..n])?;
         }
         st.ranks[r].e.pull_done(p.op, pulled);
         Ok(())
@@ -674,31 +1101,28 @@ impl Checker<'_> {
 
     fn stream_in(&self, st: &mut State, f: usize, t: usize, i: usize) -> Res<()> {
         let (token, bytes) = st.data[self.pair(f, t)].remove(i).expect("in range");
-        let rk = &mut st.ranks[t];
-        let q = &mut rk.rx_streams[f];
+        let q = &mut st.ranks[t].rx_streams[f];
         let at = q
             .iter()
             .position(|h| h.token() == token)
             .ok_or_else(|| format!("rank {t}: a stream from rank {f} nobody asked for"))?;
         let op = q.remove(at);
-        let k = rk
-            .handles
-            .iter()
-            .position(|&x| x == Some(op))
-            .expect("own op");
-        rk.bufs[k][..bytes.len()].copy_from_slice(&bytes);
-        rk.e.stream_done(op);
+        let k = self.step_of(st, t, op).expect("own op");
+        self.write(st, t, k, &bytes)?;
+        st.ranks[t].e.stream_done(op);
         Ok(())
     }
 
-    /// At a terminal state: finished, or a deadlock with its operations.
-    fn terminal(&self, st: &State) -> Result<(), String> {
+    /// The operations still pending at a terminal state, named.
+    fn pending(&self, st: &State) -> String {
         let mut pending = String::new();
         for r in 0..self.n {
             let rk = &st.ranks[r];
-            let prog = &self.spec.programs[r];
-            for (k, step) in prog.iter().enumerate() {
-                if k < rk.pc as usize && rk.done[k] {
+            if rk.dead {
+                continue;
+            }
+            for (k, step) in self.spec.programs[r].iter().enumerate() {
+                if k < rk.pc as usize && (rk.done[k] || !is_op(step)) {
                     continue;
                 }
                 let what = describe(r, step);
@@ -711,36 +1135,169 @@ impl Checker<'_> {
                 }
             }
         }
-        if pending.is_empty() {
-            for (i, q) in st.wire.iter().enumerate() {
-                if q.iter().any(|m| m.h.kind().is_matching()) {
-                    return Err(format!("finished with a message in flight on pair {i}"));
-                }
-            }
-            for r in 0..self.n {
-                if st.ranks[r].e.in_use() != 0 {
-                    return Err(format!("rank {r} finished with operations in its table"));
-                }
-            }
-            self.order(st)?;
-            return Ok(());
-        }
-        Err(format!("deadlock: {}", pending.trim_end_matches("; ")))
+        pending
     }
 
-    /// Exactly once and non-overtaking, over the whole run.
-    fn order(&self, st: &State) -> Res<()> {
+    /// At a terminal state: finished, legitimately stuck (`Progress`), or a
+    /// deadlock with its operations.
+    fn terminal(&self, st: &State) -> Result<(), String> {
+        let pending = self.pending(st);
+        if !pending.is_empty() && self.spec.expect != Expect::Progress {
+            return Err(format!("deadlock: {}", pending.trim_end_matches("; ")));
+        }
+        if !pending.is_empty() {
+            self.stuck_ok(st)?;
+        }
+        for r in 0..self.n {
+            let rk = &st.ranks[r];
+            if rk.dead {
+                continue;
+            }
+            // Every withdrawn or finished operation gave its slot back.
+            let open = (0..rk.pc as usize)
+                .filter(|&k| !rk.done[k] && is_op(&self.spec.programs[r][k]))
+                .count();
+            if rk.e.in_use() != open {
+                return Err(format!(
+                    "rank {r} ended with {} operations in its table, {open} pending",
+                    rk.e.in_use()
+                ));
+            }
+        }
+        let deaths = st.ranks.iter().any(|r| r.dead);
+        if !deaths {
+            self.ledger(st)?;
+        }
+        self.order(
+            st,
+            pending.is_empty() && !deaths && self.spec.expect == Expect::Complete,
+        )
+    }
+
+    /// Credits balance when nothing is in flight: for every pair, the
+    /// sender's available entries (buffers) plus what the receiver holds
+    /// for it plus what it freed but has not returned yet make the whole
+    /// window; nothing was lost or granted twice.
+    fn ledger(&self, st: &State) -> Res<()> {
+        for f in 0..self.n {
+            for t in (0..self.n).filter(|&t| t != f) {
+                let tx = st.ranks[f].e.ledger(t as u32);
+                let rx = st.ranks[t].e.ledger(f as u32);
+                let (held, bufs) = st.ranks[t].e.held_for(f as u32);
+                let entries = tx.entries_available + rx.entries_owed + held;
+                let buffers = tx.buffers_available + rx.buffers_owed + bufs;
+                if entries != self.spec.envelopes as u64 || buffers != self.spec.credits as u64 {
+                    return Err(format!(
+                        "{f}->{t}: credits do not balance at the end: {} + {} owed + {held} held = {entries} of {} entries, {} + {} owed + {bufs} held = {buffers} of {} buffers",
+                        tx.entries_available,
+                        rx.entries_owed,
+                        self.spec.envelopes,
+                        tx.buffers_available,
+                        rx.buffers_owed,
+                        self.spec.credits
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a state where operations are pending is one MPI allows.
+    fn stuck_ok(&self, st: &State) -> Res<()> {
+        for r in (0..self.n).filter(|&r| !st.ranks[r].dead) {
+            let rk = &st.ranks[r];
+            for a in (0..rk.pc as usize).filter(|&a| !rk.done[a]) {
+                match self.spec.programs[r][a] {
+                    Step::Recv { from, tag, ctx, .. } => {
+                        if let Some(d) = from.filter(|&d| rk.detected[d]) {
+                            return Err(format!(
+                                "rank {r} step {a}: a receive from lost rank {d} still pending"
+                            ));
+                        }
+                        for s in 0..self.n {
+                            if let Some(kk) = self.available(st, r, s, from, tag, ctx) {
+                                return Err(format!(
+                                    "rank {r} step {a} and rank {s}'s message of step {kk} match, yet both are stuck: {}",
+                                    self.pending(st)
+                                ));
+                            }
+                        }
+                    }
+                    Step::Send { to, .. } => {
+                        if self.received(st, to, r, a) {
+                            return Err(format!(
+                                "rank {r} step {a}: its message was received, the send is still pending"
+                            ));
+                        }
+                        if rk.detected[to] {
+                            return Err(format!(
+                                "rank {r} step {a}: a send to lost rank {to} still pending"
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A message of `s` to `r` that a receive (`from`, `tag`, `ctx`) of `r`
+    /// matches and could get: posted, not cancelled, not received, and not
+    /// gone with a dead sender. `None` also where `r`'s entries for `s`
+    /// are all held by messages nobody receives (the envelope budget).
+    fn available(
+        &self,
+        st: &State,
+        r: usize,
+        s: usize,
+        from: Option<usize>,
+        tag: Option<u32>,
+        ctx: u16,
+    ) -> Option<usize> {
+        let (rk, sk) = (&st.ranks[r], &st.ranks[s]);
+        let unreceived_arrived = (0..self.spec.programs[s].len())
+            .filter(|&kk| rk.arrived[s] & (1 << kk) != 0 && !self.received(st, r, s, kk))
+            .count();
+        if unreceived_arrived >= self.spec.envelopes as usize {
+            return None;
+        }
+        (0..sk.pc as usize).find(|&kk| {
+            let Step::Send {
+                to, tag: t, ctx: c, ..
+            } = self.spec.programs[s][kk]
+            else {
+                return false;
+            };
+            let gone = sk.dead && (self.spec.reorder || rk.arrived_eager[s] & (1 << kk) == 0);
+            to == r
+                && !sk.cancelled[kk]
+                && !gone
+                && !self.received(st, r, s, kk)
+                && matches(from, tag, ctx, s, t, c)
+        })
+    }
+
+    /// Exactly once and non-overtaking, over the whole run; with `all`,
+    /// every message that was not cancelled was received.
+    fn order(&self, st: &State, all: bool) -> Res<()> {
         let mut seen = HashSet::new();
         for r in 0..self.n {
             let prog = &self.spec.programs[r];
             for a in 0..prog.len() {
-                let Step::Recv { from, tag, .. } = prog[a] else {
+                let Step::Recv { from, tag, ctx, .. } = prog[a] else {
                     continue;
                 };
-                let (s, ka) = st.ranks[r].got[a]
-                    .ok_or_else(|| format!("rank {r} step {a}: origin of its message unknown"))?;
+                let Some((s, ka)) = st.ranks[r].got[a] else {
+                    continue;
+                };
                 if !seen.insert((s, ka)) {
                     return Err(format!("rank {s}'s step {ka} was received twice"));
+                }
+                if st.ranks[s as usize].cancelled[ka as usize] {
+                    return Err(format!(
+                        "rank {s}'s cancelled send of step {ka} was received"
+                    ));
                 }
                 for (b, step_b) in prog.iter().enumerate().skip(a + 1) {
                     if !matches!(step_b, Step::Recv { .. }) {
@@ -754,11 +1311,13 @@ impl Checker<'_> {
                     }
                     // Message kb was sent before ka, went to the later
                     // receive b: overtaking, if it would have matched a.
-                    let Step::Send { tag: tb, .. } = self.spec.programs[sb as usize][kb as usize]
+                    let Step::Send {
+                        tag: tb, ctx: cb, ..
+                    } = self.spec.programs[sb as usize][kb as usize]
                     else {
                         continue;
                     };
-                    if from.is_none_or(|f| f == sb as usize) && tag.is_none_or(|t| t == tb) {
+                    if matches(from, tag, ctx, sb as usize, tb, cb) {
                         return Err(format!(
                             "rank {r}: receive {a} got rank {s}'s step {ka} although step {kb}, sent earlier, matched it too"
                         ));
@@ -766,18 +1325,25 @@ impl Checker<'_> {
                 }
             }
         }
-        let sends = self
-            .spec
-            .programs
-            .iter()
-            .flatten()
-            .filter(|s| matches!(s, Step::Send { .. }))
-            .count();
+        if !all {
+            return Ok(());
+        }
+        let mut sends = 0;
+        for (r, prog) in self.spec.programs.iter().enumerate() {
+            for (k, s) in prog.iter().enumerate() {
+                sends += (matches!(s, Step::Send { .. }) && !st.ranks[r].cancelled[k]) as usize;
+            }
+        }
         if seen.len() != sends {
             return Err(format!("{} of {sends} messages were received", seen.len()));
         }
         Ok(())
     }
+}
+
+/// Whether a step posts an operation (a send or a receive).
+fn is_op(s: &Step) -> bool {
+    matches!(s, Step::Send { .. } | Step::Recv { .. })
 }
 
 /// Where each eager slot's message came from (kept next to the slots).
@@ -797,6 +1363,15 @@ fn set_slot_origin(rk: &mut RankSt, slot: usize, o: Option<(u8, u8)>) {
 }
 
 fn describe(r: usize, s: &Step) -> String {
+    let ctx = |c: u16| {
+        if c == 0 {
+            String::new()
+        } else {
+            format!(" ctx {c}")
+        }
+    };
+    let who = |f: Option<usize>| f.map_or("any rank".to_string(), |f| format!("rank {f}"));
+    let tg = |t: Option<u32>| t.map_or("any".to_string(), |t| t.to_string());
     match *s {
         Step::Send {
             to,
@@ -804,23 +1379,44 @@ fn describe(r: usize, s: &Step) -> String {
             len,
             sync,
             blocking,
+            ctx: c,
         } => format!(
-            "rank {r}: {}{} {len} B to rank {to} tag {tag}",
+            "rank {r}: {}{} {len} B to rank {to} tag {tag}{}",
             if blocking { "" } else { "i" },
-            if sync { "ssend" } else { "send" }
+            if sync { "ssend" } else { "send" },
+            ctx(c)
         ),
         Step::Recv {
             from,
             tag,
             blocking,
-            ..
+            cap,
+            ctx: c,
         } => format!(
-            "rank {r}: {} from {} tag {}",
+            "rank {r}: {} {cap} B from {} tag {}{}",
             if blocking { "recv" } else { "irecv" },
-            from.map_or("any rank".to_string(), |f| format!("rank {f}")),
-            tag.map_or("any".to_string(), |t| t.to_string())
+            who(from),
+            tg(tag),
+            ctx(c)
         ),
+        Step::Cancel { step } => format!("rank {r}: cancel step {step}"),
+        Step::Abandon { step } => format!("rank {r}: withdraw step {step}"),
+        Step::Probe { from, tag, ctx: c } => {
+            format!("rank {r}: iprobe {} tag {}{}", who(from), tg(tag), ctx(c))
+        }
+        Step::Die => format!("rank {r}: dies"),
     }
+}
+
+/// A program in one line, for reports.
+pub fn program_text(spec: &Spec) -> String {
+    let mut out = String::new();
+    for (r, p) in spec.programs.iter().enumerate() {
+        for s in p {
+            let _ = write!(out, "{}; ", describe(r, s));
+        }
+    }
+    out.trim_end_matches("; ").to_string()
 }
 
 fn fingerprint(st: &State) -> u64 {
@@ -829,7 +1425,33 @@ fn fingerprint(st: &State) -> u64 {
     h.finish()
 }
 
-/// Explores every reachable state of `spec` (up to `max_states`).
+/// Whether `spec` fits the model's bounds.
+fn in_bounds(spec: &Spec) -> bool {
+    let n = spec.programs.len();
+    let steps_ok = spec.programs.iter().enumerate().all(|(r, p)| {
+        p.len() <= MAX_STEPS
+            && p.iter().enumerate().all(|(k, s)| match *s {
+                Step::Send { to, len, ctx, .. } => to < n && to != r && len < MAX_LEN && ctx < 2,
+                Step::Recv { from, cap, ctx, .. } => {
+                    from.is_none_or(|f| f < n && f != r) && cap <= MAX_LEN && ctx < 2
+                }
+                Step::Cancel { step } | Step::Abandon { step } => step < k,
+                Step::Probe { from, ctx, .. } => from.is_none_or(|f| f < n) && ctx < 2,
+                Step::Die => true,
+            })
+    });
+    (2..=MAX_RANKS).contains(&n)
+        && steps_ok
+        && spec.eager_limit as usize <= MAX_LEN - 2
+        && (1..=MAX_CREDITS as u16).contains(&spec.credits)
+        && spec.envelopes > spec.credits
+        && spec.envelopes as usize <= MAX_ENVELOPES
+}
+
+/// Explores every reachable state of `spec` (up to `max_states`), depth
+/// first, keeping the current path: a transition back onto it is a cycle
+/// (a livelock the programs could run forever) and a violation; so is a
+/// `Complete` spec with no terminal state.
 pub fn check(spec: &Spec, max_states: u64) -> Report {
     let start = Instant::now();
     let mut report = Report {
@@ -841,14 +1463,11 @@ pub fn check(spec: &Spec, max_states: u64) -> Report {
         violation: None,
         deadlock: None,
     };
-    let n = spec.programs.len();
-    let c = Checker { spec, n };
-    let bad_spec = !(2..=MAX_RANKS).contains(&n)
-        || spec.programs.iter().any(|p| p.len() > MAX_STEPS)
-        || spec.eager_limit as usize > MAX_LEN - 2
-        || spec.envelopes as usize > MAX_ENVELOPES
-        || spec.credits as usize > MAX_CREDITS;
-    if bad_spec {
+    let c = Checker {
+        spec,
+        n: spec.programs.len(),
+    };
+    if !in_bounds(spec) {
         report.violation = Some("spec exceeds the model's bounds".into());
         return report;
     }
@@ -859,46 +1478,77 @@ pub fn check(spec: &Spec, max_states: u64) -> Report {
             return report;
         }
     };
+    if let Err(e) = explore(&c, init, max_states, &mut report) {
+        report.violation = Some(e);
+    }
+    if report.violation.is_none() {
+        if spec.expect == Expect::Deadlock && report.deadlock.is_none() {
+            report.violation = Some("expected a deadlock, every execution finished".into());
+        }
+        if spec.expect == Expect::Complete && report.terminals == 0 {
+            report.violation = Some("no execution reaches an end".into());
+        }
+    }
+    report.elapsed = start.elapsed();
+    report
+}
+
+/// One state on the depth-first path: its fingerprint and the successors
+/// not yet visited.
+struct Frame {
+    fp: u64,
+    next: Vec<State>,
+}
+
+fn explore(c: &Checker<'_>, init: State, max_states: u64, report: &mut Report) -> Res<()> {
     let mut seen: HashSet<u64> = HashSet::new();
-    seen.insert(fingerprint(&init));
-    let mut stack = vec![init];
-    let mut next = Vec::new();
-    while let Some(st) = stack.pop() {
+    let mut on_path: HashSet<u64> = HashSet::new();
+    let mut path: Vec<Frame> = Vec::new();
+    let enter = |st: State, path: &mut Vec<Frame>, report: &mut Report| -> Res<()> {
         report.states += 1;
         if report.states > max_states {
-            report.violation = Some(format!("state bound {max_states} exceeded"));
-            break;
+            return Err(format!("state bound {max_states} exceeded"));
         }
-        next.clear();
-        if let Err(e) = c.successors(&st, &mut next) {
-            report.violation = Some(e);
-            break;
-        }
+        let mut next = Vec::new();
+        c.successors(&st, &mut next)?;
+        report.transitions += next.len() as u64;
         if next.is_empty() {
             report.terminals += 1;
-            match (c.terminal(&st), spec.expect) {
+            match (c.terminal(&st), c.spec.expect) {
                 (Ok(()), _) => {}
                 (Err(e), Expect::Deadlock) if e.starts_with("deadlock") => {
                     report.deadlock.get_or_insert(e);
                 }
-                (Err(e), _) => {
-                    report.violation = Some(e);
-                    break;
-                }
+                (Err(e), _) => return Err(e),
             }
         }
-        for x in next.drain(..) {
-            report.transitions += 1;
-            if seen.insert(fingerprint(&x)) {
-                stack.push(x);
-            }
+        let fp = fingerprint(&st);
+        path.push(Frame { fp, next });
+        Ok(())
+    };
+    let fp0 = fingerprint(&init);
+    seen.insert(fp0);
+    on_path.insert(fp0);
+    enter(init, &mut path, report)?;
+    while let Some(top) = path.last_mut() {
+        let Some(x) = top.next.pop() else {
+            let done = path.pop().expect("non-empty");
+            on_path.remove(&done.fp);
+            continue;
+        };
+        let fp = fingerprint(&x);
+        if on_path.contains(&fp) {
+            return Err(format!(
+                "a cycle: the state graph returns to a state on its own path ({} deep), so the programs could run forever",
+                path.len()
+            ));
+        }
+        if seen.insert(fp) {
+            on_path.insert(fp);
+            enter(x, &mut path, report)?;
         }
     }
-    if report.violation.is_none() && spec.expect == Expect::Deadlock && report.deadlock.is_none() {
-        report.violation = Some("expected a deadlock, every execution finished".into());
-    }
-    report.elapsed = start.elapsed();
-    report
+    Ok(())
 }
 
 fn send(to: usize, tag: u32, len: usize) -> Step {
@@ -908,6 +1558,7 @@ fn send(to: usize, tag: u32, len: usize) -> Step {
         len,
         sync: false,
         blocking: false,
+        ctx: 0,
     }
 }
 
@@ -918,6 +1569,7 @@ fn ssend(to: usize, tag: u32, len: usize) -> Step {
         len,
         sync: true,
         blocking: true,
+        ctx: 0,
     }
 }
 
@@ -927,6 +1579,7 @@ fn recv(from: Option<usize>, tag: Option<u32>, cap: usize) -> Step {
         tag,
         cap,
         blocking: false,
+        ctx: 0,
     }
 }
 
@@ -936,6 +1589,7 @@ fn brecv(from: Option<usize>, tag: Option<u32>, cap: usize) -> Step {
         tag,
         cap,
         blocking: true,
+        ctx: 0,
     }
 }
 
@@ -1028,6 +1682,7 @@ pub fn suite() -> Vec<Spec> {
                         len: 3,
                         sync: false,
                         blocking: true,
+                        ctx: 0,
                     },
                 ],
             ],
@@ -1060,6 +1715,7 @@ pub fn suite() -> Vec<Spec> {
         len,
         sync: false,
         blocking: true,
+        ctx: 0,
     };
     let mut fast = spec(
         "fast paths of blocking eager calls, credit 1",
@@ -1142,7 +1798,7 @@ pub fn suite() -> Vec<Spec> {
 
 /// The protocol-engine mutants (see [`tandem_core::mutation`]) the model
 /// check must catch; the ring and lock mutants are loom's.
-pub const PROTOCOL_MUTANTS: [tandem_core::mutation::Mutant; 5] = {
+pub const PROTOCOL_MUTANTS: [tandem_core::mutation::Mutant; 10] = {
     use tandem_core::mutation::Mutant;
     [
         Mutant::SkipCreditCheck,
@@ -1150,6 +1806,11 @@ pub const PROTOCOL_MUTANTS: [tandem_core::mutation::Mutant; 5] = {
         Mutant::HoldBackBypass,
         Mutant::CreditReturnLost,
         Mutant::FastRecvSeqStuck,
+        Mutant::FailPeerDropsEager,
+        Mutant::CancelKeepsPosted,
+        Mutant::ProbeIgnoresContext,
+        Mutant::OrphanLeak,
+        Mutant::CreditCountWrap,
     ]
 };
 
@@ -1165,4 +1826,249 @@ pub fn catch(m: tandem_core::mutation::Mutant, specs: &[Spec], max_states: u64) 
         .find(|r| r.violation.is_some());
     tandem_core::mutation::set(None);
     caught
+}
+
+/// splitmix64: a tiny deterministic generator, so a generated program is
+/// named by its seed and index and can be rerun.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Inserts `s` at `at` in `p`, moving the step numbers of later `Cancel`
+/// and `Abandon` steps along.
+fn insert_step(p: &mut Vec<Step>, at: usize, s: Step) {
+    for x in p.iter_mut() {
+        if let Step::Cancel { step } | Step::Abandon { step } = x {
+            if *step >= at {
+                *step += 1;
+            }
+        }
+    }
+    p.insert(at, s);
+}
+
+/// Random program `index` of the stream `seed` (see [`random_specs`]).
+pub fn random_spec(seed: u64, index: usize) -> Spec {
+    let mut g = Rng(seed ^ (index as u64).wrapping_mul(0xa076_1d64_78bd_642f));
+    let n = if g.chance(20) { 3 } else { 2 };
+    let reorder = g.chance(30);
+    let credits = 1 + g.below(MAX_CREDITS) as u16;
+    let envelopes = credits + 1 + g.below(MAX_ENVELOPES - credits as usize) as u16;
+    let mut programs: Vec<Vec<Step>> = vec![Vec::new(); n];
+    // Messages, each with a receive that matches it (exactly, or through
+    // wildcards that may also take another), at random places.
+    for _ in 0..1 + g.below(3) {
+        let s = g.below(n);
+        let r = (s + 1 + g.below(n - 1)) % n;
+        if programs[s].len() >= MAX_STEPS - 1 || programs[r].len() >= MAX_STEPS - 1 {
+            continue;
+        }
+        let (tag, ctx, len) = (g.below(2) as u32, g.chance(20) as u16, g.below(MAX_LEN));
+        let send = Step::Send {
+            to: r,
+            tag,
+            len,
+            sync: g.chance(25),
+            blocking: g.chance(25),
+            ctx,
+        };
+        let at = g.below(programs[s].len() + 1);
+        insert_step(&mut programs[s], at, send);
+        let cap = match g.below(4) {
+            0 | 1 => len,
+            2 => len.saturating_sub(1),
+            _ => len + 1,
+        };
+        let recv = Step::Recv {
+            from: (!g.chance(25)).then_some(s),
+            tag: (!g.chance(25)).then_some(tag),
+            cap,
+            blocking: g.chance(25),
+            ctx,
+        };
+        let at = g.below(programs[r].len() + 1);
+        insert_step(&mut programs[r], at, recv);
+    }
+    // Probes, cancels, withdrawals, and sometimes a death.
+    for (r, prog) in programs.iter_mut().enumerate() {
+        for _ in 0..2 {
+            if prog.len() >= MAX_STEPS {
+                break;
+            }
+            let at = g.below(prog.len() + 1);
+            let targets: Vec<usize> = (0..at)
+                .filter(|&k| {
+                    matches!(
+                        prog[k],
+                        Step::Send {
+                            blocking: false,
+                            ..
+                        } | Step::Recv {
+                            blocking: false,
+                            ..
+                        }
+                    )
+                })
+                .collect();
+            let recvs: Vec<usize> = targets
+                .iter()
+                .copied()
+                .filter(|&k| matches!(prog[k], Step::Recv { .. }))
+                .collect();
+            let extra = match g.below(5) {
+                0 => Some(Step::Probe {
+                    from: (g.chance(50)).then_some((r + 1) % n),
+                    tag: (g.chance(50)).then_some(0),
+                    ctx: 0,
+                }),
+                1 if !targets.is_empty() => Some(Step::Cancel {
+                    step: targets[g.below(targets.len())],
+                }),
+                2 if !recvs.is_empty() => Some(Step::Abandon {
+                    step: recvs[g.below(recvs.len())],
+                }),
+                _ => None,
+            };
+            if let Some(x) = extra {
+                insert_step(prog, at, x);
+            }
+        }
+    }
+    if g.chance(15) {
+        let d = g.below(n);
+        if programs[d].len() < MAX_STEPS {
+            let at = g.below(programs[d].len() + 1);
+            insert_step(&mut programs[d], at, Step::Die);
+        }
+    }
+    Spec {
+        name: format!("random {seed}/{index}"),
+        credits,
+        envelopes,
+        eager_limit: 1 + g.below(2) as u64,
+        reorder,
+        pulls: Pulls::Both,
+        seq_start: if g.chance(50) {
+            u16::MAX - g.below(3) as u16
+        } else {
+            0
+        },
+        fast_paths: !reorder && g.chance(50),
+        programs,
+        expect: Expect::Progress,
+    }
+}
+
+/// `count` random programs (seeded): 2 or 3 ranks, 1 to 3 messages each
+/// with a receive that matches it, exact or wildcard, in one of two
+/// contexts, of sizes 0 to 3 bytes into buffers of exactly the size, one
+/// byte less (truncation, eager included) or one more; blocking or not,
+/// synchronous or not; probes, cancels and withdrawals mixed in, and in
+/// some a rank that dies; credits 1 to 3 (the driver's threshold), eager
+/// limits 1 or 2, counters starting just below 2^16 in half of them, FIFO
+/// or reordering networks, fast paths on or off. Each is checked
+/// exhaustively against [`Expect::Progress`].
+pub fn random_specs(seed: u64, count: usize) -> Vec<Spec> {
+    (0..count).map(|i| random_spec(seed, i)).collect()
+}
+
+/// The operations [`enumerated_specs`] builds programs from, as seen by
+/// rank `r` of two (`o` is the other rank); `None` where one does not
+/// apply (a cancel with nothing to cancel).
+fn grammar(r: usize, prog: &[Step], op: usize) -> Option<Step> {
+    let o = 1 - r;
+    let last = |want_recv: bool| {
+        prog.iter().rposition(|s| match s {
+            Step::Recv {
+                blocking: false, ..
+            } => true,
+            Step::Send {
+                blocking: false, ..
+            } => !want_recv,
+            _ => false,
+        })
+    };
+    Some(match op {
+        0 => send(o, 0, 1),
+        1 => send(o, 0, 2),
+        2 => Step::Send {
+            to: o,
+            tag: 1,
+            len: 1,
+            sync: true,
+            blocking: false,
+            ctx: 0,
+        },
+        3 => send(o, 0, 0).in_ctx(1),
+        4 => recv(Some(o), Some(0), 1),
+        5 => recv(None, None, 2),
+        6 => brecv(Some(o), None, 1),
+        7 => Step::Cancel { step: last(false)? },
+        8 => Step::Abandon { step: last(true)? },
+        9 => Step::Probe {
+            from: None,
+            tag: None,
+            ctx: 0,
+        },
+        10 if r == 1 => Step::Die,
+        _ => return None,
+    })
+}
+
+/// Size of the alphabet of [`grammar`].
+const GRAMMAR: usize = 11;
+
+/// Every two-rank program of 1 to `k` operations over a small grammar
+/// (eager, rendezvous and synchronous sends, one in a second context;
+/// exact, wildcard and blocking receives, with a truncating capacity;
+/// cancel and withdraw of the last eligible operation; probe; rank 1's
+/// death), each operation given to either rank; each program checked on a
+/// FIFO network with the fast paths and counters just below 2^16, and on a
+/// reordering one.
+pub fn enumerated_specs(k: usize) -> Vec<Spec> {
+    let mut out = Vec::new();
+    let letters = 2 * GRAMMAR;
+    for len in 1..=k {
+        'program: for code in 0..letters.pow(len as u32) {
+            let mut programs: Vec<Vec<Step>> = vec![Vec::new(); 2];
+            let mut c = code;
+            for _ in 0..len {
+                let (r, op) = ((c % letters) / GRAMMAR, c % GRAMMAR);
+                c /= letters;
+                let Some(s) = grammar(r, &programs[r], op) else {
+                    continue 'program;
+                };
+                programs[r].push(s);
+            }
+            for reorder in [false, true] {
+                out.push(Spec {
+                    name: format!("enumerated {len}/{code}{}", if reorder { " r" } else { "" }),
+                    credits: 1,
+                    envelopes: 2,
+                    eager_limit: 1,
+                    reorder,
+                    pulls: Pulls::Both,
+                    seq_start: if reorder { 0 } else { u16::MAX - 1 },
+                    fast_paths: !reorder,
+                    programs: programs.clone(),
+                    expect: Expect::Progress,
+                });
+            }
+        }
+    }
+    out
 }

@@ -432,7 +432,14 @@ fn cancel_probe_and_peer_loss() {
 #[test]
 fn hostile_headers_are_errors() {
     let mut net = Net::new(2, 1, 16, true);
-    let mut h = Header::new(Kind::Eager, 0, 1, 4);
+    // Freed counts start where the sequence numbers do (`seq_start`): a
+    // header that returns nothing carries that start.
+    let none = u16::MAX - 2;
+    let mut h = Header {
+        credit: none,
+        ecredit: none,
+        ..Header::new(Kind::Eager, 0, 1, 4)
+    };
     let e = &mut net.ranks[1].e;
     e.on_message(0, &h, MemDesc::NONE, &mut |_| {}).unwrap();
     h.seq = 1;
@@ -442,6 +449,8 @@ fn hostile_headers_are_errors() {
     );
     let fin = Header {
         token: 12345,
+        credit: none,
+        ecredit: none,
         ..Header::new(Kind::Fin, 0, 0, 0)
     };
     assert!(matches!(
@@ -449,7 +458,8 @@ fn hostile_headers_are_errors() {
         Err(ProtoError::BadToken { .. })
     ));
     let credit = Header {
-        credit: 5,
+        credit: none.wrapping_add(5),
+        ecredit: none,
         ..Header::new(Kind::Credit, 0, 0, 0)
     };
     assert_eq!(

@@ -22,7 +22,9 @@ fn main() -> std::process::ExitCode {
 mod real {
     use std::process::ExitCode;
     use std::time::Instant;
-    use tandem_verify::model::{check, suite, Report};
+    use tandem_verify::model::{
+        check, enumerated_specs, program_text, random_specs, suite, Report,
+    };
 
     /// No spec comes near this; a run that does means the model blew up.
     const MAX_STATES: u64 = 5_000_000;
@@ -65,8 +67,16 @@ mod real {
             specs.len(),
             start.elapsed()
         );
+        failed += generated();
         if mutants {
-            failed += mutation_table(&specs);
+            // The hand-written specs first, then the generated programs.
+            let mut all = specs.clone();
+            all.extend(enumerated_specs(arg("--steps", 3) as usize));
+            all.extend(random_specs(
+                arg("--seed", 1),
+                arg("--random", 600) as usize,
+            ));
+            failed += mutation_table(&all);
         }
         if failed > 0 {
             println!("tandem-verify: {failed} FAILED");
@@ -77,6 +87,68 @@ mod real {
             start.elapsed()
         );
         ExitCode::SUCCESS
+    }
+
+    /// The value after `--name` on the command line, or `default`.
+    fn arg(name: &str, default: u64) -> u64 {
+        let args: Vec<String> = std::env::args().collect();
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map_or(default, |v| {
+                v.parse().unwrap_or_else(|_| {
+                    eprintln!("tandem-verify: {name} wants a number, got {v:?}");
+                    std::process::exit(2)
+                })
+            })
+    }
+
+    /// Checks generated programs: every program of up to `--steps` (3)
+    /// operations over the small grammar, and `--random` (600) random ones
+    /// from `--seed` (1); returns the number that failed (the first few
+    /// are printed with their programs).
+    fn generated() -> usize {
+        let steps = arg("--steps", 3) as usize;
+        let count = arg("--random", 600) as usize;
+        let seed = arg("--seed", 1);
+        let mut failed = 0;
+        for (what, specs) in [
+            (
+                format!("all programs of up to {steps} operations"),
+                enumerated_specs(steps),
+            ),
+            (
+                format!("random programs, seed {seed}"),
+                random_specs(seed, count),
+            ),
+        ] {
+            let start = Instant::now();
+            let (mut states, mut transitions, mut worst) = (0u64, 0u64, 0u64);
+            let mut bad = 0;
+            for s in &specs {
+                let r = check(s, MAX_STATES);
+                states += r.states;
+                transitions += r.transitions;
+                worst = worst.max(r.states);
+                if let Some(v) = &r.violation {
+                    bad += 1;
+                    if bad <= 3 {
+                        println!(
+                            "  {}: VIOLATION: {v}\n    program: {}",
+                            s.name,
+                            program_text(s)
+                        );
+                    }
+                }
+            }
+            println!(
+                "  generated: {} {what}: {states} states, {transitions} transitions (largest {worst}), {bad} violations, {:.2?}",
+                specs.len(),
+                start.elapsed()
+            );
+            failed += bad;
+        }
+        failed
     }
 
     #[cfg(feature = "mutants")]
