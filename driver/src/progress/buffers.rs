@@ -69,13 +69,22 @@ impl UserBuf {
         self.ptr as u64
     }
 
+    /// Whether the slot holds no user buffer any more (its operation was
+    /// withdrawn, or the slot is free): nothing may be read or written.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.ptr.is_null()
+    }
+
     /// The user's buffer as bytes to read.
     ///
     /// # Safety
     /// The op must be pending and not abandoned; its buffer borrow is then
     /// alive (see module docs) and nothing writes it during the engine call.
     pub(crate) unsafe fn src<'b>(&self) -> &'b [u8] {
-        if self.len == 0 || self.ptr.is_null() {
+        // An empty buffer keeps its address (a zero-length slice at a
+        // non-null pointer is valid), so what is described for a peer and
+        // what is released later agree.
+        if self.ptr.is_null() {
             return &[];
         }
         // SAFETY: per the function contract.
@@ -88,7 +97,7 @@ impl UserBuf {
     /// As for [`UserBuf::src`], and the op is a receive (an exclusive borrow).
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn dst<'b>(&self) -> &'b mut [u8] {
-        if self.len == 0 || self.ptr.is_null() {
+        if self.ptr.is_null() {
             return &mut [];
         }
         // SAFETY: per the function contract.

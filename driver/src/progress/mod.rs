@@ -28,6 +28,8 @@
 //! attach, an RDMA READ) while the send that owns it is still pending.
 
 mod buffers;
+#[cfg(test)]
+mod sim_tests;
 
 use crate::config::{debug_level, Config, DebugLevel};
 use crate::error::{Error, OpKind, Result};
@@ -472,7 +474,10 @@ impl Engine {
             return false;
         }
         while let Some(tx) = self.proto.next_tx(p as u32) {
-            let hb = tx.header.encode();
+            let mut hb = tx.header.encode();
+            // What a CTS asks for: its header's length, or nothing when
+            // its receive was withdrawn before the CTS could go out.
+            let mut cts_len = tx.header.len as usize;
             let ok = match tx.what {
                 TxWhat::Payload(h) => {
                     let s = &mut self.side[h.index()];
@@ -487,19 +492,32 @@ impl Engine {
                         break;
                     }
                     let s = &mut self.side[h.index()];
-                    // SAFETY: a send announced by RTS, or a receive answered
-                    // by CTS, is pending.
-                    let buf = unsafe { s.src() };
-                    let len = match cts {
-                        true => (tx.header.len as usize).min(buf.len()),
-                        false => buf.len(),
-                    };
-                    let desc = ch.link.describe(&buf[..len], cts);
-                    s.regs += 1;
-                    s.reg_peer = p as u32;
-                    s.reg_len = len;
-                    s.reg_writable = cts;
-                    ch.link.try_send(&hb, &desc.encode())
+                    if cts && s.is_gone() {
+                        // The receive was withdrawn while its CTS waited
+                        // for room: ask for nothing and describe nothing,
+                        // so the sender finishes with an empty stream and
+                        // no link sees a description shorter than its
+                        // header (RDMA would call that a protocol error).
+                        cts_len = 0;
+                        let mut h0 = tx.header;
+                        h0.len = 0;
+                        hb = h0.encode();
+                        ch.link.try_send(&hb, &MemDesc::NONE.encode())
+                    } else {
+                        // SAFETY: a send announced by RTS, or a receive answered
+                        // by CTS, is pending.
+                        let buf = unsafe { s.src() };
+                        let len = match cts {
+                            true => (tx.header.len as usize).min(buf.len()),
+                            false => buf.len(),
+                        };
+                        let desc = ch.link.describe(&buf[..len], cts);
+                        s.regs += 1;
+                        s.reg_peer = p as u32;
+                        s.reg_len = len;
+                        s.reg_writable = cts;
+                        ch.link.try_send(&hb, &desc.encode())
+                    }
                 }
                 TxWhat::Control => ch.link.try_send(&hb, &[]),
             };
@@ -509,8 +527,8 @@ impl Engine {
             if let TxWhat::Cts(h) = tx.what {
                 ch.rx_streams.push_back(Stream {
                     op: Some(h),
-                    discard: false,
-                    len: tx.header.len as usize,
+                    discard: cts_len == 0 && self.side[h.index()].is_gone(),
+                    len: cts_len,
                     done: 0,
                     remote: MemDesc::NONE,
                 });

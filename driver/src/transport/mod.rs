@@ -25,6 +25,8 @@
 pub mod fabric;
 pub mod rdma;
 pub mod shm;
+#[cfg(test)]
+pub(crate) mod sim;
 pub mod tcp;
 
 use crate::error::Error;
@@ -242,6 +244,9 @@ pub enum Link {
     /// RDMA over a verbs device.
     #[cfg(feature = "verbs")]
     Verbs(Box<rdma::RdmaLink<fabric::verbs_qp::VerbsQp>>),
+    /// The seeded simulated transport of the simulation tests.
+    #[cfg(test)]
+    Sim(Box<sim::SimLink>),
 }
 
 macro_rules! dispatch {
@@ -252,6 +257,8 @@ macro_rules! dispatch {
             Link::Soft($l) => $e,
             #[cfg(feature = "verbs")]
             Link::Verbs($l) => $e,
+            #[cfg(test)]
+            Link::Sim($l) => $e,
         }
     };
 }
