@@ -1006,6 +1006,16 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
 
     fn describe(&mut self, buf: &[u8], writable: bool) -> MemDesc {
         let addr = buf.as_ptr() as u64;
+        if buf.is_empty() {
+            // Nothing to reach: no registration (an empty slice's address
+            // may dangle, or name a byte another borrow owns), and
+            // `release` of an empty buffer does nothing either.
+            return MemDesc {
+                addr,
+                len: 0,
+                key: 0,
+            };
+        }
         let key = self
             .register_user(addr, buf.len(), writable)
             .map_or(0, |k| k.rkey as u64);
@@ -1017,7 +1027,10 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
     }
 
     fn release(&mut self, addr: u64, len: usize, writable: bool) {
-        let Some(i) = self.reg_index(addr, len.max(1), writable) else {
+        if len == 0 {
+            return;
+        }
+        let Some(i) = self.reg_index(addr, len, writable) else {
             return;
         };
         self.regs[i].refs -= 1;

@@ -229,6 +229,11 @@ struct Mrs {
 
 impl Mrs {
     fn by_rkey(&self, rkey: u32, addr: u64, len: u64, need: fn(&Access) -> bool) -> bool {
+        // As on InfiniBand, a zero-length RDMA access checks neither the
+        // rkey nor the address: it touches no memory.
+        if len == 0 {
+            return true;
+        }
         self.list.iter().any(|m| {
             m.rkey == rkey
                 && need(&m.access)
@@ -441,7 +446,11 @@ impl Shared {
     fn wire_lost(&self) {
         let mut c = self.core();
         c.wire_dead = true;
-        if c.state != QpState::Error && (!c.sq.is_empty() || c.state != QpState::Rts) {
+        // As with verbs, a queue pair whose peer is gone fails when it has
+        // (or next gets) a request to send; one still connecting (INIT,
+        // RTR) may reach RTS first: the peer may simply have finished and
+        // closed its end before this one was through its transitions.
+        if c.state != QpState::Error && !c.sq.is_empty() {
             let first = (!c.sq.is_empty()).then_some((0, WcStatus::RetryExceeded));
             self.fail(&mut c, first);
         }
@@ -636,9 +645,6 @@ impl QueuePair for SoftQp {
                 c.attrs.timeout = attrs.timeout;
                 c.rnr_left = attrs.rnr_retry;
                 c.state = QpState::Rts;
-                if c.wire_dead {
-                    self.sh.fail(&mut c, None);
-                }
             }
             (_, Modify::Error) => {
                 self.sh.fail(&mut c, None);
