@@ -460,4 +460,89 @@ mod tests {
         assert!(!rx.try_read(16, usize::MAX / 2, &mut out));
         assert!(!rx.try_read(100, 0, &mut out));
     }
+
+    #[test]
+    fn sizes_and_accessors() {
+        assert_eq!(LineRing::bytes_needed(0), Some(COUNTER_PAD));
+        assert_eq!(
+            LineRing::bytes_needed(4),
+            Some(COUNTER_PAD + 4 * CACHE_LINE)
+        );
+        let most = (isize::MAX as usize - COUNTER_PAD) / CACHE_LINE;
+        assert_eq!(
+            LineRing::bytes_needed(most),
+            Some(COUNTER_PAD + most * CACHE_LINE)
+        );
+        assert_eq!(LineRing::bytes_needed(most + 1), None);
+        assert_eq!(LineRing::bytes_needed(usize::MAX), None);
+        let (head, lines) = ring_mem(8);
+        let ring = LineRing::new(&head, &lines).unwrap();
+        assert_eq!(ring.capacity(), 8);
+        assert_eq!(ring.max_message(), 8 * LINE_PAYLOAD);
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        assert_eq!((tx.tail(), rx.tail()), (0, 0));
+        assert!(tx.try_write(b"ab", &[1; 100]));
+        assert_eq!(tx.tail(), 2);
+        let mut out = [0u8; 100];
+        assert!(rx.try_read(2, 100, &mut out));
+        assert_eq!(rx.tail(), 2);
+    }
+
+    /// The one-line path: a full ring of one-line messages refuses the
+    /// next; peeking does not consume; consuming frees the line.
+    #[test]
+    fn one_line_messages_peek_consume_and_fill() {
+        let (head, lines) = ring_mem(4);
+        let ring = LineRing::new(&head, &lines).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        let mut line = [0u8; LINE_PAYLOAD];
+        assert!(!rx.peek_line(&mut line), "nothing written yet");
+        assert_eq!(tx.free(1), 4);
+        for k in 0..4u8 {
+            assert!(tx.try_write(&[k], &[k; 3]));
+        }
+        assert_eq!(tx.free(1), 0);
+        assert!(!tx.try_write(&[9], &[9; 3]), "a full ring refuses");
+        for lap in 0..3u8 {
+            for k in 0..4u8 {
+                assert!(rx.peek_line(&mut line));
+                assert_eq!(&line[..4], &[k; 4], "lap {lap}");
+                assert!(rx.peek_line(&mut line), "peeking does not consume");
+                assert!(rx.message_ready(1, 3));
+                rx.consume_peeked_line();
+                assert_eq!(rx.tail(), (lap as u64) * 4 + k as u64 + 1);
+                assert_eq!(tx.free(1), 1, "the consumed line is free again");
+                assert!(tx.try_write(&[k], &[k; 3]));
+            }
+        }
+        assert_eq!(tx.tail(), 16);
+    }
+
+    #[test]
+    fn message_ready_needs_every_line_and_a_sane_length() {
+        let (head, lines) = ring_mem(4);
+        let ring = LineRing::new(&head, &lines).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        assert!(!rx.message_ready(0, 0));
+        assert!(tx.try_write(&[], &[3; LINE_PAYLOAD + 1]));
+        assert!(rx.message_ready(0, LINE_PAYLOAD + 1));
+        assert!(rx.message_ready(0, 1), "its first line is there");
+        assert!(
+            !rx.message_ready(0, 3 * LINE_PAYLOAD),
+            "two lines never written"
+        );
+        assert!(
+            !rx.message_ready(LINE_PAYLOAD + 1, 0),
+            "prefix longer than a line"
+        );
+        assert!(
+            !rx.message_ready(0, 4 * LINE_PAYLOAD + 1),
+            "longer than the ring"
+        );
+        assert!(!rx.message_ready(1, usize::MAX));
+        let mut out = [0u8; 8];
+        assert!(!rx.try_read(LINE_PAYLOAD + 1, 0, &mut out));
+        assert!(rx.try_read(0, LINE_PAYLOAD + 1, &mut out));
+        assert_eq!(out, [3; 8]);
+    }
 }

@@ -425,4 +425,52 @@ mod tests {
         ctrl.head.value.store(u64::MAX / 2, Ordering::Relaxed);
         assert_eq!(tx.free(), 2);
     }
+
+    #[test]
+    fn sizes_and_accessors() {
+        let ctrl_bytes = core::mem::size_of::<SlotRingCtrl>();
+        assert_eq!(SlotRing::bytes_needed(4, 128), Some(ctrl_bytes + 512));
+        assert_eq!(SlotRing::bytes_needed(1, 64), Some(ctrl_bytes + 64));
+        assert_eq!(SlotRing::bytes_needed(0, 64), Some(ctrl_bytes));
+        let most = isize::MAX as usize - 4096;
+        assert_eq!(SlotRing::bytes_needed(1, most), Some(ctrl_bytes + most));
+        assert_eq!(SlotRing::bytes_needed(1, most + 1), None);
+        assert_eq!(SlotRing::bytes_needed(isize::MAX as u64 + 1, 1), None);
+        assert_eq!(SlotRing::bytes_needed(isize::MAX as u64, 1), None);
+        assert_eq!(SlotRing::bytes_needed(u64::MAX, 0), None);
+        let ctrl = SlotRingCtrl::default();
+        let b = blocks(8);
+        let ring = SlotRing::new(&ctrl, &b, 4, 128).unwrap();
+        assert_eq!((ring.steps(), ring.slot_bytes()), (4, 128));
+        assert!(
+            !std::format!("{}", LayoutError::Steps(3)).is_empty(),
+            "layout errors explain themselves"
+        );
+    }
+
+    /// Each step has a slot of its own: two-block slots do not overlap,
+    /// and a full ring's producer sees no free slot until one is popped.
+    #[test]
+    fn slots_are_distinct_and_skips_release_them() {
+        let ctrl = SlotRingCtrl::default();
+        let b = blocks(8);
+        let ring = SlotRing::new(&ctrl, &b, 4, 128).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        for k in 0..4u8 {
+            tx.push_spin(&[k; 128]);
+            assert_eq!(tx.free(), 3 - k as u64);
+        }
+        let mut out = [0u8; 128];
+        assert!(rx.try_pop(&mut out));
+        assert_eq!(out, [0; 128]);
+        assert!(rx.try_skip(), "slot 1 skipped");
+        assert_eq!(rx.head(), 2);
+        assert_eq!(tx.free(), 2);
+        assert!(rx.try_pop(&mut out));
+        assert_eq!(out, [2; 128]);
+        assert!(rx.try_pop(&mut out));
+        assert_eq!(out, [3; 128]);
+        assert!(!rx.try_skip(), "nothing left to skip");
+        assert_eq!(rx.head(), 4);
+    }
 }

@@ -472,6 +472,56 @@ fn hostile_headers_are_errors() {
     ));
 }
 
+/// What waits unmatched is listed oldest first, by source and context;
+/// the credit counters say what may be sent and what is owed.
+#[test]
+fn unmatched_lists_waiting_messages_and_credits_are_reported() {
+    let mut net = Net::new(3, 2, 16, true);
+    assert_eq!(net.ranks[0].e.credits_available(1), 5);
+    net.send(0, 2, 4, bytes(1, 3), false);
+    net.send(1, 2, 6, bytes(2, 200), false);
+    net.send(0, 2, 7, bytes(3, 5), false);
+    net.run(|| 0);
+    assert_eq!(net.ranks[0].e.credits_available(2), 3, "two entries used");
+    let e = &net.ranks[2].e;
+    let mut out = [Status {
+        source: 9,
+        tag: 9,
+        len: 9,
+    }; 4];
+    assert_eq!(e.unmatched(ANY_SOURCE, 0, &mut out), 3);
+    let got: Vec<_> = out[..3].iter().map(|s| (s.source, s.tag, s.len)).collect();
+    assert_eq!(got, vec![(0, 4, 3), (0, 7, 5), (1, 6, 200)]);
+    assert_eq!(e.unmatched(1, 0, &mut out), 1);
+    assert_eq!((out[0].source, out[0].tag), (1, 6));
+    assert_eq!(e.unmatched(0, 1, &mut out), 0, "another context");
+    let mut one = [out[0]; 1];
+    assert_eq!(e.unmatched(0, 0, &mut one), 2, "counts beyond the array");
+    assert_eq!(one[0].tag, 4);
+    assert!(!e.credit_owed(0), "nothing freed yet");
+    // Receiving frees entries: a return is owed until it goes out.
+    let a = net.recv(2, 0, 4, 3);
+    let b = net.recv(2, 0, 7, 5);
+    assert!(net.ranks[2].e.credit_owed(0));
+    net.run(|| 0);
+    assert!(!net.ranks[2].e.credit_owed(0), "returned");
+    assert_eq!(net.ranks[0].e.credits_available(2), 5);
+    assert_eq!(net.take(2, a).1, bytes(1, 3));
+    assert_eq!(net.take(2, b).1, bytes(3, 5));
+}
+
+#[test]
+fn protocol_errors_explain_themselves() {
+    for e in [
+        ProtoError::CreditOverrun { peer: 3 },
+        ProtoError::BadCredit { peer: 3 },
+        ProtoError::PeerLost { peer: 3 },
+    ] {
+        let text = std::format!("{e}");
+        assert!(text.contains('3'), "{e:?}: {text:?}");
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Send {
