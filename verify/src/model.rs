@@ -77,7 +77,7 @@ use tandem_core::proto::{
     Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Phase, ProtoError, SlotCopy, Status,
     Taken, TxWhat, ANY_SOURCE, ANY_TAG,
 };
-use tandem_core::wire::{Header, Kind, MemDesc};
+use tandem_core::wire::{Header, Kind, Limits, MemDesc};
 
 /// Most ranks a spec may have.
 pub const MAX_RANKS: usize = 3;
@@ -358,6 +358,15 @@ struct Checker<'a> {
 type Res<T> = Result<T, String>;
 
 impl Checker<'_> {
+    /// What the driver's header validation allows.
+    fn limits(&self) -> Limits {
+        Limits {
+            eager_max: self.spec.eager_limit,
+            msg_max: MAX_LEN as u64,
+            contexts: 2,
+        }
+    }
+
     fn pair(&self, f: usize, t: usize) -> usize {
         f * self.n + t
     }
@@ -934,9 +943,12 @@ impl Checker<'_> {
                 ctx,
             } => {
                 let i = self.pair(f, r);
-                let Some(m) = st.wire[i].front().cloned() else {
+                let Some(mut m) = st.wire[i].front().cloned() else {
                     return Ok(false);
                 };
+                m.h = Header::decode(&m.h.encode(), &self.limits()).map_err(|e| {
+                    format!("rank {f} sent rank {r} a header the wire refuses: {e:?}")
+                })?;
                 let taken = st.ranks[r]
                     .e
                     .eager_recv_now(f as u32, ctx, tag.unwrap_or(ANY_TAG), &m.h)
@@ -1010,7 +1022,11 @@ impl Checker<'_> {
     }
 
     fn deliver(&self, st: &mut State, f: usize, t: usize, i: usize) -> Res<()> {
-        let m = st.wire[self.pair(f, t)].remove(i).expect("in range");
+        let mut m = st.wire[self.pair(f, t)].remove(i).expect("in range");
+        // The header crosses the wire as bytes and is validated as the
+        // driver validates it (eager payloads within the eager limit).
+        m.h = Header::decode(&m.h.encode(), &self.limits())
+            .map_err(|e| format!("rank {f} sent rank {t} a header the wire refuses: {e:?}"))?;
         let from_step = Some(m.step as usize);
         if m.h.kind().is_matching() {
             st.ranks[t].arrived[f] |= 1 << m.step;
