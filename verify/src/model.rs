@@ -2041,15 +2041,26 @@ fn grammar(r: usize, prog: &[Step], op: usize) -> Option<Step> {
             ctx: 0,
         },
         10 if r == 1 => Step::Die,
+        // A blocking standard send: the driver's eager shortcut
+        // (`eager_now`) is tried first where the spec has fast paths.
+        11 => Step::Send {
+            to: o,
+            tag: 0,
+            len: 1,
+            sync: false,
+            blocking: true,
+            ctx: 0,
+        },
         _ => return None,
     })
 }
 
 /// Size of the alphabet of [`grammar`].
-const GRAMMAR: usize = 11;
+const GRAMMAR: usize = 12;
 
 /// Every two-rank program of 1 to `k` operations over a small grammar
-/// (eager, rendezvous and synchronous sends, one in a second context;
+/// (eager, rendezvous and synchronous sends, one in a second context, one
+/// blocking;
 /// exact, wildcard and blocking receives, with a truncating capacity;
 /// cancel and withdraw of the last eligible operation; probe; rank 1's
 /// death), each operation given to either rank; each program checked on a
