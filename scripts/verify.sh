@@ -12,7 +12,12 @@
 #   3. the fuzz targets (header decoding; two engines driven by arbitrary
 #      call sequences and hostile headers, audit after every step, a
 #      reference matcher as oracle), time-boxed, then against the protocol
-#      mutants.
+#      mutants;
+#   4. the deterministic simulation of the driver's real progress layer
+#      (seeded scheduler, simulated transport; and transport faults it must
+#      catch);
+#   5. Miri over core's ring, lock, credit and wire tests, where a nightly
+#      toolchain with miri is installed (skipped, with the reason, if not).
 # Exits non-zero if a property fails or a mutant goes uncaught.
 # LOOM_MAX_PREEMPTIONS (default 3) sets loom's preemption bound.
 set -euo pipefail
@@ -33,6 +38,21 @@ printf '\n==> fuzzing, time-boxed (TANDEM_FUZZ_SECS a target, default 20; a long
 cargo run --release -q -p tandem-verify --features mutants --bin tandem-fuzz -- --secs "${TANDEM_FUZZ_SECS:-20}" | cut -c1-400 | tee -a "$log"
 cargo run --release -q -p tandem-verify --features mutants --bin tandem-fuzz -- --mutants --secs 5 | tee -a "$log"
 
+printf '\n==> deterministic simulation of the driver'"'"'s progress layer over a seeded simulated transport\n'
+cargo test -q --release -p tandem-driver --lib sim_ -- --nocapture --test-threads=1 2>&1 \
+    | grep -E '^sim:|^test result|FAILED|panicked' | tee -a "$log"
+
+printf '\n==> Miri over core'"'"'s ring, lock, credit and wire tests (undefined behaviour in the unsafe views)\n'
+if cargo +nightly miri --version >/dev/null 2>&1; then
+    # proptest keeps failure files (needs the file system); a few cases
+    # each is enough for Miri, which checks every memory access of them.
+    MIRIFLAGS="-Zmiri-disable-isolation" PROPTEST_CASES="${TANDEM_MIRI_CASES:-4}" \
+        cargo +nightly miri test -q -p tandem-core --lib -- line_ring slot_ring lock wire credit 2>&1 \
+        | grep -E '^test result|FAILED|Undefined Behavior|error' | sed 's/^/miri: /' | tee -a "$log"
+else
+    echo "miri: skipped: no nightly toolchain with the miri component (rustup component add miri --toolchain nightly)" | tee -a "$log"
+fi
+
 printf '\n==> summary\n'
 models=$(grep -c '^loom model' "$log" || true)
 execs=$(awk '/^loom model/ { for (i = 1; i <= NF; i++) if ($i == "executions,") s += $(i - 1) } END { print s + 0 }' "$log")
@@ -42,7 +62,10 @@ echo "loom: $models model runs, $execs executions (bound ${LOOM_MAX_PREEMPTIONS:
 echo "mutants caught: $(grep -c 'CAUGHT by\|caught by the loom' "$log") of $(grep -c 'CAUGHT by\|NOT CAUGHT\|caught by the loom' "$log")"
 echo "fuzz: $(awk '/^fuzz (header|engine):/ { s += $3 } END { print s + 0 }' "$log") executions ($(grep -E '^fuzz (header|engine):' "$log" | awk '{ printf "%s%s %s", sep, $2, $3; sep=", " }')), $(grep -c 'FAILED at input' "$log") failures; protocol mutants the fuzzer catches: $(grep -c '^fuzz mutant .*CAUGHT' "$log") of $(grep -c '^fuzz mutant' "$log")"
 grep -E 'CAUGHT by|caught by the loom|broken variant caught' "$log" | sed -E 's/^ +//; s/ after [0-9]+ states//' | cut -c1-160
-if grep -qE 'NOT CAUGHT|FAILED|VIOLATION' "$log"; then
+grep -E '^sim: [0-9]+ seeds' "$log" | head -1
+echo "sim: transport faults caught: $(grep -E '^sim: fault (Drop|Duplicate|Corrupt|SwapChunks) ' "$log" | sed -E 's/^sim: fault ([A-Za-z]+) struck in ([0-9]+) of [0-9]+ seeds, caught in ([0-9]+)/\1 \3 of \2/' | paste -sd ',' | sed 's/,/, /g')"
+grep '^miri:' "$log" | head -1
+if grep -qE 'NOT CAUGHT|FAILED|VIOLATION|Undefined Behavior|^miri: error' "$log"; then
     echo "verification FAILED"
     exit 1
 fi

@@ -160,4 +160,17 @@ mod tests {
         assert_eq!(tx.available(), 3);
         assert_eq!(tx.grant(g2 + 1).unwrap_err().window, 3);
     }
+
+    #[test]
+    fn owed_counts_what_was_consumed_since_the_last_grant() {
+        let mut rx = CreditReturn::new(4, 0);
+        assert_eq!(rx.owed(), 0);
+        rx.consumed(3);
+        assert_eq!(rx.owed(), 3);
+        assert!(rx.explicit_due(), "a threshold of 0 means 1");
+        assert_eq!(rx.take_grant(), 7);
+        assert_eq!(rx.owed(), 0);
+        rx.consumed(1);
+        assert_eq!(rx.owed(), 1);
+    }
 }

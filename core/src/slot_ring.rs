@@ -438,6 +438,11 @@ mod tests {
         assert_eq!(SlotRing::bytes_needed(isize::MAX as u64 + 1, 1), None);
         assert_eq!(SlotRing::bytes_needed(isize::MAX as u64, 1), None);
         assert_eq!(SlotRing::bytes_needed(u64::MAX, 0), None);
+        assert_eq!(
+            SlotRing::bytes_needed(isize::MAX as u64, 0),
+            Some(ctrl_bytes),
+            "the most steps, of nothing"
+        );
         let ctrl = SlotRingCtrl::default();
         let b = blocks(8);
         let ring = SlotRing::new(&ctrl, &b, 4, 128).unwrap();

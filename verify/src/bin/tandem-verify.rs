@@ -114,7 +114,9 @@ mod real {
         let mut failed = 0;
         for (what, specs) in [
             (
-                format!("all programs of up to {steps} operations"),
+                format!(
+                    "checks of every program of up to {steps} operations (FIFO and reordering)"
+                ),
                 enumerated_specs(steps),
             ),
             (
