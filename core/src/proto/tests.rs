@@ -510,6 +510,54 @@ fn unmatched_lists_waiting_messages_and_credits_are_reported() {
     assert_eq!(net.take(2, b).1, bytes(3, 5));
 }
 
+/// A send not yet transmitted can be cancelled (it then never reaches the
+/// peer); once transmitted it cannot.
+#[test]
+fn a_queued_send_cancels_and_a_transmitted_one_does_not() {
+    let mut net = Net::new(2, 2, 16, true);
+    let s = net.send(0, 1, 3, bytes(1, 4), false);
+    assert!(net.ranks[0].e.cancel(s));
+    assert_eq!(net.take(0, s).0, Err(OpError::Cancelled));
+    let s2 = net.send(0, 1, 3, bytes(2, 100), false);
+    net.transmit();
+    assert!(!net.ranks[0].e.cancel(s2), "its RTS is out");
+    let r = net.recv(1, 0, 3, 100);
+    net.run(|| 0);
+    assert_eq!(
+        net.take(1, r).1,
+        bytes(2, 100),
+        "the cancelled one never came"
+    );
+    assert!(net.take(0, s2).0.is_ok());
+    assert_eq!(net.ranks[1].e.probe(0, 0, ANY_TAG), None);
+}
+
+/// An answer naming a live operation is refused from any peer but the one
+/// the operation waits on, and in any state but the one it answers.
+#[test]
+fn answers_from_the_wrong_peer_or_for_the_wrong_state_are_refused() {
+    let mut net = Net::new(3, 2, 16, true);
+    let s = net.send(0, 1, 3, bytes(1, 100), false);
+    net.transmit();
+    let none = u16::MAX - 2;
+    let answer = |kind| Header {
+        token: s.token(),
+        credit: none,
+        ecredit: none,
+        ..Header::new(kind, 0, 0, 100)
+    };
+    let e = &mut net.ranks[0].e;
+    assert!(matches!(
+        e.on_message(2, &answer(Kind::Fin), MemDesc::NONE, &mut |_| {}),
+        Err(ProtoError::BadToken { peer: 2, .. })
+    ));
+    assert!(matches!(
+        e.on_message(1, &answer(Kind::Ack), MemDesc::NONE, &mut |_| {}),
+        Err(ProtoError::BadToken { peer: 1, .. })
+    ));
+    assert_eq!(e.phase(s), Some(Phase::WaitReceiver), "untouched");
+}
+
 #[test]
 fn protocol_errors_explain_themselves() {
     for e in [
