@@ -1756,6 +1756,77 @@ pub fn suite() -> Vec<Spec> {
     );
     fast.fast_paths = true;
     v.push(fast);
+    // The shortcuts' guards on their "no" side (cargo-mutants found them
+    // unchecked): a blocking send behind queued ones must not overtake
+    // them; a blocking receive must not take a message a receive posted
+    // earlier matches; both out of credit.
+    let mut behind = spec(
+        "fast send behind queued sends, fast receive behind a posted one",
+        false,
+        1,
+        vec![
+            vec![
+                send(1, 0, 2),
+                bsend(1, 0, 1),
+                bsend(1, 0, 1),
+                bsend(1, 1, 1),
+            ],
+            vec![
+                recv(a, None, 2),
+                brecv(a, Some(0), 2),
+                brecv(a, Some(0), 2),
+                brecv(a, None, 2),
+            ],
+        ],
+    );
+    behind.fast_paths = true;
+    v.push(behind);
+    let mut two_fast = spec(
+        "fast paths, credits 2, both directions",
+        false,
+        2,
+        vec![
+            vec![
+                bsend(1, 0, 1),
+                bsend(1, 0, 1),
+                brecv(b, Some(0), 1),
+                bsend(1, 0, 0),
+            ],
+            vec![
+                recv(a, Some(0), 1),
+                bsend(0, 0, 1),
+                brecv(a, Some(0), 1),
+                brecv(a, None, 1),
+            ],
+        ],
+    );
+    two_fast.fast_paths = true;
+    v.push(two_fast);
+    // A blocking receive whose tag the next message does not have, and a
+    // blocking send with no receive entry left (two rendezvous sends hold
+    // both; stuck where the envelope budget says it may be).
+    let mut wrong = spec(
+        "fast receive of another tag, fast send out of entries",
+        false,
+        1,
+        vec![
+            vec![
+                bsend(1, 1, 1),
+                bsend(1, 0, 1),
+                send(1, 2, 2),
+                send(1, 2, 2),
+                bsend(1, 3, 1),
+            ],
+            vec![
+                brecv(a, Some(0), 1),
+                brecv(a, Some(1), 1),
+                brecv(a, Some(3), 1),
+            ],
+        ],
+    );
+    wrong.fast_paths = true;
+    wrong.expect = Expect::Progress;
+    v.push(wrong);
     // Sequence numbers crossing 2^16, reordering on.
     let mut wrap = spec(
         "sequence numbers wrap at 2^16, reordering",
