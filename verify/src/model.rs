@@ -1811,14 +1811,14 @@ pub fn suite() -> Vec<Spec> {
         1,
         vec![
             vec![
+                bsend(1, 0, 2),
                 bsend(1, 1, 1),
-                bsend(1, 0, 1),
                 send(1, 2, 2),
                 send(1, 2, 2),
                 bsend(1, 3, 1),
             ],
             vec![
-                brecv(a, Some(0), 1),
+                brecv(a, Some(0), 2),
                 brecv(a, Some(1), 1),
                 brecv(a, Some(3), 1),
             ],
