@@ -40,7 +40,7 @@ cargo run --release -q -p tandem-verify --features mutants --bin tandem-fuzz -- 
 
 printf '\n==> deterministic simulation of the driver'"'"'s progress layer over a seeded simulated transport\n'
 cargo test -q --release -p tandem-driver --lib sim_ -- --nocapture --test-threads=1 2>&1 \
-    | grep -E '^sim:|^test result|FAILED|panicked' | tee -a "$log"
+    | grep -oE 'sim: .*|^test result.*|FAILED.*|panicked.*' | tee -a "$log"
 
 printf '\n==> Miri over core'"'"'s ring, lock, credit and wire tests (undefined behaviour in the unsafe views)\n'
 if cargo +nightly miri --version >/dev/null 2>&1; then
@@ -62,7 +62,7 @@ echo "loom: $models model runs, $execs executions (bound ${LOOM_MAX_PREEMPTIONS:
 echo "mutants caught: $(grep -c 'CAUGHT by\|caught by the loom' "$log") of $(grep -c 'CAUGHT by\|NOT CAUGHT\|caught by the loom' "$log")"
 echo "fuzz: $(awk '/^fuzz (header|engine):/ { s += $3 } END { print s + 0 }' "$log") executions ($(grep -E '^fuzz (header|engine):' "$log" | awk '{ printf "%s%s %s", sep, $2, $3; sep=", " }')), $(grep -c 'FAILED at input' "$log") failures; protocol mutants the fuzzer catches: $(grep -c '^fuzz mutant .*CAUGHT' "$log") of $(grep -c '^fuzz mutant' "$log")"
 grep -E 'CAUGHT by|caught by the loom|broken variant caught' "$log" | sed -E 's/^ +//; s/ after [0-9]+ states//' | cut -c1-160
-grep -E '^sim: [0-9]+ seeds' "$log" | head -1
+grep -E '^sim: [0-9]+ seeds' "$log" | head -1 || echo "sim: no summary line found" 
 echo "sim: transport faults caught: $(grep -E '^sim: fault (Drop|Duplicate|Corrupt|SwapChunks) ' "$log" | sed -E 's/^sim: fault ([A-Za-z]+) struck in ([0-9]+) of [0-9]+ seeds, caught in ([0-9]+)/\1 \3 of \2/' | paste -sd ',' | sed 's/,/, /g')"
 grep '^miri:' "$log" | head -1
 if grep -qE 'NOT CAUGHT|FAILED|VIOLATION|Undefined Behavior|^miri: error' "$log"; then
