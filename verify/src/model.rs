@@ -1915,26 +1915,6 @@ pub fn catch(m: tandem_core::mutation::Mutant, specs: &[Spec], max_states: u64) 
     caught
 }
 
-/// splitmix64: a tiny deterministic generator, so a generated program is
-/// named by its seed and index and can be rerun.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
-
 /// Inserts `s` at `at` in `p`, moving the step numbers of later `Cancel`
 /// and `Abandon` steps along.
 fn insert_step(p: &mut Vec<Step>, at: usize, s: Step) {
@@ -1950,7 +1930,7 @@ fn insert_step(p: &mut Vec<Step>, at: usize, s: Step) {
 
 /// Random program `index` of the stream `seed` (see [`random_specs`]).
 pub fn random_spec(seed: u64, index: usize) -> Spec {
-    let mut g = Rng(seed ^ (index as u64).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut g = crate::SplitMix(seed ^ (index as u64).wrapping_mul(0xa076_1d64_78bd_642f));
     let n = if g.chance(20) { 3 } else { 2 };
     let reorder = g.chance(30);
     let credits = 1 + g.below(MAX_CREDITS) as u16;

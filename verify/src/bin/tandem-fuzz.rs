@@ -30,18 +30,7 @@ mod real {
     /// A fuzz target.
     type Target = fn(&[u8]) -> fuzz::FuzzResult;
 
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            // splitmix64
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-    }
+    use tandem_verify::SplitMix as Rng;
 
     pub fn main() {
         let args: Vec<String> = std::env::args().collect();
@@ -88,14 +77,14 @@ mod real {
             let mut execs = 0u64;
             let mut buf = Vec::with_capacity(4096);
             while Instant::now() < end {
-                let len = match rng.next() % 4 {
-                    0 => rng.next() % 64,
-                    1 => rng.next() % 512,
-                    _ => rng.next() % 4096,
+                let len = match rng.next_u64() % 4 {
+                    0 => rng.next_u64() % 64,
+                    1 => rng.next_u64() % 512,
+                    _ => rng.next_u64() % 4096,
                 } as usize;
                 buf.clear();
                 while buf.len() < len {
-                    buf.extend_from_slice(&rng.next().to_le_bytes());
+                    buf.extend_from_slice(&rng.next_u64().to_le_bytes());
                 }
                 buf.truncate(len);
                 execs += 1;
@@ -138,10 +127,10 @@ mod real {
             let mut execs = 0u64;
             let mut caught = None;
             while Instant::now() < end && caught.is_none() {
-                let len = (rng.next() % 4096) as usize;
+                let len = (rng.next_u64() % 4096) as usize;
                 let mut buf = Vec::with_capacity(len + 8);
                 while buf.len() < len {
-                    buf.extend_from_slice(&rng.next().to_le_bytes());
+                    buf.extend_from_slice(&rng.next_u64().to_le_bytes());
                 }
                 buf.truncate(len);
                 execs += 1;
