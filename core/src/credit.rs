@@ -50,6 +50,17 @@ impl CreditWindow {
         }
     }
 
+    /// As [`new`](Self::new), with the counts of credits used and granted
+    /// starting at `start` rather than 0 (so a test can cross the wrap of
+    /// 16-bit counts carried on the wire early); behaves the same.
+    pub const fn starting_at(initial: u64, start: u64) -> Self {
+        Self {
+            granted: start + initial,
+            used: start,
+            window: initial,
+        }
+    }
+
     /// Credits available now.
     pub const fn available(&self) -> u64 {
         self.granted - self.used
@@ -86,7 +97,8 @@ impl CreditWindow {
         Ok(())
     }
 
-    /// Credits used so far.
+    /// Credits used so far (counted from the start, 0 unless
+    /// [`starting_at`](Self::starting_at) said otherwise).
     pub const fn used(&self) -> u64 {
         self.used
     }

@@ -670,8 +670,8 @@ where
         }
         for (i, q) in peers.as_mut()[..n].iter_mut().enumerate() {
             *q = Peer {
-                window: CreditWindow::new(c as u64),
-                bwindow: CreditWindow::new(k as u64),
+                window: CreditWindow::starting_at(c as u64, p.seq_start as u64),
+                bwindow: CreditWindow::starting_at(k as u64, p.seq_start as u64),
                 free: (i * c) as u32,
                 bfree: (i * k) as u32,
                 send_seq: p.seq_start,
@@ -1293,15 +1293,14 @@ where
     #[inline(always)]
     fn apply_credit(&mut self, peer: u32, credit: u16, ecredit: u16) -> R<()> {
         let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
-        let base = self.p.seq_start as u64;
         let q = self.peer_mut(peer);
         // Most headers return nothing new: two compares.
         if credit == q.seen_freed as u16 && ecredit == q.seen_bfreed as u16 {
             return Ok(());
         }
         let bad = ProtoError::BadCredit { peer };
-        grant(&mut q.window, &mut q.seen_freed, credit, c, base).ok_or(bad)?;
-        grant(&mut q.bwindow, &mut q.seen_bfreed, ecredit, k, base).ok_or(bad)
+        grant(&mut q.window, &mut q.seen_freed, credit, c).ok_or(bad)?;
+        grant(&mut q.bwindow, &mut q.seen_bfreed, ecredit, k).ok_or(bad)
     }
 
     fn on_matching(
@@ -1803,16 +1802,11 @@ where
 }
 
 /// Applies a 16-bit freed count from the peer to `window`: `seen` is the
-/// full count so far (it started at `base`), `initial` the window's size.
-/// `None` if the peer claims to have freed more than we ever sent.
+/// full count so far (it starts where the window's counts do), `initial`
+/// the window's size. `None` if the peer claims to have freed more than we
+/// ever sent.
 #[inline(always)]
-fn grant(
-    window: &mut CreditWindow,
-    seen: &mut u64,
-    count: u16,
-    initial: u64,
-    base: u64,
-) -> Option<()> {
+fn grant(window: &mut CreditWindow, seen: &mut u64, count: u16, initial: u64) -> Option<()> {
     // Counts are 16-bit and at most a window (< 2^15) apart, so the signed
     // difference tells a newer count from a stale one that a reordering
     // transport delivered late.
@@ -1824,11 +1818,11 @@ fn grant(
         return Some(());
     }
     let total = *seen + diff as u64;
-    if total - base > window.used() {
+    if total > window.used() {
         return None;
     }
     *seen = total;
-    window.grant(initial + total - base).ok()
+    window.grant(initial + total).ok()
 }
 
 impl Header {
