@@ -146,6 +146,10 @@ pub enum Error {
         /// Its value there.
         peer_value: String,
     },
+    /// A call's arguments do not fit together: a collective's buffer
+    /// lengths disagree with each other or with the communicator size, or
+    /// a reduction does not apply to the element type.
+    InvalidArgument(String),
     /// An operating-system call failed.
     Io(String),
     /// A rank of a launched job failed.
@@ -227,6 +231,7 @@ impl fmt::Display for Error {
                 f,
                 "ranks disagree on {parameter}: rank {rank} has {value}, rank {peer} has {peer_value}"
             ),
+            Self::InvalidArgument(e) => write!(f, "invalid argument: {e}"),
             Self::Io(e) => write!(f, "I/O error: {e}"),
             Self::RankFailed { rank, code } => write!(f, "rank {rank} failed with exit code {code}"),
         }

@@ -5,7 +5,12 @@
 //! module belongs to one layer and depends only on those below it:
 //!
 //! ```text
-//! comm        Comm / Scope / Group / Request: no transport names
+//! comm        Comm / Scope / Group / Request / CollRequest: no
+//!             transport names
+//! coll        collectives: fixed schedules (ring, chain, recursive
+//!             doubling, trees) run over progress's point-to-point
+//!             operations in a context of their own; element types and
+//!             reduction kernels
 //! progress    drives core::proto for every transport: user buffers,
 //!             post / take / withdraw, dispatch of the engine's actions
 //! transport   per peer: shm (line + slot rings, CMA, pidfd) | tcp
@@ -36,6 +41,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bootstrap;
+pub mod coll;
 mod comm;
 pub mod config;
 pub mod error;
@@ -45,7 +51,9 @@ mod sys;
 pub mod transport;
 
 pub use bootstrap::Links;
-pub use comm::{Comm, Group, Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
+pub use coll::{reduce_local, Algorithm, Collective, Dtype, Element, ReduceOp};
+pub use comm::{CollRequest, Comm, Group, Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
 pub use config::{Config, Layout, WaitPolicy};
 pub use error::{Error, OpKind, Result};
+pub use half::{bf16, f16};
 pub use progress::{Status, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};

@@ -158,3 +158,67 @@ fn no_allocations_per_message_after_warm_up() {
         }
     });
 }
+
+/// One of each collective, blocking, and a pair of non-blocking ones in a
+/// scope; `count` f32 elements per rank block.
+fn collectives(comm: &Comm, a: &mut [f32], b: &mut [f32], n: usize) {
+    use tandem_driver::ReduceOp::{Max, Sum};
+    let m = a.len() / n;
+    comm.allreduce_in_place(a, Sum).unwrap();
+    comm.allreduce(&a[..m], &mut b[..m], Max).unwrap();
+    comm.reduce_in_place(a, Sum, 1).unwrap();
+    comm.broadcast(a, 0).unwrap();
+    comm.allgather(&a[..m], b).unwrap();
+    comm.reduce_scatter(a, &mut b[..m], Sum).unwrap();
+    comm.alltoall(a, b).unwrap();
+    comm.barrier().unwrap();
+    comm.scope(|s| {
+        let (x, y) = a.split_at_mut(m);
+        let r1 = s.iallreduce_in_place(x, Sum).unwrap();
+        let r2 = s.ibroadcast(y, 1).unwrap();
+        r2.wait().unwrap();
+        drop(r1); // collected by the scope
+        let _ = s.ibarrier().unwrap();
+    })
+    .unwrap();
+}
+
+#[test]
+fn no_allocations_per_collective_after_warm_up() {
+    let name = "no_allocations_per_collective_after_warm_up";
+    if !common::is_rank() {
+        for transport in ["shm", "tcp"] {
+            let o = common::launcher(2, name)
+                .env("TANDEM_TRANSPORT", transport)
+                .run()
+                .unwrap();
+            assert_eq!(o.code(), 0, "TANDEM_TRANSPORT={transport}: exit codes {:?}", o.codes);
+        }
+        return;
+    }
+    common::ranks(2, name, |comm| {
+        let n = comm.size();
+        // Both algorithms: small (latency-optimal) and pipelined (ring,
+        // several chunks per lane).
+        for count in [2usize, 64, 1 << 20] {
+            let mut a = vec![1f32; count];
+            let mut b = vec![0f32; count];
+            for _ in 0..5 {
+                collectives(&comm, &mut a, &mut b, n);
+            }
+            let iters = if count > 1 << 16 { 20 } else { 500 };
+            let before = mine();
+            for _ in 0..iters {
+                a.fill(1.0);
+                collectives(&comm, &mut a, &mut b, n);
+            }
+            let got = mine() - before;
+            println!(
+                "rank {} ({}) {count} elements: {got} allocations in {iters} rounds of 11 collectives",
+                comm.rank(),
+                std::env::var("TANDEM_TRANSPORT").unwrap_or_default()
+            );
+            assert_eq!(got, 0, "{count} elements: {got} heap allocations");
+        }
+    });
+}

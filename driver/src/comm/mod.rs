@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 use tandem_core::lock::{SpinGuard, SpinLock};
 use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
 
+mod collective;
+pub use collective::CollRequest;
+use collective::{CollState, COLL_CTX};
+
 /// A message tag.
 pub type Tag = u32;
 
@@ -62,6 +66,8 @@ pub struct Comm {
     ctx: u16,
     /// The communicator that owns the proxy thread (not a dup).
     primary: bool,
+    /// Collectives in flight and their settings.
+    coll: std::cell::RefCell<CollState>,
     /// `!Sync`: one thread at a time drives a communicator (it may be moved
     /// to another thread). Ranks in threads each get their own.
     _not_sync: PhantomData<std::cell::Cell<()>>,
@@ -252,6 +258,7 @@ impl Comm {
             sh,
             ctx: 0,
             primary: true,
+            coll: std::cell::RefCell::new(CollState::new()?),
             _not_sync: PhantomData,
         })
     }
@@ -355,16 +362,16 @@ impl Comm {
         // engine is locked atomically (we are its only user right now).
         self.sh.engine.share();
         let c = self.sh.next_ctx.fetch_add(1, Ordering::Relaxed);
-        if c >= crate::progress::MAX_CONTEXTS as u32 {
-            return Err(Error::Config(format!(
-                "more than {} communicators",
-                crate::progress::MAX_CONTEXTS
-            )));
+        // Each communicator has two contexts: its own, and the one of its
+        // collectives (the upper half).
+        if c >= COLL_CTX as u32 {
+            return Err(Error::Config(format!("more than {COLL_CTX} communicators")));
         }
         Ok(Comm {
             sh: self.sh.clone(),
             ctx: c as u16,
             primary: false,
+            coll: std::cell::RefCell::new(CollState::new()?),
             _not_sync: PhantomData,
         })
     }
@@ -531,6 +538,7 @@ impl Comm {
                     e.publish_wait(None);
                     return Ok(st);
                 }
+                self.drive_collectives(&mut e);
                 if w.slow_path_due() {
                     e.check_peers();
                     if src != ANY_SOURCE && e.is_dead(src) {
@@ -641,6 +649,16 @@ impl Comm {
         // One pass over the request table (no new operations of this scope
         // can appear: its closure has returned), allocation-free.
         let mut first = Ok(());
+        // Collectives first: they may still post transfers of the scope.
+        loop {
+            let next = self.coll.borrow().table.of_scope(id);
+            let Some(t) = next else { break };
+            if let Err(e) = self.coll_wait(t) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
         let mut from = 0;
         loop {
             let next = self.engine().next_scope_op(id, from);
@@ -677,6 +695,7 @@ impl Comm {
                 if let Some(r) = e.take(id) {
                     break r;
                 }
+                self.drive_collectives(&mut e);
                 if w.slow_path_due() {
                     if let Err(err) = w.check(&mut e, id, kind, self.ctx) {
                         e.withdraw(id, &err);
@@ -1017,6 +1036,9 @@ struct ScopeGuard<'c> {
 impl Drop for ScopeGuard<'_> {
     fn drop(&mut self) {
         let mut e = self.comm.engine();
+        if let Ok(mut st) = self.comm.coll.try_borrow_mut() {
+            st.table.abandon_scope(&mut e, self.id);
+        }
         let why = Error::Io("request scope panicked".into());
         let mut from = 0;
         while let Some((op, resume)) = e.next_scope_op(self.id, from) {
@@ -1129,6 +1151,7 @@ impl<'s> Request<'s> {
         let id = self.id()?;
         let mut e = self.comm.engine();
         e.progress();
+        self.comm.drive_collectives(&mut e);
         match e.take(id) {
             None => Ok(None),
             Some(r) => {
@@ -1157,6 +1180,7 @@ impl<'s> Request<'s> {
             {
                 let mut e = comm.engine();
                 e.progress();
+                comm.drive_collectives(&mut e);
                 for (i, slot) in reqs.iter_mut().enumerate() {
                     let Some(r) = slot else { continue };
                     let Some(id) = r.id else { continue };

@@ -1,0 +1,446 @@
+//! Collectives against a sequential reference: 1–8 ranks (threads, and
+//! processes over real shared memory and over TCP), every operation, every
+//! element type and reduction, sizes 0, 1, odd, not divisible by the rank
+//! count, both algorithms; in place; non-blocking collectives interleaved
+//! with each other and with point-to-point traffic; bad arguments; a rank
+//! that dies mid-collective.
+
+mod common;
+use std::time::{Duration, Instant};
+use tandem_driver::{
+    bf16, f16, Algorithm, Collective, Comm, Config, Element, Error, Layout, Links, ReduceOp,
+    ANY_SOURCE,
+};
+
+/// Small-integer test values: exact in every type, so float sums match.
+trait Val: Element {
+    fn of(x: i64) -> Self;
+}
+macro_rules! val {
+    ($($t:ty),*) => {$(impl Val for $t { fn of(x: i64) -> Self { x as $t } })*};
+}
+val!(u8, i8, i32, u32, i64, u64, f32, f64);
+impl Val for f16 {
+    fn of(x: i64) -> Self {
+        f16::from_f32(x as f32)
+    }
+}
+impl Val for bf16 {
+    fn of(x: i64) -> Self {
+        bf16::from_f32(x as f32)
+    }
+}
+
+/// Rank `r`'s element `i`: small, varied, with ties for min/max.
+fn input(r: usize, i: usize) -> i64 {
+    ((r * 3 + i * 5) % 7) as i64 + 1
+}
+
+fn reference(op: ReduceOp, n: usize, i: usize) -> i64 {
+    let xs = (0..n).map(|r| input(r, i));
+    match op {
+        ReduceOp::Sum => xs.sum(),
+        ReduceOp::Prod => xs.product(),
+        ReduceOp::Min => xs.min().unwrap(),
+        ReduceOp::Max => xs.max().unwrap(),
+        ReduceOp::BitAnd => xs.reduce(|a, b| a & b).unwrap(),
+        ReduceOp::BitOr => xs.reduce(|a, b| a | b).unwrap(),
+        ReduceOp::BitXor => xs.reduce(|a, b| a ^ b).unwrap(),
+    }
+}
+
+/// Products of up to 8 values up to 7 exceed 8-bit and 16-bit floats'
+/// exact range; those are checked with `sum`, `min`, `max` only.
+fn ops_for<T: Element>() -> Vec<ReduceOp> {
+    let d = T::DTYPE;
+    ReduceOp::ALL
+        .into_iter()
+        .filter(|o| {
+            d.is_integer() || !matches!(o, ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor)
+        })
+        .filter(|o| *o != ReduceOp::Prod || d.size() >= 4)
+        .collect()
+}
+
+/// Wraps like the type does (for u8/i8 sums and products).
+fn wrap<T: Val>(x: i64) -> T {
+    match T::DTYPE {
+        tandem_driver::Dtype::U8 => T::of(x.rem_euclid(256)),
+        tandem_driver::Dtype::I8 => T::of(((x + 128).rem_euclid(256)) - 128),
+        _ => T::of(x),
+    }
+}
+
+fn all_collectives<T: Val>(comm: &Comm, count: usize) -> tandem_driver::Result<()> {
+    let (n, r) = (comm.size(), comm.rank());
+    let mine: Vec<T> = (0..count).map(|i| T::of(input(r, i))).collect();
+    for op in ops_for::<T>() {
+        let want: Vec<T> = (0..count).map(|i| wrap(reference(op, n, i))).collect();
+        let mut out = vec![T::of(0); count];
+        comm.allreduce(&mine, &mut out, op)?;
+        assert_eq!(
+            out,
+            want,
+            "allreduce {op} {:?} n={n} count={count}",
+            T::DTYPE
+        );
+        let mut buf = mine.clone();
+        comm.allreduce_in_place(&mut buf, op)?;
+        assert_eq!(buf, want, "allreduce_in_place {op}");
+        let root = count % n;
+        let mut out = vec![T::of(0); if r == root { count } else { 0 }];
+        comm.reduce(&mine, &mut out, op, root)?;
+        if r == root {
+            assert_eq!(out, want, "reduce {op} root {root}");
+        }
+        let mut buf = mine.clone();
+        comm.reduce_in_place(&mut buf, op, root)?;
+        assert_eq!(
+            buf,
+            if r == root {
+                want.clone()
+            } else {
+                mine.clone()
+            },
+            "reduce_in_place {op}"
+        );
+        // reduce_scatter: blocks of `count` from n*count inputs
+        let big: Vec<T> = (0..n * count).map(|i| T::of(input(r, i))).collect();
+        let mut out = vec![T::of(0); count];
+        comm.reduce_scatter(&big, &mut out, op)?;
+        let want_rs: Vec<T> = (0..count)
+            .map(|i| wrap(reference(op, n, r * count + i)))
+            .collect();
+        assert_eq!(out, want_rs, "reduce_scatter {op}");
+        let mut buf = big.clone();
+        comm.reduce_scatter_in_place(&mut buf, op)?;
+        assert_eq!(
+            &buf[r * count..(r + 1) * count],
+            &want_rs[..],
+            "reduce_scatter_in_place {op}"
+        );
+    }
+    let root = (count + 1) % n;
+    let mut buf = if r == root {
+        mine.clone()
+    } else {
+        vec![T::of(0); count]
+    };
+    comm.broadcast(&mut buf, root)?;
+    let theirs: Vec<T> = (0..count).map(|i| T::of(input(root, i))).collect();
+    assert_eq!(buf, theirs, "broadcast");
+    let mut out = vec![T::of(0); n * count];
+    comm.allgather(&mine, &mut out)?;
+    let want: Vec<T> = (0..n)
+        .flat_map(|q| (0..count).map(move |i| T::of(input(q, i))))
+        .collect();
+    assert_eq!(out, want, "allgather");
+    let mut buf = vec![T::of(0); n * count];
+    buf[r * count..(r + 1) * count].copy_from_slice(&mine);
+    comm.allgather_in_place(&mut buf)?;
+    assert_eq!(buf, want, "allgather_in_place");
+    // alltoall: rank r sends block q = its elements q*count.. to rank q
+    let send: Vec<T> = (0..n * count).map(|i| T::of(input(r, i))).collect();
+    let mut out = vec![T::of(0); n * count];
+    comm.alltoall(&send, &mut out)?;
+    for q in 0..n {
+        let want: Vec<T> = (0..count).map(|i| T::of(input(q, r * count + i))).collect();
+        assert_eq!(
+            &out[q * count..(q + 1) * count],
+            &want[..],
+            "alltoall from {q}"
+        );
+    }
+    comm.barrier()?;
+    Ok(())
+}
+
+fn every_type(comm: &Comm, count: usize) -> tandem_driver::Result<()> {
+    all_collectives::<u8>(comm, count)?;
+    all_collectives::<i8>(comm, count)?;
+    all_collectives::<i32>(comm, count)?;
+    all_collectives::<u32>(comm, count)?;
+    all_collectives::<i64>(comm, count)?;
+    all_collectives::<u64>(comm, count)?;
+    all_collectives::<f16>(comm, count)?;
+    all_collectives::<bf16>(comm, count)?;
+    all_collectives::<f32>(comm, count)?;
+    all_collectives::<f64>(comm, count)
+}
+
+/// Spin briefly, then yield: more ranks than cores.
+fn cfg() -> Config {
+    let mut c = Config::default();
+    c.wait.spin = 200;
+    c.timeout = Duration::from_secs(60);
+    c
+}
+
+fn force(comm: &Comm, a: Algorithm) {
+    for c in Collective::ALL {
+        comm.set_algorithm(c, Some(a));
+    }
+}
+
+fn on_threads(n: usize, f: impl Fn(Comm) -> tandem_driver::Result<()> + Sync) {
+    for (r, res) in Comm::threads(n, &Layout::default(), cfg(), f)
+        .into_iter()
+        .enumerate()
+    {
+        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
+}
+
+#[test]
+fn every_collective_type_and_op_on_1_to_8_ranks() {
+    for n in 1..=8 {
+        on_threads(n, |comm| {
+            for count in [0, 1, 7, 13] {
+                every_type(&comm, count)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn both_algorithms_and_pipelined_sizes() {
+    // Sizes around the chunk (TANDEM_COLL_CHUNK default 128 KiB) and not
+    // divisible by the rank count, through both algorithms.
+    for algo in [Algorithm::Ring, Algorithm::Tree] {
+        for n in [2, 3, 5] {
+            on_threads(n, |comm| {
+                force(&comm, algo);
+                for count in [1, 4097, 100_003] {
+                    all_collectives::<f32>(&comm, count)?;
+                    all_collectives::<i64>(&comm, count)?;
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+#[test]
+fn results_are_bitwise_identical_on_every_rank_and_run() {
+    // Non-integer floats whose sum depends on the order: every rank must
+    // hold the same bits, and a second run the same bits again.
+    for algo in [Algorithm::Ring, Algorithm::Tree] {
+        for n in [3, 4, 7] {
+            let run = || -> Vec<Vec<u32>> {
+                Comm::threads(n, &Layout::default(), cfg(), |comm| {
+                    force(&comm, algo);
+                    let mine: Vec<f32> = (0..5000)
+                        .map(|i| ((comm.rank() * 7919 + i * 104_729) % 1000) as f32 * 1e-3 + 1e-7)
+                        .collect();
+                    let mut out = vec![0f32; mine.len()];
+                    comm.allreduce(&mine, &mut out, ReduceOp::Sum)?;
+                    Ok(out.iter().map(|x| x.to_bits()).collect())
+                })
+                .into_iter()
+                .map(|r| r.unwrap())
+                .collect()
+            };
+            let a = run();
+            assert!(
+                a.iter().all(|o| o == &a[0]),
+                "{algo:?} n={n}: ranks disagree"
+            );
+            assert_eq!(a, run(), "{algo:?} n={n}: runs disagree");
+        }
+    }
+}
+
+#[test]
+fn nonblocking_collectives_interleave_with_each_other_and_point_to_point() {
+    on_threads(4, |comm| {
+        let (n, r) = (comm.size(), comm.rank());
+        let a: Vec<i32> = (0..1000).map(|i| (r * 1000 + i) as i32).collect();
+        let b: Vec<f64> = vec![r as f64 + 0.5; 300_000];
+        let mut sum_a = vec![0i32; 1000];
+        let mut max_b = vec![0f64; 300_000];
+        let mut gathered = vec![0u8; n * 3];
+        let mut bc = vec![0u64; 50];
+        if r == 2 {
+            bc.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = i as u64 * 3);
+        }
+        let msg = [r as u8; 64];
+        let mut got = [0u8; 64];
+        let next = (r + 1) % n;
+        let prev = (r + n - 1) % n;
+        let mine = [r as u8; 3];
+        comm.scope(|s| {
+            let c1 = s.iallreduce(&a, &mut sum_a, ReduceOp::Sum)?;
+            let p_recv = s.irecv(&mut got, ANY_SOURCE, 9)?;
+            let c2 = s.iallreduce(&b, &mut max_b, ReduceOp::Max)?;
+            let c3 = s.iallgather(&mine, &mut gathered)?;
+            let p_send = s.isend(&msg, next, 9)?;
+            let c4 = s.ibroadcast(&mut bc, 2)?;
+            // Wait in an order unrelated to the start order; the
+            // point-to-point waits advance the collectives too.
+            let st = p_recv.wait()?;
+            assert_eq!(st.source, prev);
+            c4.wait()?;
+            c2.wait()?;
+            let mut c1 = c1;
+            while c1.test()?.is_none() {}
+            p_send.wait()?;
+            drop(c3); // the scope's end waits for it
+            Ok::<_, Error>(())
+        })??;
+        for (i, x) in sum_a.iter().enumerate() {
+            assert_eq!(*x, (0..n).map(|q| (q * 1000 + i) as i32).sum::<i32>());
+        }
+        assert!(max_b.iter().all(|x| *x == n as f64 - 0.5));
+        assert_eq!(
+            gathered,
+            (0..n).flat_map(|q| [q as u8; 3]).collect::<Vec<_>>()
+        );
+        assert!(bc.iter().enumerate().all(|(i, x)| *x == i as u64 * 3));
+        assert_eq!(got, [prev as u8; 64]);
+        // User traffic with any tag never matches collective traffic.
+        let mut x = [0u8; 1];
+        if r == 0 {
+            comm.send(&[42], 1, 0)?;
+        }
+        let mut y = [0i32; 1];
+        comm.allreduce(&[1], &mut y, ReduceOp::Sum)?;
+        assert_eq!(y[0], n as i32);
+        if r == 1 {
+            comm.recv(&mut x, ANY_SOURCE, tandem_driver::ANY_TAG)?;
+            assert_eq!(x[0], 42);
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    on_threads(3, |comm| {
+        let mut out = [0f32; 2];
+        let e = comm
+            .allreduce(&[1.0f32; 3], &mut out, ReduceOp::Sum)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        let e = comm
+            .allreduce(&[1.0f32; 2], &mut out, ReduceOp::BitXor)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("bxor does not apply to float"),
+            "{e}"
+        );
+        let e = comm.broadcast(&mut out, 3).unwrap_err();
+        assert!(matches!(e, Error::InvalidRank { rank: 3, size: 3 }), "{e}");
+        let mut big = [0u8; 7];
+        assert!(matches!(
+            comm.allgather(&[1u8, 2], &mut big),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            comm.alltoall(&[1u8; 7], &mut big),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            comm.reduce_scatter(&[1u8; 7], &mut [0u8; 2], ReduceOp::Sum),
+            Err(Error::InvalidArgument(_))
+        ));
+        // Nothing was started: the next collective still works everywhere.
+        let mut s = [0u64];
+        comm.allreduce(&[comm.rank() as u64], &mut s, ReduceOp::Sum)?;
+        assert_eq!(s[0], 3);
+        Ok(())
+    });
+}
+
+#[test]
+fn mismatched_counts_are_reported_not_corrupting() {
+    let mut c = cfg();
+    c.timeout = Duration::from_secs(3);
+    let out = Comm::threads(2, &Layout::default(), c, |comm| {
+        let n = if comm.rank() == 0 { 4 } else { 8 };
+        let mut out = vec![0i32; n];
+        comm.allreduce(&vec![1i32; n], &mut out, ReduceOp::Sum)
+    });
+    assert!(
+        out.iter().any(|r| matches!(r, Err(Error::Mismatch { .. }))),
+        "{out:?}"
+    );
+    assert!(out.iter().all(|r| r.is_err()), "{out:?}");
+}
+
+#[test]
+fn collectives_over_tcp_and_mixed_links() {
+    for links in [Links::Tcp, Links::Mixed { hosts: 2 }] {
+        let res = Comm::threads_on(4, links, &Layout::default(), cfg(), |comm| {
+            every_type(&comm, 5)?;
+            all_collectives::<f32>(&comm, 70_001)
+        });
+        for (r, x) in res.into_iter().enumerate() {
+            x.unwrap_or_else(|e| panic!("{links:?} rank {r}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn processes_over_shared_memory() {
+    common::ranks(4, "processes_over_shared_memory", |comm| {
+        every_type(&comm, 3).unwrap();
+        all_collectives::<f32>(&comm, 200_001).unwrap();
+    });
+}
+
+#[test]
+fn a_quarter_gib_allreduce() {
+    // 256 MiB of f32 per rank, two rank processes; one run.
+    common::ranks(2, "a_quarter_gib_allreduce", |comm| {
+        let count = 64 << 20;
+        let r = comm.rank();
+        let mine: Vec<f32> = (0..count).map(|i| ((i + r) % 1024) as f32).collect();
+        let mut out = vec![0f32; count];
+        comm.allreduce(&mine, &mut out, ReduceOp::Sum).unwrap();
+        let bad = (0..count)
+            .filter(|&i| out[i] != ((i % 1024) + ((i + 1) % 1024)) as f32)
+            .count();
+        assert_eq!(bad, 0, "{bad} wrong elements");
+    });
+}
+
+#[test]
+fn a_dead_rank_fails_every_survivor_within_the_deadline() {
+    // Rank 2 of 4 exits in the middle of a run of allreduces; every
+    // survivor must return an error well before a hang would.
+    let name = "a_dead_rank_fails_every_survivor_within_the_deadline";
+    if !common::is_rank() {
+        let o = common::launcher(4, name)
+            .env("TANDEM_TIMEOUT", "10")
+            .run()
+            .expect("launch");
+        assert_eq!(o.code(), 0, "a rank failed: exit codes {:?}", o.codes);
+        return;
+    }
+    {
+        let comm = Comm::from_env().expect("join the job");
+        let r = comm.rank();
+        let mine = vec![1f32; 1 << 18];
+        let mut out = vec![0f32; 1 << 18];
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            if r == 2 && i == 3 {
+                std::process::exit(0);
+            }
+            if let Err(e) = comm.allreduce(&mine, &mut out, ReduceOp::Sum) {
+                assert!(i >= 3, "rank {r} failed early: {e}");
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "took {:?}",
+                    t0.elapsed()
+                );
+                eprintln!("rank {r}: {e}");
+                return;
+            }
+        }
+        panic!("rank {r}: every allreduce succeeded with a dead rank");
+    }
+}
