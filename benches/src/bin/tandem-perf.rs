@@ -14,12 +14,19 @@
 //!   measured before and after the sweep, and results are printed as ratios
 //!   to it.
 //! * `tandem-perf c2c`: just the machine's limits.
+//! * `--plot FILE.svg` (pingpong, bw): the sweep drawn as an SVG,
+//!   latency and bandwidth against size on log axes, with the same run's
+//!   reference lines dashed (one-way cache line and memcpy over shared
+//!   memory, the raw TCP floor over the network); `--compare A.json`
+//!   overlays earlier `--json` outputs, labelled by file stem. See
+//!   [`tandem_benches::plot`].
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use tandem_benches::c2c::{
     cache_line_round_trip, line_ring_round_trip, memcpy_gbps, C2c, InlineC2c,
 };
+use tandem_benches::plot::{Figure, PlotOpts, Series};
 use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
 use tandem_benches::tcp_floor::{self, TcpFloor};
 use tandem_driver::{Comm, Config};
@@ -42,6 +49,13 @@ options:
   --json          print a JSON array of {\"size\",\"p50_us\",\"p99_us\",\"gbps\"}
                   (gbps = gigabytes per second, 10^9 B/s) instead of a table
   --no-pin        do not pin ranks to cores
+  --plot F.svg    also draw the sweep into F.svg (pingpong, bw): latency and
+                  bandwidth against size, log axes, with this run's
+                  reference lines dashed (one-way cache line and memcpy, or
+                  the raw TCP floor)
+  --compare A.json
+                  with --plot: overlay an earlier run's --json output,
+                  labelled by the file's stem (repeat for more runs)
 
 Environment: every TANDEM_* setting of the library applies (TANDEM_LINES,
 TANDEM_SLOT_BYTES, TANDEM_EAGER_LIMIT, TANDEM_SPIN, ...).";
@@ -53,6 +67,8 @@ struct Opts {
     iters: u64,
     json: bool,
     pin: bool,
+    /// `--plot` and `--compare`.
+    plot: PlotOpts,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -69,6 +85,7 @@ fn parse() -> Result<Opts, String> {
         iters: 20_000,
         json: false,
         pin: true,
+        plot: PlotOpts::default(),
     };
     while let Some(f) = a.next() {
         let mut val = |name: &str| a.next().ok_or(format!("{name} needs a value"));
@@ -78,8 +95,18 @@ fn parse() -> Result<Opts, String> {
             "--iters" => o.iters = val("--iters")?.parse().map_err(|_| "bad --iters")?,
             "--json" => o.json = true,
             "--no-pin" => o.pin = false,
-            other => return Err(format!("unknown option {other}")),
+            other => {
+                if !o.plot.take(other, &mut val)? {
+                    return Err(format!("unknown option {other}"));
+                }
+            }
         }
+    }
+    o.plot.check()?;
+    // A bad --compare file fails now rather than after the sweep; only
+    // where the plot is drawn (the other rank may be on another host).
+    if first_rank() {
+        o.plot.compare_series()?;
     }
     if o.max > 1 << 30 {
         return Err("--max-size is at most 1G".into());
@@ -91,6 +118,49 @@ fn parse() -> Result<Opts, String> {
         return Err("--iters must be positive".into());
     }
     Ok(o)
+}
+
+/// Whether this process is rank 0 or starts the ranks itself, as far as
+/// the environment of a launcher or of tandem's own spawn tells.
+fn first_rank() -> bool {
+    [
+        "TANDEM_RANK",
+        "PMI_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "SLURM_PROCID",
+        "RANK",
+    ]
+    .iter()
+    .all(|v| std::env::var(v).map_or(true, |r| r.trim() == "0"))
+}
+
+/// With `--plot`: draws `rows` (p50 latency and bandwidth against size)
+/// with the reference lines and the `--compare` runs; on failure, says so
+/// and exits 1 (the results are already printed).
+fn plot_rows(
+    o: &Opts,
+    title: String,
+    rows: &[Row],
+    lat_refs: Vec<(String, f64)>,
+    bw_refs: Vec<(String, f64)>,
+) {
+    if o.plot.plot.is_none() {
+        return;
+    }
+    let mut fig = Figure::new(title);
+    if o.cmd == "bw" {
+        fig.latency_axis = "p50 time per message in a window (µs)".into();
+    }
+    let pts = |f: fn(&Row) -> f64| rows.iter().map(|r| (r.size as f64, f(r))).collect();
+    fig.latency.push(Series::new("this run", pts(|r| r.p50_us)));
+    fig.bandwidth.push(Series::new("this run", pts(|r| r.gbps)));
+    fig.latency_refs = lat_refs;
+    fig.bandwidth_refs = bw_refs;
+    match o.plot.write(fig) {
+        Ok(Some(path)) => eprintln!("tandem-perf: plot written to {}", path.display()),
+        Ok(None) => {}
+        Err(e) => fail(&format!("--plot: {e}")),
+    }
 }
 
 fn cores(pin: bool) -> Option<(usize, usize)> {
@@ -258,6 +328,22 @@ fn sweep_sizes(o: &Opts) {
     let before = limits.expect("rank 0 measured");
     let after = measure_limits(pinned);
     let memcpy64 = (before.memcpy[2].1 + after.memcpy[2].1) / 2.0;
+    let plot = || {
+        let one_way_us = (before.c2c.one_way_ns + after.c2c.one_way_ns) / 2e3;
+        plot_rows(
+            o,
+            format!("tandem-perf {}: 2 processes over shared memory", o.cmd),
+            &rows,
+            vec![(
+                format!("one-way cache line {one_way_us:.3} µs (this run)"),
+                one_way_us,
+            )],
+            vec![(
+                format!("memcpy 64M, 1 thread {memcpy64:.1} GB/s (this run)"),
+                memcpy64,
+            )],
+        )
+    };
     let out = |s: String| header_line(o.json, s);
     out(format!(
         "# tandem-perf {}: 2 processes over shared memory, pinned to cores: {pinned:?}",
@@ -267,7 +353,7 @@ fn sweep_sizes(o: &Opts) {
     out(format!("# after the run:  {}", describe(&after)));
     if o.json {
         print_json(&rows);
-        return;
+        return plot();
     }
     if bw {
         println!(
@@ -314,6 +400,7 @@ fn sweep_sizes(o: &Opts) {
             big.gbps / memcpy64
         );
     }
+    plot();
 }
 
 /// `pingpong` and `bw` as ranks of a launched job or over TCP: the raw TCP
@@ -408,11 +495,32 @@ fn sweep_network(o: &Opts) {
         )),
         _ => None,
     };
+    let plot = || {
+        let (lat_refs, bw_refs) = match fl {
+            Some((lat, gbps)) => (
+                vec![(
+                    format!("raw TCP 8 B half round trip {:.2} µs (this run)", lat / 1e3),
+                    lat / 1e3,
+                )],
+                vec![(
+                    format!("raw TCP, one stream {gbps:.2} GB/s (this run)"),
+                    gbps,
+                )],
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        plot_rows(
+            o,
+            format!("tandem-perf {}: 2 ranks over {route:?}", o.cmd),
+            &rows,
+            lat_refs,
+            bw_refs,
+        )
+    };
     if o.json {
         print_json(&rows);
-        return;
+        return plot();
     }
-    let _ = fl;
     println!("# raw = the raw TCP floor right before that size, over a plain connection between the same two ranks:");
     println!("#   up to 64 B: 8-byte busy-polled ping-pong half round trip (us); from 1M: one blocking stream (GB/s)");
     println!("# x raw = p50 / raw (small sizes), GB/s / raw (from 1M)");
@@ -462,6 +570,7 @@ fn sweep_network(o: &Opts) {
             big[big.len() / 2]
         );
     }
+    plot();
 }
 
 /// A header line: on stdout for a table, on stderr with `--json` (so
@@ -586,6 +695,10 @@ fn main() {
     match o.cmd.as_str() {
         "pingpong" | "bw" => sweep_sizes(&o),
         "c2c" => {
+            if o.plot.plot.is_some() {
+                eprintln!("tandem-perf: c2c draws no plot (--plot is for sweeps)\n\n{USAGE}");
+                std::process::exit(2)
+            }
             let l = measure_limits(cores(o.pin));
             if o.json {
                 let m: Vec<String> = l

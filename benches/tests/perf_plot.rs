@@ -1,0 +1,194 @@
+//! `tandem-perf --plot` and `--compare`: the built binary draws a short
+//! sweep into a well-formed SVG with a curve in each panel.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// Runs of the sweep one at a time: each pins two ranks to the same two
+/// cores.
+static SWEEP: Mutex<()> = Mutex::new(());
+
+/// A fresh directory under the system's temporary one.
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-perf-plot-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn perf(args: &[&str]) -> Output {
+    let _one = SWEEP.lock().unwrap_or_else(|e| e.into_inner());
+    Command::new(env!("CARGO_BIN_EXE_tandem-perf"))
+        .args(args)
+        .output()
+        .expect("run tandem-perf")
+}
+
+fn sweep(extra: &[&str]) -> Output {
+    let mut args = vec![
+        "pingpong",
+        "--min-size",
+        "1",
+        "--max-size",
+        "64",
+        "--iters",
+        "200",
+    ];
+    args.extend_from_slice(extra);
+    let out = perf(&args);
+    assert!(
+        out.status.success(),
+        "tandem-perf failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The polylines of the SVG at `path` (parsed as XML, root `<svg>`): the
+/// number of points of each and whether it lies in the left half.
+fn polylines(path: &Path) -> (Vec<(usize, bool)>, Vec<String>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    let width: f64 = root.attribute("width").unwrap().parse().unwrap();
+    let lines = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .map(|n| {
+            let xs: Vec<f64> = n
+                .attribute("points")
+                .unwrap()
+                .split_whitespace()
+                .map(|p| p.split(',').next().unwrap().parse().unwrap())
+                .collect();
+            let left = xs.iter().all(|x| *x < width / 2.0);
+            assert!(left || xs.iter().all(|x| *x > width / 2.0), "{xs:?}");
+            (xs.len(), left)
+        })
+        .collect();
+    let texts = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(|t| t.trim().to_string())
+        .collect();
+    (lines, texts)
+}
+
+/// Whether both panels have a polyline of `n` points.
+fn in_both_panels(lines: &[(usize, bool)], n: usize) -> bool {
+    [true, false].iter().all(|left| lines.contains(&(n, *left)))
+}
+
+#[test]
+fn plot_of_a_sweep() {
+    let dir = temp_dir("plot");
+    let svg = dir.join("p.svg");
+    let out = sweep(&["--plot", svg.to_str().unwrap()]);
+    // The table is still printed.
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("p50 us"), "{table}");
+    let (lines, texts) = polylines(&svg);
+    // 1 B to 64 B: 7 sizes, one curve in each panel.
+    assert!(in_both_panels(&lines, 7), "{lines:?}");
+    assert!(texts.iter().any(|t| t == "64 B"), "{texts:?}");
+    assert_eq!(texts.iter().filter(|t| *t == "this run").count(), 2);
+    for reference in ["one-way cache line", "memcpy 64M"] {
+        assert!(
+            texts.iter().any(|t| t.starts_with(reference)),
+            "no {reference} line: {texts:?}"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn plot_compared_with_earlier_runs() {
+    let dir = temp_dir("compare");
+    let earlier = dir.join("earlier.json");
+    std::fs::write(
+        &earlier,
+        r#"[
+  {"size": 1, "p50_us": 0.5, "p99_us": 0.6, "gbps": 0.002},
+  {"size": 8, "p50_us": 0.5, "p99_us": 0.6, "gbps": 0.016},
+  {"size": 64, "p50_us": 0.6, "p99_us": 0.7, "gbps": 0.107}
+]"#,
+    )
+    .unwrap();
+    // A collective's rows: bandwidth is "busbw".
+    let coll = dir.join("allreduce.json");
+    std::fs::write(
+        &coll,
+        r#"[{"size": 4, "p50_us": 2.0, "algbw": 0.002, "busbw": 0.003, "wrong": 0},
+            {"size": 16, "p50_us": 2.5, "algbw": 0.006, "busbw": 0.009, "wrong": 0},
+            {"size": 32, "p50_us": 2.5, "algbw": 0.012, "busbw": 0.018, "wrong": 0},
+            {"size": 64, "p50_us": 3.0, "algbw": 0.02, "busbw": 0.03, "wrong": 0}]"#,
+    )
+    .unwrap();
+    let svg = dir.join("c.svg");
+    let out = sweep(&[
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--compare",
+        earlier.to_str().unwrap(),
+        "--compare",
+        coll.to_str().unwrap(),
+    ]);
+    // stdout stays one JSON document, which --compare reads back.
+    let json = dir.join("now.json");
+    std::fs::write(&json, &out.stdout).unwrap();
+    let (lat, bw) = tandem_benches::plot::read_json_series(&json).unwrap();
+    assert_eq!((lat.len(), bw.len()), (7, 7));
+
+    let (lines, texts) = polylines(&svg);
+    assert!(in_both_panels(&lines, 7), "{lines:?}");
+    assert!(in_both_panels(&lines, 3), "{lines:?}");
+    assert!(in_both_panels(&lines, 4), "{lines:?}");
+    for label in ["this run", "earlier", "allreduce"] {
+        assert_eq!(
+            texts.iter().filter(|t| *t == label).count(),
+            2,
+            "{label} in both legends: {texts:?}"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn bad_plot_options_fail_before_the_sweep() {
+    let dir = temp_dir("bad");
+    let svg = dir.join("x.svg");
+    let svg = svg.to_str().unwrap();
+    let missing = dir.join("missing.json");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"c2c_rtt_ns": 1.0}"#).unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--compare", bad.to_str().unwrap()],
+            "--compare needs --plot",
+        ),
+        (
+            &["--plot", svg, "--compare", missing.to_str().unwrap()],
+            "missing.json",
+        ),
+        (
+            &["--plot", svg, "--compare", bad.to_str().unwrap()],
+            "expected a JSON array",
+        ),
+        (&["--plot"], "--plot needs a value"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["pingpong"];
+        args.extend_from_slice(extra);
+        let out = perf(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    assert!(!Path::new(svg).exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
