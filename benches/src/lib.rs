@@ -4,6 +4,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod c2c;
+pub mod collperf;
 pub mod plot;
 pub mod stats;
 pub mod tcp_floor;

@@ -192,3 +192,82 @@ fn bad_plot_options_fail_before_the_sweep() {
     assert!(!Path::new(svg).exists());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn collective_sweep_table_json_and_plot() {
+    let dir = temp_dir("coll");
+    let svg = dir.join("a.svg");
+    let out = perf(&[
+        "allreduce",
+        "-n",
+        "3",
+        "--max-size",
+        "4K",
+        "--iters",
+        "100",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The header (with the reduction kernel beside memcpy) goes to stderr.
+    assert!(err.contains("reduction kernel"), "{err}");
+    // stdout is one JSON array of nccl-tests-like rows, none wrong.
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 10, "8 B .. 4 KiB: {rows:?}");
+    for r in rows {
+        for k in ["size", "p50_us", "algbw", "busbw", "wrong"] {
+            assert!(r.get(k).is_some(), "{k} missing in {r}");
+        }
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0);
+    }
+    let (lines, texts) = polylines(&svg);
+    assert!(in_both_panels(&lines, 10), "{lines:?}");
+    assert!(texts.iter().any(|t| t.starts_with("busbw")), "{texts:?}");
+    // The table form has nccl-tests' columns.
+    let out = perf(&[
+        "reduce",
+        "--max-size",
+        "64",
+        "--iters",
+        "50",
+        "--type",
+        "bf16",
+        "--op",
+        "max",
+        "--root",
+        "1",
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for col in [
+        "size", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong",
+    ] {
+        assert!(table.contains(col), "{col}: {table}");
+    }
+    assert!(
+        table.contains("bfloat16") && table.contains("max"),
+        "{table}"
+    );
+    // Bad collective options are errors before anything runs.
+    for (args, want) in [
+        (&["allreduce", "--type", "float8"][..], "unknown --type"),
+        (&["allreduce", "--op", "avg"][..], "unknown --op"),
+        (&["allreduce", "-n", "0"][..], "-n must be"),
+    ] {
+        let out = perf(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(want),
+            "{args:?}"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -26,12 +26,13 @@ use std::time::{Duration, Instant};
 use tandem_benches::c2c::{
     cache_line_round_trip, line_ring_round_trip, memcpy_gbps, C2c, InlineC2c,
 };
+use tandem_benches::collperf::{self, parse_dtype, CollOpts};
 use tandem_benches::plot::{Figure, PlotOpts, Series};
 use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
 use tandem_benches::tcp_floor::{self, TcpFloor};
-use tandem_driver::{Comm, Config};
+use tandem_driver::{Collective, Comm, Config, Dtype, ReduceOp};
 
-const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c> [options]
+const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c|COLLECTIVE> [options]
 
   pingpong   two ranks: half round trip and bandwidth (over shared memory
              when tandem-perf starts them itself; run it under a launcher,
@@ -41,6 +42,13 @@ const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c> [options]
   bw         two ranks: windows of up to 64 non-blocking sends, then one
              acknowledgement (like osu_bw): streaming bandwidth
   c2c        the machine's cross-process cache-line round trip and memcpy
+  allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall
+             -n ranks (processes, default 2) run the collective from
+             --min-size (default 8) to --max-size; nccl-tests' columns:
+             size, count, type, redop, root, time (p50 us, slowest rank
+             per call), p99, algbw, busbw (GB/s), #wrong; the reduction
+             kernel's GB/s beside memcpy's and the same-run cache-line
+             and memcpy limits first
 
 options:
   --min-size S    smallest message (default 1; accepts K, M, G)
@@ -49,6 +57,12 @@ options:
   --json          print a JSON array of {\"size\",\"p50_us\",\"p99_us\",\"gbps\"}
                   (gbps = gigabytes per second, 10^9 B/s) instead of a table
   --no-pin        do not pin ranks to cores
+  -n N            collectives: ranks (default 2; more than the cores is
+                  allowed, with a spin-then-yield wait, and labelled)
+  --type T        collectives: float (default), double, half, bfloat16,
+                  int8, uint8, int32, uint32, int64, uint64 (or f32, bf16...)
+  --op OP         collectives: sum (default), prod, min, max, band, bor, bxor
+  --root R        reduce, broadcast: the root (default 0)
   --plot F.svg    also draw the sweep into F.svg (pingpong, bw): latency and
                   bandwidth against size, log axes, with this run's
                   reference lines dashed (one-way cache line and memcpy, or
@@ -69,6 +83,13 @@ struct Opts {
     pin: bool,
     /// `--plot` and `--compare`.
     plot: PlotOpts,
+    /// Collectives: ranks, element type, reduction, root.
+    n: usize,
+    dtype: Dtype,
+    op: ReduceOp,
+    root: usize,
+    /// Whether `--min-size` was given (collectives start at 8 otherwise).
+    min_set: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -86,11 +107,34 @@ fn parse() -> Result<Opts, String> {
         json: false,
         pin: true,
         plot: PlotOpts::default(),
+        n: 2,
+        dtype: Dtype::F32,
+        op: ReduceOp::Sum,
+        root: 0,
+        min_set: false,
     };
     while let Some(f) = a.next() {
         let mut val = |name: &str| a.next().ok_or(format!("{name} needs a value"));
         match f.as_str() {
-            "--min-size" => o.min = parse_size(&val("--min-size")?).ok_or("bad --min-size")?,
+            "--min-size" => {
+                o.min = parse_size(&val("--min-size")?).ok_or("bad --min-size")?;
+                o.min_set = true;
+            }
+            "-n" => {
+                o.n = val("-n")?.parse().map_err(|_| "bad -n")?;
+                if !(1..=64).contains(&o.n) {
+                    return Err("-n must be 1..=64".into());
+                }
+            }
+            "--type" => {
+                let t = val("--type")?;
+                o.dtype = parse_dtype(&t).ok_or(format!("unknown --type {t}"))?;
+            }
+            "--op" => {
+                let t = val("--op")?;
+                o.op = ReduceOp::parse(&t).ok_or(format!("unknown --op {t}"))?;
+            }
+            "--root" => o.root = val("--root")?.parse().map_err(|_| "bad --root")?,
             "--max-size" => o.max = parse_size(&val("--max-size")?).ok_or("bad --max-size")?,
             "--iters" => o.iters = val("--iters")?.parse().map_err(|_| "bad --iters")?,
             "--json" => o.json = true,
@@ -682,6 +726,144 @@ fn bandwidth_samples(comm: &Comm, msg: &[u8], iters: u64) -> Vec<f64> {
     samples
 }
 
+/// A collective subcommand: `-n` rank processes (or the launched job),
+/// the machine's limits and the reduction kernel measured first by rank 0,
+/// then the sweep.
+fn sweep_collective(o: &Opts) {
+    let coll = Collective::parse(&o.cmd).expect("checked by main");
+    let rank_hint: usize = std::env::var("TANDEM_RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    let launched = network_mode();
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let oversubscribed = o.n > ids.len().max(1);
+    let lead = rank_hint == 0 && !launched;
+    let limits = lead.then(|| measure_limits(cores(o.pin)));
+    let kernel = lead.then(|| {
+        [1usize << 20, 64 << 20].map(|b| {
+            let (k, m) = collperf::kernel_vs_memcpy(o.dtype, o.op, b, Duration::from_millis(300))
+                .unwrap_or_else(|e| fail(&e.to_string()));
+            (b, k, m)
+        })
+    });
+    let mut cfg = Config::from_env().unwrap_or_else(|e| fail(&e.to_string()));
+    if oversubscribed {
+        // More ranks than cores: spin briefly, then yield.
+        cfg.wait.spin = cfg.wait.spin.min(200);
+    } else if o.pin && !launched {
+        cfg = cfg.pin_core(ids.get(rank_hint).map(|c| c.id));
+    }
+    let comm = if launched {
+        Comm::from_env_with(cfg)
+    } else {
+        Comm::local_with(o.n, cfg)
+    }
+    .unwrap_or_else(|e| fail(&e.to_string()));
+    let n = comm.size();
+    if o.root >= n {
+        fail(&format!("--root {} is not a rank of {n}", o.root));
+    }
+    let co = CollOpts {
+        coll,
+        n,
+        min: if o.min_set { o.min } else { 8 },
+        max: o.max,
+        iters: o.iters,
+        dtype: o.dtype,
+        op: o.op,
+        root: o.root,
+    };
+    let sizes = sweep(co.min, co.max);
+    let rows = collperf::sweep(&comm, &co, &sizes).unwrap_or_else(|e| fail(&e.to_string()));
+    let me = comm.rank();
+    if let Err(e) = comm.finish() {
+        fail(&e.to_string());
+    }
+    if me != 0 {
+        return;
+    }
+    header_line(
+        o.json,
+        format!(
+            "# tandem-perf {} -n {n}{}: {} {}",
+            coll.name(),
+            if oversubscribed {
+                format!(
+                    " (OVERSUBSCRIBED: {n} ranks on {} cores, spin-then-yield)",
+                    ids.len()
+                )
+            } else {
+                String::new()
+            },
+            o.dtype,
+            o.op
+        ),
+    );
+    let mut lat_refs = Vec::new();
+    let mut bw_refs = Vec::new();
+    if let Some(l) = &limits {
+        header_line(o.json, format!("# {}", describe(l)));
+        lat_refs.push((
+            format!("one-way cache line {:.0} ns (this run)", l.c2c.one_way_ns),
+            l.c2c.one_way_ns / 1e3,
+        ));
+        bw_refs.push((
+            format!("memcpy 64M, 1 thread {:.1} GB/s (this run)", l.memcpy[2].1),
+            l.memcpy[2].1,
+        ));
+    }
+    if let Some(k) = kernel {
+        let parts: Vec<String> = k
+            .iter()
+            .map(|(b, kg, mg)| {
+                format!(
+                    "{}: {kg:.1} GB/s vs memcpy {mg:.1} GB/s ({:.2}x)",
+                    fmt_size(*b),
+                    kg / mg
+                )
+            })
+            .collect();
+        header_line(
+            o.json,
+            format!(
+                "# reduction kernel dst = dst {} src ({}, 1 thread, GB/s of dst): {}",
+                o.op,
+                o.dtype,
+                parts.join("; ")
+            ),
+        );
+    }
+    if o.json {
+        collperf::print_json(&rows);
+    } else {
+        collperf::print_table(&co, &rows);
+    }
+    header_line(o.json, collperf::summary(&co, &rows));
+    if o.plot.plot.is_some() {
+        let mut fig = Figure::new(format!(
+            "tandem {} on {n} ranks ({} {})",
+            coll.name(),
+            o.dtype,
+            o.op
+        ));
+        fig.latency_axis = "p50 time per call (µs)".into();
+        fig.bandwidth_axis = "busbw (GB/s)".into();
+        let pts =
+            |f: fn(&collperf::CollRow) -> f64| rows.iter().map(|r| (r.size as f64, f(r))).collect();
+        fig.latency.push(Series::new("this run", pts(|r| r.p50_us)));
+        fig.bandwidth
+            .push(Series::new("this run", pts(|r| r.busbw)));
+        fig.latency_refs = lat_refs;
+        fig.bandwidth_refs = bw_refs;
+        match o.plot.write(fig) {
+            Ok(Some(path)) => eprintln!("tandem-perf: plot written to {}", path.display()),
+            Ok(None) => {}
+            Err(e) => fail(&format!("--plot: {e}")),
+        }
+    }
+}
+
 fn fail(msg: &str) -> ! {
     eprintln!("tandem-perf: {msg}");
     std::process::exit(1)
@@ -694,6 +876,7 @@ fn main() {
     });
     match o.cmd.as_str() {
         "pingpong" | "bw" => sweep_sizes(&o),
+        c if Collective::parse(c).is_some_and(|c| c != Collective::Barrier) => sweep_collective(&o),
         "c2c" => {
             if o.plot.plot.is_some() {
                 eprintln!("tandem-perf: c2c draws no plot (--plot is for sweeps)\n\n{USAGE}");
