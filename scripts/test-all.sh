@@ -42,6 +42,9 @@ cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --max-siz
 cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --min-size 4M --max-size 4M --json
 cargo run --release -q -p tandem-benches --bin tandem-perf -- bw --min-size 0 --max-size 256K --iters 2000 --json
 cargo run --release -q -p tandem-driver --example pingpong -- 10000
+cargo run --release -q -p tandem-driver --example collectives -- 3
+cargo run --release -q -p tandem-benches --bin tandem-perf -- allreduce --max-size 1M --iters 500
+cargo run --release -q -p tandem-benches --bin tandem-perf -- alltoall -n 3 --max-size 64K --iters 200 --json --plot target/smoke-alltoall.svg
 
 step "receiver-not-ready reproduced (naive SENDs) and prevented (tandem) on the soft RDMA NIC"
 cargo run --release -q -p tandem-driver --example rnr

@@ -192,7 +192,12 @@ fn no_allocations_per_collective_after_warm_up() {
                 .env("TANDEM_TRANSPORT", transport)
                 .run()
                 .unwrap();
-            assert_eq!(o.code(), 0, "TANDEM_TRANSPORT={transport}: exit codes {:?}", o.codes);
+            assert_eq!(
+                o.code(),
+                0,
+                "TANDEM_TRANSPORT={transport}: exit codes {:?}",
+                o.codes
+            );
         }
         return;
     }
