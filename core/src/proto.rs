@@ -711,6 +711,11 @@ where
         self.in_use as usize
     }
 
+    /// Whether any message arrived that no receive has taken yet.
+    pub fn has_unexpected(&self) -> bool {
+        self.unexpected.head != NIL
+    }
+
     fn op(&self, i: u32) -> &Op {
         &self.ops.as_ref()[i as usize]
     }

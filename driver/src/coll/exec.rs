@@ -5,13 +5,16 @@
 //! transport; the only memory they own is per-table-entry scratch, grown
 //! on first use and kept (no allocation per call in steady state).
 
-use super::plan::{After, Buf, Plan, Region, Step};
+use super::plan::{After, Buf, Plan, Region};
 use super::types::Kernel;
 use crate::error::{Error, OpKind, Result};
-use crate::progress::{Engine, OpId};
+use crate::progress::{Engine, Fast, OpId, Status};
 
 /// Collectives one communicator may have in flight at once.
 pub(crate) const MAX_INFLIGHT: usize = 16;
+/// Largest receive a single-lane collective polls its link for instead
+/// of posting (eager sizes; larger messages fall back by themselves).
+const FAST_MAX: usize = 8192;
 /// Most lanes (concurrent pipelines) of one collective.
 pub(crate) const MAX_LANES: usize = 8;
 
@@ -33,18 +36,33 @@ pub(crate) struct Call {
     pub dst_len: usize,
 }
 
+/// One lane's position: the step running (its transfers posted) and the
+/// transfers not yet collected. The step itself is recomputed from the
+/// plan when needed, which keeps the table entry small.
 #[derive(Clone, Copy)]
 struct Lane {
-    /// The step running (its transfers posted).
     k: usize,
-    step: Option<Step>,
+    started: bool,
+    done: bool,
+    /// The step's receive is not posted: the lane polls the link for it
+    /// (the blocking receive's fast path, no operation recorded).
+    fast: bool,
+    /// The polled receive: buffer, length, peer (valid while `fast`).
+    rbuf: *mut u8,
+    rlen: usize,
+    rpeer: usize,
     send: Option<OpId>,
     recv: Option<OpId>,
 }
 
 const IDLE: Lane = Lane {
     k: 0,
-    step: None,
+    started: false,
+    done: false,
+    fast: false,
+    rbuf: std::ptr::null_mut(),
+    rlen: 0,
+    rpeer: 0,
     send: None,
     recv: None,
 };
@@ -58,6 +76,7 @@ struct Active {
     tmp: *mut u8,
     lane_bytes: usize,
     slot_bytes: usize,
+    nlanes: usize,
     lanes: [Lane; MAX_LANES],
     /// Steps finished (the progress measure for timeouts).
     moved: u64,
@@ -162,6 +181,7 @@ impl Table {
             tmp,
             lane_bytes,
             slot_bytes,
+            nlanes: lanes,
             lanes: [IDLE; MAX_LANES],
             moved: 0,
         };
@@ -191,7 +211,11 @@ impl Table {
         if self.running == 0 {
             return false;
         }
-        e.progress();
+        if e.in_use() > 0 {
+            // Lanes polling their links need no progress; posted
+            // transfers (ours or anyone's) do.
+            e.progress();
+        }
         let mut moved = false;
         for i in 0..self.slots.len() {
             if matches!(self.slots[i], Slot::Running(_)) {
@@ -233,7 +257,7 @@ impl Table {
         let Slot::Running(a) = &self.slots[t.slot] else {
             return None;
         };
-        for (l, lane) in a.lanes.iter().enumerate() {
+        for (l, lane) in a.lanes[..a.nlanes].iter().enumerate() {
             for (id, op) in [(lane.recv, OpKind::Recv), (lane.send, OpKind::Send)] {
                 let Some(id) = id else { continue };
                 let Some(i) = e.info(id) else { continue };
@@ -254,6 +278,26 @@ impl Table {
             }
         }
         None
+    }
+
+    /// Posts every receive lanes are polling their links for, so that a
+    /// long wait has operations to report and peer deaths to fail.
+    pub(crate) fn unfast(&mut self, e: &mut Engine) {
+        for i in 0..self.slots.len() {
+            let Slot::Running(a) = &mut self.slots[i] else {
+                continue;
+            };
+            let mut err = None;
+            for l in 0..a.nlanes {
+                if let Err(x) = a.unfast_lane(e, l) {
+                    err = Some(x);
+                    break;
+                }
+            }
+            if let Some(x) = err {
+                self.finish(e, i, Err(x));
+            }
+        }
     }
 
     /// Fails `t` with `err`, withdrawing its transfers.
@@ -290,10 +334,10 @@ impl Table {
 
     /// Ends entry `i` with `result`; pending transfers are withdrawn.
     fn finish(&mut self, e: &mut Engine, i: usize, result: Result<()>) {
-        let Slot::Running(a) = std::mem::replace(&mut self.slots[i], Slot::Free) else {
+        let Slot::Running(a) = &self.slots[i] else {
             return;
         };
-        for lane in &a.lanes {
+        for lane in &a.lanes[..a.nlanes] {
             for id in [lane.send, lane.recv].into_iter().flatten() {
                 if let Err(err) = &result {
                     e.withdraw(id, err);
@@ -317,13 +361,12 @@ impl Table {
         let mut moved = false;
         let mut failed = None;
         let mut live = false;
-        let lanes = a.call.plan.lanes_used();
-        'lanes: for l in 0..lanes {
+        'lanes: for l in 0..a.nlanes {
             loop {
                 match a.poll_lane(e, l) {
                     Ok(true) => moved = true,
                     Ok(false) => {
-                        live |= a.lanes[l].step.is_some();
+                        live |= !a.lanes[l].done;
                         continue 'lanes;
                     }
                     Err(err) => {
@@ -390,57 +433,115 @@ impl Active {
     /// finished, `Ok(false)` if it waits (or is done).
     fn poll_lane(&mut self, e: &mut Engine, l: usize) -> Result<bool> {
         let lane = self.lanes[l];
-        let Some(step) = lane.step else {
-            if lane.k == 0 {
-                return self.post(e, l, 0);
-            }
+        if lane.done {
             return Ok(false);
-        };
-        for (id, x) in [(lane.send, step.send), (lane.recv, step.recv)] {
-            let (Some(id), Some(x)) = (id, x) else {
-                continue;
-            };
+        }
+        if !lane.started {
+            return self.post(e, l, 0);
+        }
+        if let Some(id) = lane.send {
             match e.take(id) {
                 None => return Ok(false),
-                Some(Ok(st)) => {
-                    if self.lanes[l].recv == Some(id) {
-                        self.lanes[l].recv = None;
-                        let want = x.region.len * self.call.esize;
-                        if st.len != want {
-                            return Err(self.mismatch(x.peer, st.len, want));
-                        }
-                    } else {
-                        self.lanes[l].send = None;
-                    }
+                Some(r) => {
+                    self.lanes[l].send = None;
+                    r?;
                 }
-                Some(Err(Error::Truncated { needed, got })) => {
+            }
+        }
+        let mut got = None;
+        if lane.fast {
+            match self.poll_fast(e, l)? {
+                Some(r) => got = Some(r),
+                None if self.lanes[l].fast => return Ok(false),
+                None => {}
+            }
+        }
+        let got = match self.lanes[l].recv {
+            None => got,
+            Some(id) => match e.take(id) {
+                None => return Ok(false),
+                Some(r) => {
                     self.lanes[l].recv = None;
-                    return Err(self.mismatch(x.peer, needed, got));
+                    Some(r)
                 }
-                Some(Err(err)) => {
-                    if self.lanes[l].recv == Some(id) {
-                        self.lanes[l].recv = None;
-                    } else {
-                        self.lanes[l].send = None;
-                    }
-                    return Err(err);
+            },
+        };
+        let step = self.call.plan.step(l, lane.k).ok_or_else(|| {
+            Error::Io(format!(
+                "internal: {} lost its step",
+                self.call.plan.coll.name()
+            ))
+        })?;
+        if let (Some(r), Some(x)) = (got, step.recv) {
+            let want = x.region.len * self.call.esize;
+            match r {
+                Ok(st) if st.len != want => return Err(self.mismatch(x.peer, st.len, want)),
+                Ok(_) => {}
+                Err(Error::Truncated { needed, got }) => {
+                    return Err(self.mismatch(x.peer, needed, got))
                 }
+                Err(err) => return Err(err),
             }
         }
         if let After::Reduce { out, a, b } = step.after {
             let k = self
                 .call
                 .kernel
-                .expect("reducing collectives have a kernel");
+                .ok_or_else(|| Error::Io("internal: a reduction without a kernel".into()))?;
             let (o, x, y) = (self.region(out, l)?, self.region(a, l)?, self.region(b, l)?);
-            // SAFETY: the regions lie in their buffers (the plan's
-            // invariant); `out` is `a`, `b` or disjoint from both, as the
-            // kernel requires, and no transfer of this lane is running.
+            // SAFETY: the regions lie in their buffers (checked just now);
+            // `out` is `a`, `b` or disjoint from both, as the kernel
+            // requires (the plan's invariant), and no transfer of this lane
+            // is running.
             unsafe { k(o, x, y, out.len) };
         }
         self.moved += 1;
-        let next = lane.k + 1;
-        self.post(e, l, next).map(|_| true)
+        self.post(e, l, lane.k + 1).map(|_| true)
+    }
+
+    /// Polls lane `l`'s link for its receive: `Some` once it arrived, `None`
+    /// while waiting (still `fast`) or once it had to be posted instead (no
+    /// longer `fast`: a posted receive ahead, a rendezvous, or the message
+    /// already taken off the link by progress).
+    fn poll_fast(&mut self, e: &mut Engine, l: usize) -> Result<Option<Result<Status>>> {
+        let lane = &self.lanes[l];
+        // SAFETY: `post` checked the region and recorded it; as there, the
+        // buffer outlives the transfer. The view lives for this call only.
+        let buf = unsafe { std::slice::from_raw_parts_mut(lane.rbuf, lane.rlen) };
+        let tag = self.tag | l as u32;
+        match e.try_recv_now(buf, lane.rpeer, self.ctx, tag) {
+            Fast::Done(r) => {
+                self.lanes[l].fast = false;
+                return Ok(Some(r));
+            }
+            Fast::NotYet if !e.has_unexpected() => return Ok(None),
+            Fast::NotYet | Fast::Fallback => {}
+        }
+        self.unfast_lane(e, l)?;
+        Ok(None)
+    }
+
+    /// Posts lane `l`'s receive that was being polled for.
+    fn unfast_lane(&mut self, e: &mut Engine, l: usize) -> Result<()> {
+        if !self.lanes[l].fast {
+            return Ok(());
+        }
+        self.lanes[l].fast = false;
+        let Some(x) = self.call.plan.step(l, self.lanes[l].k).and_then(|s| s.recv) else {
+            return Ok(());
+        };
+        let len = x.region.len * self.call.esize;
+        // SAFETY: as in `post`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(self.region(x.region, l)?, len) };
+        let id = e.post_recv(
+            buf,
+            x.peer as u32,
+            self.ctx,
+            self.tag | l as u32,
+            self.scope,
+        )?;
+        self.lanes[l].recv = Some(id);
+        Ok(())
     }
 
     /// Posts step `k` of lane `l` (receive first).
@@ -448,27 +549,39 @@ impl Active {
         let step = self.call.plan.step(l, k);
         self.lanes[l] = Lane {
             k,
-            step,
-            send: None,
-            recv: None,
+            started: true,
+            done: step.is_none(),
+            ..IDLE
         };
         let Some(s) = step else { return Ok(false) };
         let tag = self.tag | l as u32;
         if let Some(x) = s.recv {
             let len = x.region.len * self.call.esize;
-            // SAFETY: the region lies in its buffer, which outlives the
-            // transfer (see `Table`'s `Send` argument); no other live view
-            // of these bytes is used while the receive runs.
-            let buf = unsafe { std::slice::from_raw_parts_mut(self.region(x.region, l)?, len) };
-            let id = e.post_recv(buf, x.peer as u32, self.ctx, tag, self.scope)?;
-            self.lanes[l].recv = Some(id);
+            if self.nlanes == 1 && len <= FAST_MAX {
+                // One lane, a small message: poll for it (see `poll_fast`).
+                let rbuf = self.region(x.region, l)?;
+                let lane = &mut self.lanes[l];
+                (lane.fast, lane.rbuf, lane.rlen, lane.rpeer) = (true, rbuf, len, x.peer);
+            } else {
+                let p = self.region(x.region, l)?;
+                // SAFETY: the region lies in its buffer, which outlives the
+                // transfer (see `Table`'s `Send` argument); no other live
+                // view of these bytes is used while the receive runs.
+                let buf = unsafe { std::slice::from_raw_parts_mut(p, len) };
+                let id = e.post_recv(buf, x.peer as u32, self.ctx, tag, self.scope)?;
+                self.lanes[l].recv = Some(id);
+            }
         }
         if let Some(x) = s.send {
             let len = x.region.len * self.call.esize;
             // SAFETY: as above; a send only reads.
             let buf = unsafe { std::slice::from_raw_parts(self.region(x.region, l)?, len) };
-            let id = e.post_send(buf, x.peer, self.ctx, tag, false, self.scope)?;
-            self.lanes[l].send = Some(id);
+            // An eager message goes straight to the link when nothing is
+            // queued ahead of it (no operation recorded).
+            if !e.try_send_now(buf, x.peer, self.ctx, tag) {
+                let id = e.post_send(buf, x.peer, self.ctx, tag, false, self.scope)?;
+                self.lanes[l].send = Some(id);
+            }
         }
         Ok(false)
     }

@@ -125,7 +125,7 @@ impl Comm {
     /// timeout and peer-death checks.
     pub(super) fn coll_wait(&self, t: Ticket) -> Result<()> {
         let mut w = Waiter::new(&self.sh.cfg);
-        let mut peers_checked = Instant::now();
+        let mut peers_checked: Option<Instant> = None;
         loop {
             {
                 let mut e = self.engine();
@@ -135,8 +135,11 @@ impl Comm {
                     return r;
                 }
                 if w.slow_path_due() {
-                    if peers_checked.elapsed() >= Duration::from_millis(5) {
-                        peers_checked = Instant::now();
+                    // A wait past the first polls: receives polled for are
+                    // posted, so peer deaths and timeouts see them.
+                    st.table.unfast(&mut e);
+                    if peers_checked.is_none_or(|t| t.elapsed() >= Duration::from_millis(5)) {
+                        peers_checked = Some(Instant::now());
                         e.check_peers();
                         st.table.drive(&mut e);
                         if let Some(r) = st.table.take(t) {

@@ -1003,6 +1003,12 @@ impl Engine {
         self.proto.in_use()
     }
 
+    /// Whether a message arrived that no receive has taken yet (then a
+    /// fast-path receive that finds its link empty must post instead).
+    pub(crate) fn has_unexpected(&self) -> bool {
+        self.proto.has_unexpected()
+    }
+
     /// Publishes (or clears, with `None`) what this rank is blocked in, for
     /// the hang reports of peers on this host.
     pub(crate) fn publish_wait(&self, what: Option<(OpKind, u16, usize, u32)>) {
