@@ -17,8 +17,12 @@ fn main() -> Result<(), tandem_driver::Error> {
     let cfg = Config::from_env()?.pin_core(Some(rank % 2));
     let comm = Comm::local_with(2, cfg)?;
     let peer = 1 - comm.rank();
-    let mut out = [0f32; 2];
-    let mine = [1f32, 2.0];
+    let elems: usize = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2);
+    let mut out = vec![0f32; elems];
+    let mine = vec![1f32; elems];
     let mut got = [0u8; 8];
     let time = |f: &mut dyn FnMut() -> tandem_driver::Result<()>| -> tandem_driver::Result<f64> {
         for _ in 0..iters / 10 {
@@ -33,7 +37,7 @@ fn main() -> Result<(), tandem_driver::Error> {
     };
     let ar = time(&mut || comm.allreduce(&mine, &mut out, ReduceOp::Sum))?;
     if std::env::var_os("ONLY_ALLREDUCE").is_some() {
-        println!("8 B allreduce {ar:.0} ns");
+        println!("{} B allreduce {ar:.0} ns", elems * 4);
         return comm.finish();
     }
     let sr = time(&mut || {

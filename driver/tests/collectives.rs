@@ -444,3 +444,36 @@ fn a_dead_rank_fails_every_survivor_within_the_deadline() {
         panic!("rank {r}: every allreduce succeeded with a dead rank");
     }
 }
+
+#[test]
+fn blocking_collectives_while_others_run_agree_with_ranks_that_run_them_alone() {
+    // A blocking collective runs inline when no other collective of the
+    // communicator is in flight, and through the table otherwise: ranks
+    // that differ in that must still meet. Here odd ranks call the blocking
+    // ones while a non-blocking collective of theirs still runs.
+    for n in [2, 3, 4] {
+        on_threads(n, |comm| {
+            let r = comm.rank();
+            for round in 0..50 {
+                let mine = [r as u64 + round, 1];
+                let mut a = [0u64; 2];
+                let mut b = [0f32; 3];
+                let mut c = vec![0u8; n];
+                comm.scope(|s| {
+                    let req = s.iallreduce(&mine, &mut a, ReduceOp::Sum)?;
+                    if r % 2 == 0 {
+                        req.wait()?;
+                    }
+                    comm.allreduce(&[1.0, r as f32, 2.0], &mut b, ReduceOp::Max)?;
+                    comm.allgather(&[r as u8], &mut c)?;
+                    comm.barrier()
+                })??;
+                let sum: u64 = (0..n as u64).map(|q| q + round).sum();
+                assert_eq!(a, [sum, n as u64]);
+                assert_eq!(b, [1.0, (n - 1) as f32, 2.0]);
+                assert_eq!(c, (0..n as u8).collect::<Vec<_>>());
+            }
+            Ok(())
+        });
+    }
+}

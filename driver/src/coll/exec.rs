@@ -14,7 +14,7 @@ use crate::progress::{Engine, Fast, OpId, Status};
 pub(crate) const MAX_INFLIGHT: usize = 16;
 /// Largest receive a single-lane collective polls its link for instead
 /// of posting (eager sizes; larger messages fall back by themselves).
-const FAST_MAX: usize = 8192;
+pub(crate) const FAST_MAX: usize = 8192;
 /// Most lanes (concurrent pipelines) of one collective.
 pub(crate) const MAX_LANES: usize = 8;
 
@@ -67,16 +67,22 @@ const IDLE: Lane = Lane {
     recv: None,
 };
 
-struct Active {
-    call: Call,
-    ctx: u16,
-    tag: u32,
-    scope: u32,
-    seq: u32,
+/// A call's buffers and scratch space, and how regions map onto them.
+#[derive(Clone, Copy)]
+pub(crate) struct Views {
+    pub(crate) call: Call,
     tmp: *mut u8,
     lane_bytes: usize,
     slot_bytes: usize,
     nlanes: usize,
+}
+
+struct Active {
+    v: Views,
+    ctx: u16,
+    tag: u32,
+    scope: u32,
+    seq: u32,
     lanes: [Lane; MAX_LANES],
     /// Steps finished (the progress measure for timeouts).
     moved: u64,
@@ -156,45 +162,19 @@ impl Table {
                 capacity: MAX_INFLIGHT,
             });
         };
-        let plan = call.plan;
-        let (ntmp, elems) = plan.scratch();
-        let slot_bytes = elems * call.esize;
-        let lanes = plan.lanes_used();
-        let lane_bytes = ntmp * slot_bytes;
-        let need = (lanes * lane_bytes).div_ceil(64);
-        let s = &mut self.scratch[slot];
-        if s.len() < need {
-            // Grows once to the largest call seen; kept afterwards.
-            s.resize(need, Line([0; 64]));
-        }
-        let tmp = s.as_mut_ptr().cast::<u8>();
+        let v = self.views(slot, call);
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
+        v.pre_copy()?;
         let a = Active {
-            call,
+            v,
             ctx,
-            // 24 bits of the call number, 6 of the lane: concurrent
-            // collectives and the lanes of one never match each other.
-            tag: (seq & 0x00ff_ffff) << 6,
+            tag: tag_of(seq),
             scope,
             seq,
-            tmp,
-            lane_bytes,
-            slot_bytes,
-            nlanes: lanes,
             lanes: [IDLE; MAX_LANES],
             moved: 0,
         };
-        if let Some((from, to)) = plan.pre_copy() {
-            let n = from.len * call.esize;
-            let (f, t) = (a.region(from, 0)?, a.region(to, 0)?);
-            if n > 0 && f != t {
-                // SAFETY: both regions lie in their buffers (the plan's
-                // invariant, checked by its tests), and distinct buffers or
-                // distinct blocks of one never overlap.
-                unsafe { std::ptr::copy_nonoverlapping(f, t, n) };
-            }
-        }
         self.slots[slot] = Slot::Running(a);
         self.running += 1;
         let t = Ticket {
@@ -203,6 +183,40 @@ impl Table {
         };
         self.advance(e, slot);
         Ok(t)
+    }
+
+    /// The views of `call` over slot `slot`'s scratch space, grown once to
+    /// the largest call seen there and kept afterwards.
+    fn views(&mut self, slot: usize, call: Call) -> Views {
+        let (ntmp, elems) = call.plan.scratch();
+        let slot_bytes = elems * call.esize;
+        let nlanes = call.plan.lanes_used();
+        let lane_bytes = ntmp * slot_bytes;
+        let need = (nlanes.max(1) * lane_bytes).div_ceil(64);
+        let s = &mut self.scratch[slot];
+        if s.len() < need {
+            s.resize(need, Line([0; 64]));
+        }
+        Views {
+            call,
+            tmp: s.as_mut_ptr().cast::<u8>(),
+            lane_bytes,
+            slot_bytes,
+            nlanes,
+        }
+    }
+
+    /// Takes `call` to run inline by the caller (a blocking collective
+    /// while no other runs): numbers it like [`start`](Self::start), makes
+    /// its local copy, and returns its views and tag. `None` (nothing
+    /// done) while other collectives run.
+    pub(crate) fn inline(&mut self, call: Call) -> Option<Result<(Views, u32)>> {
+        if self.running > 0 {
+            return None;
+        }
+        let v = self.views(0, call);
+        self.seq = self.seq.wrapping_add(1);
+        Some(v.pre_copy().map(|_| (v, tag_of(self.seq))))
     }
 
     /// Advances every running collective as far as it goes without
@@ -257,11 +271,11 @@ impl Table {
         let Slot::Running(a) = &self.slots[t.slot] else {
             return None;
         };
-        for (l, lane) in a.lanes[..a.nlanes].iter().enumerate() {
+        for (l, lane) in a.lanes[..a.v.nlanes].iter().enumerate() {
             for (id, op) in [(lane.recv, OpKind::Recv), (lane.send, OpKind::Send)] {
                 let Some(id) = id else { continue };
                 let Some(i) = e.info(id) else { continue };
-                let p = a.call.plan;
+                let p = a.v.call.plan;
                 return Some(Stall {
                     op,
                     peer: i.peer as usize,
@@ -288,7 +302,7 @@ impl Table {
                 continue;
             };
             let mut err = None;
-            for l in 0..a.nlanes {
+            for l in 0..a.v.nlanes {
                 if let Err(x) = a.unfast_lane(e, l) {
                     err = Some(x);
                     break;
@@ -337,7 +351,7 @@ impl Table {
         let Slot::Running(a) = &self.slots[i] else {
             return;
         };
-        for lane in &a.lanes[..a.nlanes] {
+        for lane in &a.lanes[..a.v.nlanes] {
             for id in [lane.send, lane.recv].into_iter().flatten() {
                 if let Err(err) = &result {
                     e.withdraw(id, err);
@@ -361,7 +375,7 @@ impl Table {
         let mut moved = false;
         let mut failed = None;
         let mut live = false;
-        'lanes: for l in 0..a.nlanes {
+        'lanes: for l in 0..a.v.nlanes {
             loop {
                 match a.poll_lane(e, l) {
                     Ok(true) => moved = true,
@@ -385,47 +399,86 @@ impl Table {
     }
 }
 
-impl Active {
+/// 24 bits of the call number, 6 of the lane: concurrent collectives and
+/// the lanes of one never match each other.
+fn tag_of(seq: u32) -> u32 {
+    (seq & 0x00ff_ffff) << 6
+}
+
+impl Views {
+    /// The call's local copy, if it has one.
+    fn pre_copy(&self) -> Result<()> {
+        if let Some((from, to)) = self.call.plan.pre_copy() {
+            let n = from.len * self.call.esize;
+            let (f, t) = (self.region(from, 0)?, self.region(to, 0)?);
+            if n > 0 && f != t {
+                // SAFETY: both regions lie in their buffers (checked just
+                // now), and distinct buffers or distinct blocks of one never
+                // overlap.
+                unsafe { std::ptr::copy_nonoverlapping(f, t, n) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a step's reduction `out = op(a, b)` in lane `l`.
+    pub(crate) fn reduce(&self, after: After, l: usize) -> Result<()> {
+        if let After::Reduce { out, a, b } = after {
+            let k = self
+                .call
+                .kernel
+                .ok_or_else(|| Error::Io("internal: a reduction without a kernel".into()))?;
+            let (o, x, y) = (self.region(out, l)?, self.region(a, l)?, self.region(b, l)?);
+            // SAFETY: the regions lie in their buffers (checked just now);
+            // `out` is `a`, `b` or disjoint from both, as the kernel
+            // requires (the plan's invariant), and no transfer of this lane
+            // is running.
+            unsafe { k(o, x, y, out.len) };
+        }
+        Ok(())
+    }
+
     /// The address of `r` in lane `lane`'s view, after checking that the
     /// region lies inside its buffer (a schedule bug is an error, never a
     /// stray write).
-    fn region(&self, r: Region, lane: usize) -> Result<*mut u8> {
+    #[inline]
+    pub(crate) fn region(&self, r: Region, lane: usize) -> Result<*mut u8> {
         let c = &self.call;
-        let end = (r.off + r.len) * c.esize;
-        let cap = match r.buf {
-            Buf::Src if c.plan.in_place => c.dst_len,
-            Buf::Src => c.src_len,
-            Buf::Dst => c.dst_len,
+        let es = c.esize;
+        let (base, cap) = match r.buf {
+            Buf::Src if c.plan.in_place => (c.dst, c.dst_len),
+            Buf::Src => (c.src as *mut u8, c.src_len),
+            Buf::Dst => (c.dst, c.dst_len),
             Buf::Tmp(s) => {
-                let lanes = c.plan.lanes_used();
-                if lane >= lanes || (s as usize + 1) * self.slot_bytes > self.lane_bytes {
-                    0
-                } else {
-                    self.slot_bytes
-                }
+                let s = s as usize;
+                let fits =
+                    lane < self.nlanes.max(1) && (s + 1) * self.slot_bytes <= self.lane_bytes;
+                let at = lane * self.lane_bytes + s * self.slot_bytes;
+                (
+                    self.tmp.wrapping_add(at),
+                    if fits { self.slot_bytes } else { 0 },
+                )
             }
         };
-        if end > cap {
-            return Err(Error::Io(format!(
-                "internal: {} step touches {r:?} beyond {cap} bytes",
-                c.plan.coll.name()
-            )));
+        if (r.off + r.len) * es > cap {
+            return Err(self.beyond(r, cap));
         }
-        Ok(self.ptr(r, lane))
+        Ok(base.wrapping_add(r.off * es))
     }
 
-    /// The address of `r` in lane `lane`'s view.
-    fn ptr(&self, r: Region, lane: usize) -> *mut u8 {
-        let c = &self.call;
-        let off = r.off * c.esize;
-        match r.buf {
-            Buf::Src if c.plan.in_place => c.dst.wrapping_add(off),
-            Buf::Src => c.src.wrapping_add(off) as *mut u8,
-            Buf::Dst => c.dst.wrapping_add(off),
-            Buf::Tmp(s) => self
-                .tmp
-                .wrapping_add(lane * self.lane_bytes + s as usize * self.slot_bytes + off),
-        }
+    /// A schedule bug: a region beyond its buffer.
+    #[cold]
+    fn beyond(&self, r: Region, cap: usize) -> Error {
+        Error::Io(format!(
+            "internal: {} step touches {r:?} beyond {cap} bytes",
+            self.call.plan.coll.name()
+        ))
+    }
+}
+
+impl Active {
+    fn region(&self, r: Region, lane: usize) -> Result<*mut u8> {
+        self.v.region(r, lane)
     }
 
     /// Lane `l` one move further: collects its finished transfers, runs the
@@ -466,14 +519,14 @@ impl Active {
                 }
             },
         };
-        let step = self.call.plan.step(l, lane.k).ok_or_else(|| {
+        let step = self.v.call.plan.step(l, lane.k).ok_or_else(|| {
             Error::Io(format!(
                 "internal: {} lost its step",
-                self.call.plan.coll.name()
+                self.v.call.plan.coll.name()
             ))
         })?;
         if let (Some(r), Some(x)) = (got, step.recv) {
-            let want = x.region.len * self.call.esize;
+            let want = x.region.len * self.v.call.esize;
             match r {
                 Ok(st) if st.len != want => return Err(self.mismatch(x.peer, st.len, want)),
                 Ok(_) => {}
@@ -483,18 +536,7 @@ impl Active {
                 Err(err) => return Err(err),
             }
         }
-        if let After::Reduce { out, a, b } = step.after {
-            let k = self
-                .call
-                .kernel
-                .ok_or_else(|| Error::Io("internal: a reduction without a kernel".into()))?;
-            let (o, x, y) = (self.region(out, l)?, self.region(a, l)?, self.region(b, l)?);
-            // SAFETY: the regions lie in their buffers (checked just now);
-            // `out` is `a`, `b` or disjoint from both, as the kernel
-            // requires (the plan's invariant), and no transfer of this lane
-            // is running.
-            unsafe { k(o, x, y, out.len) };
-        }
+        self.v.reduce(step.after, l)?;
         self.moved += 1;
         self.post(e, l, lane.k + 1).map(|_| true)
     }
@@ -527,10 +569,16 @@ impl Active {
             return Ok(());
         }
         self.lanes[l].fast = false;
-        let Some(x) = self.call.plan.step(l, self.lanes[l].k).and_then(|s| s.recv) else {
+        let Some(x) = self
+            .v
+            .call
+            .plan
+            .step(l, self.lanes[l].k)
+            .and_then(|s| s.recv)
+        else {
             return Ok(());
         };
-        let len = x.region.len * self.call.esize;
+        let len = x.region.len * self.v.call.esize;
         // SAFETY: as in `post`.
         let buf = unsafe { std::slice::from_raw_parts_mut(self.region(x.region, l)?, len) };
         let id = e.post_recv(
@@ -546,7 +594,7 @@ impl Active {
 
     /// Posts step `k` of lane `l` (receive first).
     fn post(&mut self, e: &mut Engine, l: usize, k: usize) -> Result<bool> {
-        let step = self.call.plan.step(l, k);
+        let step = self.v.call.plan.step(l, k);
         self.lanes[l] = Lane {
             k,
             started: true,
@@ -556,8 +604,8 @@ impl Active {
         let Some(s) = step else { return Ok(false) };
         let tag = self.tag | l as u32;
         if let Some(x) = s.recv {
-            let len = x.region.len * self.call.esize;
-            if self.nlanes == 1 && len <= FAST_MAX {
+            let len = x.region.len * self.v.call.esize;
+            if self.v.nlanes == 1 && len <= FAST_MAX {
                 // One lane, a small message: poll for it (see `poll_fast`).
                 let rbuf = self.region(x.region, l)?;
                 let lane = &mut self.lanes[l];
@@ -573,7 +621,7 @@ impl Active {
             }
         }
         if let Some(x) = s.send {
-            let len = x.region.len * self.call.esize;
+            let len = x.region.len * self.v.call.esize;
             // SAFETY: as above; a send only reads.
             let buf = unsafe { std::slice::from_raw_parts(self.region(x.region, l)?, len) };
             // An eager message goes straight to the link when nothing is
@@ -587,13 +635,18 @@ impl Active {
     }
 
     fn mismatch(&self, peer: usize, got: usize, want: usize) -> Error {
-        let p = self.call.plan;
-        Error::Mismatch {
-            parameter: format!("the element count of {} #{}", p.coll.name(), self.seq),
-            rank: p.r,
-            value: format!("expects {want} bytes at this step"),
-            peer,
-            peer_value: format!("sent {got} bytes"),
-        }
+        mismatch(&self.v.call.plan, self.seq, peer, got, want)
+    }
+}
+
+/// The error for a peer whose message has another length than this step
+/// expects: the ranks passed different counts.
+pub(crate) fn mismatch(p: &Plan, seq: u32, peer: usize, got: usize, want: usize) -> Error {
+    Error::Mismatch {
+        parameter: format!("the element count of {} #{seq}", p.coll.name()),
+        rank: p.r,
+        value: format!("expects {want} bytes at this step"),
+        peer,
+        peer_value: format!("sent {got} bytes"),
     }
 }

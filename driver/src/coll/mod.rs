@@ -82,14 +82,17 @@ impl Collective {
 ///   as `allreduce=ring,broadcast=tree`; unset (or `auto`): the
 ///   latency-optimal algorithm up to `TANDEM_COLL_TREE_MAX` bytes, the
 ///   pipelined ring above.
-/// * `TANDEM_COLL_TREE_MAX`: the crossover in bytes (default 32768,
-///   measured on the machines in BENCHMARKS.md).
+/// * `TANDEM_COLL_TREE_MAX`: the crossover in bytes for every collective.
+///   Default: 2048 for allreduce (measured between two ranks on the
+///   machine in BENCHMARKS.md: recursive doubling wins up to 2 KiB, the
+///   ring from 4 KiB), 32768 for the others (a tree's log2(n) hops against
+///   the chain's n-1; not measurable with the two cores here).
 /// * `TANDEM_COLL_CHUNK`: bytes per pipeline chunk (default 131072).
 /// * `TANDEM_COLL_LANES`: concurrent pipelines, 1 to 8 (default 2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tunables {
     force: [Option<Algorithm>; 7],
-    tree_max: usize,
+    tree_max: [usize; 7],
     chunk: usize,
     lanes: usize,
     info: bool,
@@ -100,7 +103,14 @@ impl Tunables {
     pub(crate) fn from_env() -> Result<Self> {
         let mut t = Self {
             force: [None; 7],
-            tree_max: env_num("TANDEM_COLL_TREE_MAX")?.unwrap_or(32 << 10),
+            tree_max: match env_num("TANDEM_COLL_TREE_MAX")? {
+                Some(b) => [b; 7],
+                None => {
+                    let mut d = [32 << 10; 7];
+                    d[Collective::Allreduce.index()] = 2 << 10;
+                    d
+                }
+            },
             chunk: env_num("TANDEM_COLL_CHUNK")?.unwrap_or(128 << 10),
             lanes: env_num("TANDEM_COLL_LANES")?.unwrap_or(2),
             info: debug_level() >= DebugLevel::Info,
@@ -131,7 +141,7 @@ impl Tunables {
     pub(crate) fn choose(&self, c: Collective, bytes: usize) -> (Algorithm, bool) {
         match self.force[c.index()] {
             Some(a) => (a, true),
-            None if bytes <= self.tree_max => (Algorithm::Tree, false),
+            None if bytes <= self.tree_max[c.index()] => (Algorithm::Tree, false),
             None => (Algorithm::Ring, false),
         }
     }
@@ -204,7 +214,10 @@ pub(crate) fn plan(
             if forced {
                 "TANDEM_ALGO".to_string()
             } else {
-                format!("auto: latency-optimal up to {} B", t.tree_max)
+                format!(
+                    "auto: latency-optimal up to {} B",
+                    t.tree_max[s.coll.index()]
+                )
             }
         );
     }

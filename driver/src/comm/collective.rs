@@ -9,12 +9,15 @@
 //! advances every collective in flight, so they complete in any order of
 //! waiting.
 
-use super::{explain, Comm, Scope, Waiter};
-use crate::coll::exec::{Call, Table, Ticket};
+use super::{explain, Comm, Scope, Waiter, FAST_POLLS};
+use crate::coll::exec::{mismatch, Call, Table, Ticket, Views, FAST_MAX};
 use crate::coll::plan::Algorithm;
+use crate::coll::plan::Xfer;
 use crate::coll::{plan, types::not_applicable, Collective, Element, ReduceOp, Shape, Tunables};
+use crate::error::OpKind;
 use crate::error::{Error, Result};
 use crate::progress::MAX_CONTEXTS;
+use crate::progress::{Fast, Status};
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
@@ -98,8 +101,8 @@ impl Comm {
         Ok(())
     }
 
-    /// Validates a call and starts it in `scope` (0: a blocking call).
-    fn coll_start<T: Element>(&self, shape: Shape, b: Bufs, scope: u32) -> Result<Ticket> {
+    /// Validates a call and plans it.
+    fn coll_call<T: Element>(&self, shape: Shape, b: Bufs) -> Result<Call> {
         let kernel = match shape.op {
             Some(op) => Some(T::kernel(op).ok_or_else(|| not_applicable(T::DTYPE, op))?),
             None => None,
@@ -108,7 +111,7 @@ impl Comm {
         let mut st = self.coll.borrow_mut();
         let st = &mut *st;
         let plan = plan(&st.tun, &mut st.last, &shape, self.rank(), self.size());
-        let call = Call {
+        Ok(Call {
             plan,
             kernel,
             esize: std::mem::size_of::<T>(),
@@ -116,9 +119,216 @@ impl Comm {
             src_len: b.src_len,
             dst: b.dst,
             dst_len: b.dst_len,
-        };
+        })
+    }
+
+    /// Validates a call and starts it in `scope` (0: a blocking call).
+    fn coll_start<T: Element>(&self, shape: Shape, b: Bufs, scope: u32) -> Result<Ticket> {
+        let call = self.coll_call::<T>(shape, b)?;
+        let mut st = self.coll.borrow_mut();
         let mut e = self.engine();
         st.table.start(&mut e, call, self.ctx + COLL_CTX, scope)
+    }
+
+    /// Runs a small blocking collective right here, step by step, through
+    /// the blocking calls' fast paths (no table entry, no operation
+    /// recorded while messages arrive in time): `None` if it does not
+    /// qualify (several lanes, large buffers, other collectives running).
+    fn coll_inline(&self, call: Call) -> Option<Result<()>> {
+        if call.src_len.max(call.dst_len) > FAST_MAX || call.plan.lanes_used() > 1 {
+            return None;
+        }
+        let (v, tag) = match self.coll.borrow_mut().table.inline(call)? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        let plan = v.call.plan;
+        let ctx = self.ctx + COLL_CTX;
+        let es = v.call.esize;
+        let seq = tag >> 6;
+        let rd = plan.coll == Collective::Allreduce
+            && plan.algo == Algorithm::Tree
+            && plan.n.is_power_of_two();
+        let run = || -> Result<()> {
+            if rd {
+                return self.allreduce_rd_inline(&v, ctx, tag, seq);
+            }
+            let mut k = 0;
+            while let Some(step) = plan.step(0, k) {
+                let mut send = None;
+                if let Some(x) = step.send {
+                    let p = v.region(x.region, 0)?;
+                    // SAFETY: the region lies in the caller's buffers
+                    // (checked), borrowed for this whole call.
+                    let buf = unsafe { std::slice::from_raw_parts(p, x.region.len * es) };
+                    let mut e = self.engine();
+                    if !e.try_send_now(buf, x.peer, ctx, tag) {
+                        send = Some(e.post_send(buf, x.peer, ctx, tag, false, 0)?);
+                    }
+                }
+                if let Some(x) = step.recv {
+                    let r = self.inline_recv(&v, x, ctx, tag).and_then(|got| {
+                        let want = x.region.len * es;
+                        match got {
+                            Ok(st) if st.len == want => Ok(()),
+                            Ok(st) => Err(mismatch(&plan, seq, x.peer, st.len, want)),
+                            Err(Error::Truncated { needed, got }) => {
+                                Err(mismatch(&plan, seq, x.peer, needed, got))
+                            }
+                            Err(e) => Err(e),
+                        }
+                    });
+                    if let Err(err) = r {
+                        if let Some(id) = send {
+                            self.engine().withdraw(id, &err);
+                        }
+                        return Err(err);
+                    }
+                }
+                if let Some(id) = send {
+                    self.wait_one(id, OpKind::Send)?;
+                }
+                v.reduce(step.after, 0)?;
+                k += 1;
+            }
+            Ok(())
+        };
+        Some(run().map_err(|e| match e {
+            Error::Timeout {
+                op,
+                peer,
+                tag,
+                waited,
+                why,
+            } => Error::Timeout {
+                op,
+                peer,
+                tag,
+                waited,
+                why: format!(
+                    "in {} #{seq} ({}, {} elements){}{why}",
+                    plan.coll.name(),
+                    plan.algo.describe(plan.coll),
+                    plan.count,
+                    if why.is_empty() { "" } else { "; " }
+                ),
+            },
+            other => other,
+        }))
+    }
+
+    /// Recursive doubling on `2^k` ranks without the generic schedule: the
+    /// same steps, tags and operand order as `Plan::allreduce_rd` (so a
+    /// peer running the table's version interoperates), fewer instructions.
+    fn allreduce_rd_inline(&self, v: &Views, ctx: u16, tag: u32, seq: u32) -> Result<()> {
+        use crate::coll::plan::{Buf, Region};
+        let plan = v.call.plan;
+        let (n, r, count) = (plan.n, plan.r, plan.count);
+        if n == 1 {
+            return Ok(()); // the local copy was all
+        }
+        let bytes = count * v.call.esize;
+        let dst = v.region(
+            Region {
+                buf: Buf::Dst,
+                off: 0,
+                len: count,
+            },
+            0,
+        )?;
+        let tmp = v.region(
+            Region {
+                buf: Buf::Tmp(0),
+                off: 0,
+                len: count,
+            },
+            0,
+        )?;
+        let k = v
+            .call
+            .kernel
+            .ok_or_else(|| Error::Io("internal: a reduction without a kernel".into()))?;
+        let mut bit = 1;
+        while bit < n {
+            let peer = r ^ bit;
+            let mut send = None;
+            {
+                // SAFETY: `dst` is the caller's output (checked above),
+                // borrowed for the whole call; only read while sending.
+                let buf = unsafe { std::slice::from_raw_parts(dst, bytes) };
+                let mut e = self.engine();
+                if !e.try_send_now(buf, peer, ctx, tag) {
+                    send = Some(e.post_send(buf, peer, ctx, tag, false, 0)?);
+                }
+            }
+            // SAFETY: `tmp` is this communicator's scratch (checked above),
+            // held for this call and disjoint from the caller's buffers.
+            let tbuf = unsafe { std::slice::from_raw_parts_mut(tmp, bytes) };
+            let got = self.recv_fast(tbuf, peer, ctx, tag).and_then(|g| match g {
+                Ok(st) if st.len == bytes => Ok(()),
+                Ok(st) => Err(mismatch(&plan, seq, peer, st.len, bytes)),
+                Err(Error::Truncated { needed, got }) => {
+                    Err(mismatch(&plan, seq, peer, needed, got))
+                }
+                Err(e) => Err(e),
+            });
+            if let Err(err) = got {
+                if let Some(id) = send {
+                    self.engine().withdraw(id, &err);
+                }
+                return Err(err);
+            }
+            if let Some(id) = send {
+                self.wait_one(id, OpKind::Send)?;
+            }
+            // SAFETY: `dst` and `tmp` are disjoint and `count` elements
+            // long; the kernel allows `out` to be either input. Lower rank
+            // first, as in the schedule.
+            unsafe {
+                if r < peer {
+                    k(dst, dst, tmp, count)
+                } else {
+                    k(dst, tmp, dst, count)
+                }
+            };
+            bit <<= 1;
+        }
+        Ok(())
+    }
+
+    /// The receive of an inline step: polled for on the link while the
+    /// wait policy spins, then posted and waited for with the deadlines.
+    fn inline_recv(&self, v: &Views, x: Xfer, ctx: u16, tag: u32) -> Result<Result<Status>> {
+        let p = v.region(x.region, 0)?;
+        // SAFETY: the region lies in the caller's buffers or this
+        // communicator's scratch (checked), both held for this whole call;
+        // nothing else reads or writes them meanwhile.
+        let buf = unsafe { std::slice::from_raw_parts_mut(p, x.region.len * v.call.esize) };
+        self.recv_fast(buf, x.peer, ctx, tag)
+    }
+
+    /// A receive polled for on the link while the wait policy spins, then
+    /// posted and waited for with the deadlines.
+    fn recv_fast(&self, buf: &mut [u8], peer: usize, ctx: u16, tag: u32) -> Result<Result<Status>> {
+        let spins = self.sh.cfg.wait.spin.max(FAST_POLLS);
+        let mut polls = 0;
+        'fast: while polls < spins {
+            let mut e = self.engine();
+            for _ in 0..FAST_POLLS {
+                match e.try_recv_now(buf, peer, ctx, tag) {
+                    Fast::Done(r) => return Ok(r),
+                    // Progress may have taken it off the link already.
+                    Fast::NotYet if !e.has_unexpected() => std::hint::spin_loop(),
+                    _ => break 'fast,
+                }
+            }
+            if e.in_use() > 0 {
+                e.progress();
+            }
+            polls += FAST_POLLS;
+        }
+        let id = self.engine().post_recv(buf, peer as u32, ctx, tag, 0)?;
+        Ok(self.wait_one(id, OpKind::Recv))
     }
 
     /// Waits for a collective, under the wait policy, the no-progress
@@ -209,7 +419,15 @@ impl Comm {
     }
 
     fn coll_blocking<T: Element>(&self, shape: Shape, b: Bufs) -> Result<()> {
-        let t = self.coll_start::<T>(shape, b, 0)?;
+        let call = self.coll_call::<T>(shape, b)?;
+        if let Some(r) = self.coll_inline(call) {
+            return r;
+        }
+        let t = {
+            let mut st = self.coll.borrow_mut();
+            let mut e = self.engine();
+            st.table.start(&mut e, call, self.ctx + COLL_CTX, 0)?
+        };
         self.coll_wait(t)
     }
 
