@@ -10,13 +10,15 @@ hits all three alike; takes the median per size over the rounds and prints
 a Markdown table: p50 time and busbw of each, tandem's time as a ratio to
 Open MPI's and its busbw as a ratio to the better MPI's. The JSON of every
 run and the medians (`DIR/<impl>-<op>-<n>.json`) stay in DIR (default
-target/coll-compare); with --plot, tandem-perf draws the last round with
-the medians of both MPIs overlaid (`--compare`).
+target/coll-compare); with --plot, `tandem-perf plot` draws the three
+medians, with the medians of the same-run limits tandem-perf measured
+(one-way cache line, memcpy 64M) as reference lines.
 """
 
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -50,6 +52,19 @@ def run_mpis(op, n, args, outdir):
     return res
 
 
+def parse_limits(header):
+    """(one-way c2c ns, memcpy 64M GB/s) from tandem-perf's header."""
+    c2c = mem = None
+    for line in header.splitlines():
+        m = re.search(r"one-way ([0-9.]+) ns", line)
+        if m:
+            c2c = float(m.group(1))
+        m = re.search(r"64M ([0-9.]+) GB/s", line)
+        if m and "memcpy" in line and "kernel" not in line:
+            mem = float(m.group(1))
+    return c2c, mem
+
+
 def medians(runs):
     """{size: (p50_us, busbw, wrong)} medians over rounds."""
     by = {}
@@ -76,8 +91,10 @@ def main():
     common = ["--min-size", a.min_size, "--max-size", a.max_size, "--type", a.type]
     runs = {"tandem": [], "openmpi": [], "mpich": []}
     header = ""
+    limits = []
     for i in range(a.rounds):
         rows, header = run_tandem(a.op, a.n, common, os.path.join(a.out, f"tandem-{a.op}-{a.n}-r{i}.json"))
+        limits.append(parse_limits(header))
         runs["tandem"].append(rows)
         rd = os.path.join(a.out, f"r{i}")
         os.makedirs(rd, exist_ok=True)
@@ -106,9 +123,17 @@ def main():
         print(f"| {s} | {tt:.2f} | {ot:.2f} | {mt:.2f} | {tt / ot:.2f}x | {tb:.2f} | {ob:.2f} | "
               f"{mb:.2f} | {tb / best if best else float('nan'):.2f}x | {tw + ow + mw} |")
     if a.plot:
-        cmd = [os.path.join(ROOT, "target", "release", "tandem-perf"), a.op, "-n", str(a.n)] + common + \
-              ["--plot", a.plot]
-        for k in ("openmpi", "mpich"):
+        cmd = [os.path.join(ROOT, "target", "release", "tandem-perf"), "plot", "--plot", a.plot,
+               "--title", f"{a.op} on {a.n} ranks ({a.type}), medians of {a.rounds} alternating rounds"]
+        c2c = [x[0] for x in limits if x[0] is not None]
+        mem = [x[1] for x in limits if x[1] is not None]
+        if c2c:
+            v = statistics.median(c2c)
+            cmd += ["--ref-lat", f"one-way cache line {v:.0f} ns (same run)={v / 1000:.4f}"]
+        if mem:
+            v = statistics.median(mem)
+            cmd += ["--ref-bw", f"memcpy 64M, 1 thread {v:.1f} GB/s (same run)={v:.3f}"]
+        for k in ("tandem", "openmpi", "mpich"):
             if k in med:
                 cmd += ["--compare", os.path.join(a.out, f"{k}-{a.op}-{a.n}.json")]
         subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)

@@ -205,12 +205,14 @@ fn every_collective_type_and_op_on_1_to_8_ranks() {
 
 #[test]
 fn both_algorithms_and_pipelined_sizes() {
-    // Sizes around the chunk (TANDEM_COLL_CHUNK default 128 KiB) and not
-    // divisible by the rank count, through both algorithms.
+    // Sizes around the chunk and not divisible by the rank count, through
+    // both algorithms.
     for algo in [Algorithm::Ring, Algorithm::Tree] {
         for n in [2, 3, 5] {
             on_threads(n, |comm| {
                 force(&comm, algo);
+                // Small chunks: many slices over three lanes.
+                comm.set_pipeline(4096, 3)?;
                 for count in [1, 4097, 100_003] {
                     all_collectives::<f32>(&comm, count)?;
                     all_collectives::<i64>(&comm, count)?;

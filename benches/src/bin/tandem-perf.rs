@@ -42,6 +42,9 @@ const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c|COLLECTIVE> [options]
   bw         two ranks: windows of up to 64 non-blocking sends, then one
              acknowledgement (like osu_bw): streaming bandwidth
   c2c        the machine's cross-process cache-line round trip and memcpy
+  plot       runs nothing: draws the --compare files into --plot, with
+             reference lines from --ref-lat LABEL=US and --ref-bw
+             LABEL=GBPS (repeatable), titled by --title
   allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall
              -n ranks (processes, default 2) run the collective from
              --min-size (default 8) to --max-size; nccl-tests' columns:
@@ -90,6 +93,10 @@ struct Opts {
     root: usize,
     /// Whether `--min-size` was given (collectives start at 8 otherwise).
     min_set: bool,
+    /// `plot`: reference lines (label, value) and the title.
+    ref_lat: Vec<(String, f64)>,
+    ref_bw: Vec<(String, f64)>,
+    title: String,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -112,6 +119,9 @@ fn parse() -> Result<Opts, String> {
         op: ReduceOp::Sum,
         root: 0,
         min_set: false,
+        ref_lat: Vec::new(),
+        ref_bw: Vec::new(),
+        title: "tandem-perf".into(),
     };
     while let Some(f) = a.next() {
         let mut val = |name: &str| a.next().ok_or(format!("{name} needs a value"));
@@ -135,6 +145,19 @@ fn parse() -> Result<Opts, String> {
                 o.op = ReduceOp::parse(&t).ok_or(format!("unknown --op {t}"))?;
             }
             "--root" => o.root = val("--root")?.parse().map_err(|_| "bad --root")?,
+            "--ref-lat" | "--ref-bw" => {
+                let v = val(&f)?;
+                let (label, x) = v
+                    .rsplit_once('=')
+                    .and_then(|(l, x)| Some((l.to_string(), x.trim().parse::<f64>().ok()?)))
+                    .ok_or(format!("{f} needs LABEL=NUMBER, got {v:?}"))?;
+                if f == "--ref-lat" {
+                    o.ref_lat.push((label, x));
+                } else {
+                    o.ref_bw.push((label, x));
+                }
+            }
+            "--title" => o.title = val("--title")?,
             "--max-size" => o.max = parse_size(&val("--max-size")?).ok_or("bad --max-size")?,
             "--iters" => o.iters = val("--iters")?.parse().map_err(|_| "bad --iters")?,
             "--json" => o.json = true,
@@ -876,6 +899,20 @@ fn main() {
     });
     match o.cmd.as_str() {
         "pingpong" | "bw" => sweep_sizes(&o),
+        "plot" => {
+            if o.plot.plot.is_none() {
+                eprintln!("tandem-perf: plot needs --plot FILE.svg\n\n{USAGE}");
+                std::process::exit(2)
+            }
+            let mut fig = Figure::new(o.title.clone());
+            fig.latency_refs = o.ref_lat.clone();
+            fig.bandwidth_refs = o.ref_bw.clone();
+            match o.plot.write(fig) {
+                Ok(Some(path)) => eprintln!("tandem-perf: plot written to {}", path.display()),
+                Ok(None) => {}
+                Err(e) => fail(&format!("--plot: {e}")),
+            }
+        }
         c if Collective::parse(c).is_some_and(|c| c != Collective::Barrier) => sweep_collective(&o),
         "c2c" => {
             if o.plot.plot.is_some() {

@@ -207,8 +207,9 @@ impl Table {
     }
 
     /// Takes `call` to run inline by the caller (a blocking collective
-    /// while no other runs): numbers it like [`start`](Self::start), makes
-    /// its local copy, and returns its views and tag. `None` (nothing
+    /// while no other runs): numbers it like [`start`](Self::start) and
+    /// returns its views and tag; the caller makes the local copy
+    /// ([`Views::pre_copy`]). `None` (nothing
     /// done) while other collectives run.
     pub(crate) fn inline(&mut self, call: Call) -> Option<Result<(Views, u32)>> {
         if self.running > 0 {
@@ -216,7 +217,7 @@ impl Table {
         }
         let v = self.views(0, call);
         self.seq = self.seq.wrapping_add(1);
-        Some(v.pre_copy().map(|_| (v, tag_of(self.seq))))
+        Some(Ok((v, tag_of(self.seq))))
     }
 
     /// Advances every running collective as far as it goes without
@@ -407,7 +408,7 @@ fn tag_of(seq: u32) -> u32 {
 
 impl Views {
     /// The call's local copy, if it has one.
-    fn pre_copy(&self) -> Result<()> {
+    pub(crate) fn pre_copy(&self) -> Result<()> {
         if let Some((from, to)) = self.call.plan.pre_copy() {
             let n = from.len * self.call.esize;
             let (f, t) = (self.region(from, 0)?, self.region(to, 0)?);

@@ -87,7 +87,8 @@ impl Collective {
 ///   machine in BENCHMARKS.md: recursive doubling wins up to 2 KiB, the
 ///   ring from 4 KiB), 32768 for the others (a tree's log2(n) hops against
 ///   the chain's n-1; not measurable with the two cores here).
-/// * `TANDEM_COLL_CHUNK`: bytes per pipeline chunk (default 131072).
+/// * `TANDEM_COLL_CHUNK`: bytes per pipeline chunk (default 1 MiB: fewer,
+///   larger rendezvous transfers measured best here from 256 KiB up).
 /// * `TANDEM_COLL_LANES`: concurrent pipelines, 1 to 8 (default 2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tunables {
@@ -111,7 +112,7 @@ impl Tunables {
                     d
                 }
             },
-            chunk: env_num("TANDEM_COLL_CHUNK")?.unwrap_or(128 << 10),
+            chunk: env_num("TANDEM_COLL_CHUNK")?.unwrap_or(1 << 20),
             lanes: env_num("TANDEM_COLL_LANES")?.unwrap_or(2),
             info: debug_level() >= DebugLevel::Info,
         };
@@ -129,6 +130,18 @@ impl Tunables {
             t.force = parse_algo(&v)?;
         }
         Ok(t)
+    }
+
+    /// Sets the pipeline: chunk bytes and lanes.
+    pub(crate) fn pipeline(&mut self, chunk: usize, lanes: usize) -> Result<()> {
+        if chunk == 0 || !(1..=exec::MAX_LANES).contains(&lanes) {
+            return Err(Error::InvalidArgument(format!(
+                "pipeline: chunk must be positive and lanes 1..={} (got {chunk}, {lanes})",
+                exec::MAX_LANES
+            )));
+        }
+        (self.chunk, self.lanes) = (chunk, lanes);
+        Ok(())
     }
 
     /// Forces `a` for `c` (`None`: choose by size again).

@@ -153,6 +153,7 @@ impl Comm {
             if rd {
                 return self.allreduce_rd_inline(&v, ctx, tag, seq);
             }
+            v.pre_copy()?;
             let mut k = 0;
             while let Some(step) = plan.step(0, k) {
                 let mut send = None;
@@ -224,9 +225,6 @@ impl Comm {
         use crate::coll::plan::{Buf, Region};
         let plan = v.call.plan;
         let (n, r, count) = (plan.n, plan.r, plan.count);
-        if n == 1 {
-            return Ok(()); // the local copy was all
-        }
         let bytes = count * v.call.esize;
         let dst = v.region(
             Region {
@@ -236,6 +234,22 @@ impl Comm {
             },
             0,
         )?;
+        if !plan.in_place {
+            let src = v.region(
+                Region {
+                    buf: Buf::Src,
+                    off: 0,
+                    len: count,
+                },
+                0,
+            )?;
+            // SAFETY: the caller's input and output, `bytes` long (checked),
+            // distinct borrows (one is `&mut`), hence disjoint.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        }
+        if n == 1 {
+            return Ok(()); // the local copy was all
+        }
         let tmp = v.region(
             Region {
                 buf: Buf::Tmp(0),
@@ -409,6 +423,14 @@ impl Comm {
     /// ```
     pub fn set_algorithm(&self, c: Collective, a: Option<Algorithm>) {
         self.coll.borrow_mut().tun.force(c, a);
+    }
+
+    /// Sets this communicator's collective pipeline: `chunk` bytes per
+    /// transfer of the pipelined algorithms and `lanes` (1 to 8)
+    /// concurrent pipelines, overriding `TANDEM_COLL_CHUNK` and
+    /// `TANDEM_COLL_LANES`. Must be the same on every rank.
+    pub fn set_pipeline(&self, chunk: usize, lanes: usize) -> Result<()> {
+        self.coll.borrow_mut().tun.pipeline(chunk, lanes)
     }
 
     /// Advances every collective in flight (called from every wait).
