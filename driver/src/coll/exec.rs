@@ -220,6 +220,23 @@ impl Table {
         Some(Ok((v, tag_of(self.seq))))
     }
 
+    /// Whether any collective runs.
+    pub(crate) fn busy(&self) -> bool {
+        self.running > 0
+    }
+
+    /// For a caller that runs a small collective itself while none runs:
+    /// scratch of at least `bytes` (slot 0's, grown once) and the call's
+    /// tag, numbered like [`start`](Self::start) numbers.
+    pub(crate) fn inline_scratch(&mut self, bytes: usize) -> (*mut u8, u32) {
+        let s = &mut self.scratch[0];
+        if s.len() * 64 < bytes {
+            s.resize(bytes.div_ceil(64), Line([0; 64]));
+        }
+        self.seq = self.seq.wrapping_add(1);
+        (s.as_mut_ptr().cast(), tag_of(self.seq))
+    }
+
     /// Advances every running collective as far as it goes without
     /// waiting; `true` if any step finished.
     pub(crate) fn drive(&mut self, e: &mut Engine) -> bool {

@@ -146,13 +146,7 @@ impl Comm {
         let ctx = self.ctx + COLL_CTX;
         let es = v.call.esize;
         let seq = tag >> 6;
-        let rd = plan.coll == Collective::Allreduce
-            && plan.algo == Algorithm::Tree
-            && plan.n.is_power_of_two();
         let run = || -> Result<()> {
-            if rd {
-                return self.allreduce_rd_inline(&v, ctx, tag, seq);
-            }
             v.pre_copy()?;
             let mut k = 0;
             while let Some(step) = plan.step(0, k) {
@@ -194,120 +188,101 @@ impl Comm {
             }
             Ok(())
         };
-        Some(run().map_err(|e| match e {
-            Error::Timeout {
-                op,
-                peer,
-                tag,
-                waited,
-                why,
-            } => Error::Timeout {
-                op,
-                peer,
-                tag,
-                waited,
-                why: format!(
-                    "in {} #{seq} ({}, {} elements){}{why}",
-                    plan.coll.name(),
-                    plan.algo.describe(plan.coll),
-                    plan.count,
-                    if why.is_empty() { "" } else { "; " }
-                ),
-            },
-            other => other,
-        }))
+        Some(run().map_err(|e| annotate(e, &plan, seq)))
     }
 
-    /// Recursive doubling on `2^k` ranks without the generic schedule: the
-    /// same steps, tags and operand order as `Plan::allreduce_rd` (so a
-    /// peer running the table's version interoperates), fewer instructions.
-    fn allreduce_rd_inline(&self, v: &Views, ctx: u16, tag: u32, seq: u32) -> Result<()> {
-        use crate::coll::plan::{Buf, Region};
-        let plan = v.call.plan;
-        let (n, r, count) = (plan.n, plan.r, plan.count);
-        let bytes = count * v.call.esize;
-        let dst = v.region(
-            Region {
-                buf: Buf::Dst,
-                off: 0,
-                len: count,
-            },
-            0,
-        )?;
-        if !plan.in_place {
-            let src = v.region(
-                Region {
-                    buf: Buf::Src,
-                    off: 0,
-                    len: count,
-                },
-                0,
-            )?;
-            // SAFETY: the caller's input and output, `bytes` long (checked),
-            // distinct borrows (one is `&mut`), hence disjoint.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+    /// A small allreduce on `2^k` ranks while no other collective runs:
+    /// recursive doubling straight over the blocking calls' fast paths,
+    /// without a schedule or table entry. The same steps, tags and operand
+    /// order as `Plan::allreduce_rd`, so a peer that runs it through the
+    /// table interoperates. `None`: take the general path.
+    fn allreduce_small<T: Element>(
+        &self,
+        send: *const T,
+        recv: &mut [T],
+        op: ReduceOp,
+        in_place: bool,
+    ) -> Option<Result<()>> {
+        let (n, r) = (self.size(), self.rank());
+        let bytes = std::mem::size_of_val(recv);
+        if bytes > FAST_MAX || !n.is_power_of_two() {
+            return None;
         }
-        if n == 1 {
-            return Ok(()); // the local copy was all
-        }
-        let tmp = v.region(
-            Region {
-                buf: Buf::Tmp(0),
-                off: 0,
-                len: count,
-            },
-            0,
-        )?;
-        let k = v
-            .call
-            .kernel
-            .ok_or_else(|| Error::Io("internal: a reduction without a kernel".into()))?;
-        let mut bit = 1;
-        while bit < n {
-            let peer = r ^ bit;
-            let mut send = None;
-            {
-                // SAFETY: `dst` is the caller's output (checked above),
-                // borrowed for the whole call; only read while sending.
-                let buf = unsafe { std::slice::from_raw_parts(dst, bytes) };
-                let mut e = self.engine();
-                if !e.try_send_now(buf, peer, ctx, tag) {
-                    send = Some(e.post_send(buf, peer, ctx, tag, false, 0)?);
-                }
+        let (tmp, tag, plan) = {
+            let mut st = self.coll.borrow_mut();
+            let st = &mut *st;
+            if st.table.busy() {
+                return None;
             }
-            // SAFETY: `tmp` is this communicator's scratch (checked above),
-            // held for this call and disjoint from the caller's buffers.
-            let tbuf = unsafe { std::slice::from_raw_parts_mut(tmp, bytes) };
-            let got = self.recv_fast(tbuf, peer, ctx, tag).and_then(|g| match g {
-                Ok(st) if st.len == bytes => Ok(()),
-                Ok(st) => Err(mismatch(&plan, seq, peer, st.len, bytes)),
-                Err(Error::Truncated { needed, got }) => {
-                    Err(mismatch(&plan, seq, peer, needed, got))
+            let shape = shape::<T>(Collective::Allreduce, Some(op), recv.len(), 0, in_place);
+            let plan = plan(&st.tun, &mut st.last, &shape, r, n);
+            if plan.algo != Algorithm::Tree {
+                return None;
+            }
+            let (tmp, tag) = st.table.inline_scratch(bytes);
+            (tmp, tag, plan)
+        };
+        let Some(k) = T::kernel(op) else {
+            return Some(Err(not_applicable(T::DTYPE, op)));
+        };
+        let dst: *mut u8 = recv.as_mut_ptr().cast();
+        if !in_place {
+            // SAFETY: `send` is the caller's input of `recv.len()` elements
+            // (checked by the caller), a distinct borrow from `recv`.
+            unsafe { std::ptr::copy_nonoverlapping(send.cast::<u8>(), dst, bytes) };
+        }
+        let ctx = self.ctx + COLL_CTX;
+        let seq = tag >> 6;
+        let run = || -> Result<()> {
+            let mut bit = 1;
+            while bit < n {
+                let peer = r ^ bit;
+                let mut send = None;
+                {
+                    // SAFETY: `dst` is the caller's output, borrowed for the
+                    // whole call; only read while sending.
+                    let buf = unsafe { std::slice::from_raw_parts(dst, bytes) };
+                    let mut e = self.engine();
+                    if !e.try_send_now(buf, peer, ctx, tag) {
+                        send = Some(e.post_send(buf, peer, ctx, tag, false, 0)?);
+                    }
                 }
-                Err(e) => Err(e),
-            });
-            if let Err(err) = got {
+                // SAFETY: `tmp` is this communicator's scratch of at least
+                // `bytes`, not resized while no other collective can start,
+                // and disjoint from the caller's buffers.
+                let tbuf = unsafe { std::slice::from_raw_parts_mut(tmp, bytes) };
+                let got = self.recv_fast(tbuf, peer, ctx, tag).and_then(|g| match g {
+                    Ok(st) if st.len == bytes => Ok(()),
+                    Ok(st) => Err(mismatch(&plan, seq, peer, st.len, bytes)),
+                    Err(Error::Truncated { needed, got }) => {
+                        Err(mismatch(&plan, seq, peer, needed, got))
+                    }
+                    Err(e) => Err(e),
+                });
+                if let Err(err) = got {
+                    if let Some(id) = send {
+                        self.engine().withdraw(id, &err);
+                    }
+                    return Err(err);
+                }
                 if let Some(id) = send {
-                    self.engine().withdraw(id, &err);
+                    self.wait_one(id, OpKind::Send)?;
                 }
-                return Err(err);
+                // SAFETY: `dst` and `tmp` are disjoint and hold
+                // `recv.len()` elements of `T`; the kernel allows `out` to
+                // be either input. Lower rank first, as in the schedule.
+                unsafe {
+                    if r < peer {
+                        k(dst, dst, tmp, recv.len())
+                    } else {
+                        k(dst, tmp, dst, recv.len())
+                    }
+                };
+                bit <<= 1;
             }
-            if let Some(id) = send {
-                self.wait_one(id, OpKind::Send)?;
-            }
-            // SAFETY: `dst` and `tmp` are disjoint and `count` elements
-            // long; the kernel allows `out` to be either input. Lower rank
-            // first, as in the schedule.
-            unsafe {
-                if r < peer {
-                    k(dst, dst, tmp, count)
-                } else {
-                    k(dst, tmp, dst, count)
-                }
-            };
-            bit <<= 1;
-        }
-        Ok(())
+            Ok(())
+        };
+        Some(run().map_err(|e| annotate(e, &plan, seq)))
     }
 
     /// The receive of an inline step: polled for on the link while the
@@ -470,6 +445,9 @@ impl Comm {
     /// ```
     pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         check_same("allreduce", send.len(), recv.len())?;
+        if let Some(r) = self.allreduce_small(send.as_ptr(), recv, op, false) {
+            return r;
+        }
         self.coll_blocking::<T>(
             shape::<T>(Collective::Allreduce, Some(op), send.len(), 0, false),
             bufs(send, recv),
@@ -478,6 +456,9 @@ impl Comm {
 
     /// [`allreduce`](Self::allreduce) with `buf` as both input and output.
     pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        if let Some(r) = self.allreduce_small(buf.as_ptr(), buf, op, true) {
+            return r;
+        }
         let n = buf.len();
         self.coll_blocking::<T>(
             shape::<T>(Collective::Allreduce, Some(op), n, 0, true),
@@ -617,6 +598,32 @@ impl Comm {
             )));
         }
         Ok(whole / self.size())
+    }
+}
+
+/// A timeout inside a collective says which one.
+fn annotate(e: Error, plan: &crate::coll::plan::Plan, seq: u32) -> Error {
+    match e {
+        Error::Timeout {
+            op,
+            peer,
+            tag,
+            waited,
+            why,
+        } => Error::Timeout {
+            op,
+            peer,
+            tag,
+            waited,
+            why: format!(
+                "in {} #{seq} ({}, {} elements){}{why}",
+                plan.coll.name(),
+                plan.algo.describe(plan.coll),
+                plan.count,
+                if why.is_empty() { "" } else { "; " }
+            ),
+        },
+        other => other,
     }
 }
 
