@@ -35,6 +35,11 @@ fn main() -> Result<(), tandem_driver::Error> {
         }
         Ok(t.elapsed().as_nanos() as f64 / iters as f64)
     };
+    if std::env::var_os("ONLY_BROADCAST").is_some() {
+        let bc = time(&mut || comm.broadcast(&mut out, 0))?;
+        println!("{} B broadcast {bc:.0} ns", elems * 4);
+        return comm.finish();
+    }
     let ar = time(&mut || comm.allreduce(&mine, &mut out, ReduceOp::Sum))?;
     if std::env::var_os("ONLY_ALLREDUCE").is_some() {
         println!("{} B allreduce {ar:.0} ns", elems * 4);

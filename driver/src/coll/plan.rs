@@ -223,10 +223,13 @@ impl Plan {
 
     /// Step `k` of `lane`, `None` once the lane is done.
     pub fn step(&self, lane: usize, k: usize) -> Option<Step> {
-        if self.n == 1 || lane >= self.lanes_used() {
+        if self.n == 1 {
             return None;
         }
         if !self.sliced() {
+            if lane != 0 {
+                return None;
+            }
             return match (self.coll, self.algo) {
                 (Collective::Allreduce, _) => self.allreduce_rd(k),
                 (Collective::Reduce, _) => self.reduce_tree(k),
@@ -238,6 +241,9 @@ impl Plan {
             };
         }
         let (n, lanes) = (self.n, self.lanes_used());
+        if lane >= lanes {
+            return None;
+        }
         let per_lane = (self.slices() - lane).div_ceil(lanes);
         if self.coll == Collective::Broadcast {
             // Pipelined: step k sends slice k-1 on and receives slice k.
