@@ -772,8 +772,10 @@ fn sweep_collective(o: &Opts) {
     });
     let mut cfg = Config::from_env().unwrap_or_else(|e| fail(&e.to_string()));
     if oversubscribed {
-        // More ranks than cores: spin briefly, then yield.
-        cfg.wait.spin = cfg.wait.spin.min(200);
+        // More ranks than cores: yield almost at once, so the rank that
+        // is awaited gets the core (a 200-poll spin measured 4x slower
+        // here with 4 ranks on 2 cores).
+        cfg.wait.spin = cfg.wait.spin.min(4);
     } else if o.pin && !launched {
         cfg = cfg.pin_core(ids.get(rank_hint).map(|c| c.id));
     }
