@@ -111,6 +111,10 @@ def main():
     for line in header.splitlines():
         if line.startswith("# c2c") or line.startswith("# reduction kernel") or "OVERSUBSCRIBED" in line:
             print(f"    {line}")
+    # The vCPUs of a VM move between physical cores: say where tandem's
+    # rounds ran (one-way cache-line latency measured by each round).
+    print("    # one-way cache line before each tandem round: " +
+          ", ".join(f"{c:.0f} ns" for c, _ in limits if c is not None))
     print()
     print("| size | tandem p50 µs | Open MPI p50 µs | MPICH p50 µs | tandem / Open MPI time | "
           "tandem busbw GB/s | Open MPI busbw | MPICH busbw | tandem / better MPI busbw | #wrong |")
