@@ -51,6 +51,9 @@ mod sys;
 pub mod transport;
 
 pub use bootstrap::Links;
+/// The `bytemuck` tandem's typed calls take [`bytemuck::Pod`] from (for
+/// `#[derive(Pod, Zeroable)]` with the same version).
+pub use bytemuck;
 pub use coll::{reduce_local, Algorithm, Collective, Dtype, Element, ReduceOp};
 pub use comm::{CollRequest, Comm, Group, Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
 pub use config::{Config, Layout, WaitPolicy};

@@ -492,3 +492,30 @@ fn blocking_collectives_while_others_run_agree_with_ranks_that_run_them_alone() 
         });
     }
 }
+
+#[test]
+fn typed_point_to_point() {
+    on_threads(2, |comm| {
+        let peer = 1 - comm.rank();
+        let mine: Vec<u64> = (0..1000).map(|i| i * 3 + comm.rank() as u64).collect();
+        let mut theirs = vec![0u64; 1000];
+        let mut halves = [f16::ZERO; 5];
+        comm.scope(|s| {
+            let r = s.irecv_typed(&mut theirs, peer, 1)?;
+            s.isend_typed(&mine, peer, 1)?.wait()?;
+            assert_eq!(r.wait()?.len, 8000);
+            Ok::<_, Error>(())
+        })??;
+        assert!(theirs
+            .iter()
+            .enumerate()
+            .all(|(i, x)| *x == i as u64 * 3 + peer as u64));
+        if comm.rank() == 0 {
+            comm.ssend_typed(&[f16::from_f32(0.5); 5], 1, 2)?;
+        } else {
+            comm.recv_typed(&mut halves, 0, 2)?;
+            assert_eq!(halves, [f16::from_f32(0.5); 5]);
+        }
+        Ok(())
+    });
+}

@@ -12,6 +12,7 @@ use tandem_core::lock::{SpinGuard, SpinLock};
 use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
 
 mod collective;
+mod typed;
 pub use collective::CollRequest;
 use collective::{CollState, COLL_CTX};
 
@@ -567,7 +568,9 @@ impl Comm {
     pub fn iprobe(&self, src: usize, tag: Tag) -> Result<Option<Status>> {
         Self::check_recv_tag(tag)?;
         let s = self.source(src)?;
-        Ok(self.engine().probe(s, self.ctx, tag))
+        let mut e = self.engine();
+        self.drive_collectives(&mut e);
+        Ok(e.probe(s, self.ctx, tag))
     }
 
     /// Runs `f` with a [`Scope`] in which non-blocking operations may
@@ -1222,6 +1225,7 @@ impl<'s> Request<'s> {
         };
         let mut e = first.comm.engine();
         e.progress();
+        first.comm.drive_collectives(&mut e);
         for r in reqs.iter() {
             let id = r.id()?;
             if e.info(id)
