@@ -237,37 +237,17 @@ impl Comm {
             let mut bit = 1;
             while bit < n {
                 let peer = r ^ bit;
-                let mut send = None;
-                {
-                    // SAFETY: `dst` is the caller's output, borrowed for the
-                    // whole call; only read while sending.
-                    let buf = unsafe { std::slice::from_raw_parts(dst, bytes) };
-                    let mut e = self.engine();
-                    if !e.try_send_now(buf, peer, ctx, tag) {
-                        send = Some(e.post_send(buf, peer, ctx, tag, false, 0)?);
-                    }
-                }
-                // SAFETY: `tmp` is this communicator's scratch of at least
+                // SAFETY: `dst` is the caller's output, borrowed for the
+                // whole call; `tmp` this communicator's scratch of at least
                 // `bytes`, not resized while no other collective can start,
                 // and disjoint from the caller's buffers.
-                let tbuf = unsafe { std::slice::from_raw_parts_mut(tmp, bytes) };
-                let got = self.recv_fast(tbuf, peer, ctx, tag).and_then(|g| match g {
-                    Ok(st) if st.len == bytes => Ok(()),
-                    Ok(st) => Err(mismatch(&plan, seq, peer, st.len, bytes)),
-                    Err(Error::Truncated { needed, got }) => {
-                        Err(mismatch(&plan, seq, peer, needed, got))
-                    }
-                    Err(e) => Err(e),
-                });
-                if let Err(err) = got {
-                    if let Some(id) = send {
-                        self.engine().withdraw(id, &err);
-                    }
-                    return Err(err);
-                }
-                if let Some(id) = send {
-                    self.wait_one(id, OpKind::Send)?;
-                }
+                let (sbuf, rbuf) = unsafe {
+                    (
+                        std::slice::from_raw_parts(dst, bytes),
+                        std::slice::from_raw_parts_mut(tmp, bytes),
+                    )
+                };
+                self.exchange(Some((sbuf, peer)), Some((rbuf, peer)), ctx, tag, &plan, seq)?;
                 // SAFETY: `dst` and `tmp` are disjoint and hold
                 // `recv.len()` elements of `T`; the kernel allows `out` to
                 // be either input. Lower rank first, as in the schedule.
@@ -279,6 +259,144 @@ impl Comm {
                     }
                 };
                 bit <<= 1;
+            }
+            Ok(())
+        };
+        Some(run().map_err(|e| annotate(e, &plan, seq)))
+    }
+
+    /// One step of a small collective run directly: sends `send` (through
+    /// the eager fast path if it can, else posted), receives `recv` in
+    /// full (polled, then posted), then waits for the send. The length
+    /// received must be the buffer's.
+    fn exchange(
+        &self,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(&mut [u8], usize)>,
+        ctx: u16,
+        tag: u32,
+        plan: &crate::coll::plan::Plan,
+        seq: u32,
+    ) -> Result<()> {
+        let mut posted = None;
+        if let Some((buf, to)) = send {
+            let mut e = self.engine();
+            if !e.try_send_now(buf, to, ctx, tag) {
+                posted = Some(e.post_send(buf, to, ctx, tag, false, 0)?);
+            }
+        }
+        if let Some((buf, from)) = recv {
+            let want = buf.len();
+            let got = self.recv_fast(buf, from, ctx, tag).and_then(|g| match g {
+                Ok(st) if st.len == want => Ok(()),
+                Ok(st) => Err(mismatch(plan, seq, from, st.len, want)),
+                Err(Error::Truncated { needed, got }) => {
+                    Err(mismatch(plan, seq, from, needed, got))
+                }
+                Err(e) => Err(e),
+            });
+            if let Err(err) = got {
+                if let Some(id) = posted {
+                    self.engine().withdraw(id, &err);
+                }
+                return Err(err);
+            }
+        }
+        if let Some(id) = posted {
+            self.wait_one(id, OpKind::Send)?;
+        }
+        Ok(())
+    }
+
+    /// Claims the table for a small collective run directly: the plan
+    /// (printed at INFO like any), its tag, and scratch of `scratch`
+    /// bytes. `None` while other collectives run or when the plan is not
+    /// `algo` (if given).
+    fn direct(
+        &self,
+        shape: Shape,
+        algo: Option<Algorithm>,
+        scratch: usize,
+    ) -> Option<(crate::coll::plan::Plan, u32, *mut u8)> {
+        let mut st = self.coll.borrow_mut();
+        let st = &mut *st;
+        if st.table.busy() {
+            return None;
+        }
+        let plan = plan(&st.tun, &mut st.last, &shape, self.rank(), self.size());
+        if algo.is_some_and(|a| a != plan.algo) {
+            return None;
+        }
+        let (tmp, tag) = st.table.inline_scratch(scratch);
+        Some((plan, tag, tmp))
+    }
+
+    /// A small broadcast run directly: the binomial tree of
+    /// `Plan::bcast_tree` (same steps and tags), receive from the parent,
+    /// then send to each child, farthest first.
+    fn broadcast_small<T: Element>(&self, buf: &mut [T], root: usize) -> Option<Result<()>> {
+        let (n, r) = (self.size(), self.rank());
+        let bytes = std::mem::size_of_val(buf);
+        if bytes > FAST_MAX || root >= n {
+            return None;
+        }
+        let shape = shape::<T>(Collective::Broadcast, None, buf.len(), root, true);
+        let (plan, tag, _) = self.direct(shape, Some(Algorithm::Tree), 0)?;
+        let (ctx, seq) = (self.ctx + COLL_CTX, tag >> 6);
+        let v = (r + n - root) % n;
+        let abs = |x: usize| (x + root) % n;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let mut run = || -> Result<()> {
+            if n == 1 {
+                return Ok(());
+            }
+            let top = if v == 0 {
+                n.next_power_of_two()
+            } else {
+                1 << v.trailing_zeros()
+            };
+            if v > 0 {
+                self.exchange(
+                    None,
+                    Some((&mut *bytes, abs(v - top))),
+                    ctx,
+                    tag,
+                    &plan,
+                    seq,
+                )?;
+            }
+            let mut mask = top >> 1;
+            while mask > 0 {
+                if v + mask < n {
+                    self.exchange(Some((&*bytes, abs(v + mask))), None, ctx, tag, &plan, seq)?;
+                }
+                mask >>= 1;
+            }
+            Ok(())
+        };
+        Some(run().map_err(|e| annotate(e, &plan, seq)))
+    }
+
+    /// A barrier run directly: the dissemination steps of `Plan::barrier`.
+    fn barrier_small(&self) -> Option<Result<()>> {
+        let (n, r) = (self.size(), self.rank());
+        // The barrier has one algorithm, whatever is forced.
+        let sh = shape::<u8>(Collective::Barrier, None, 0, 0, true);
+        let (plan, tag, _) = self.direct(sh, None, 0)?;
+        let (ctx, seq) = (self.ctx + COLL_CTX, tag >> 6);
+        let run = || -> Result<()> {
+            let mut d = 1;
+            while d < n {
+                let none: &mut [u8] = &mut [];
+                self.exchange(
+                    Some((&[], (r + d) % n)),
+                    Some((none, (r + n - d) % n)),
+                    ctx,
+                    tag,
+                    &plan,
+                    seq,
+                )?;
+                d <<= 1;
             }
             Ok(())
         };
@@ -503,6 +621,9 @@ impl Comm {
 
     /// `root`'s `buf` into every rank's `buf` (MPI's `MPI_Bcast`).
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        if let Some(r) = self.broadcast_small(buf, root) {
+            return r;
+        }
         let n = buf.len();
         self.coll_blocking::<T>(
             shape::<T>(Collective::Broadcast, None, n, root, true),
@@ -571,6 +692,9 @@ impl Comm {
     /// Returns once every rank has entered the barrier (MPI's
     /// `MPI_Barrier`).
     pub fn barrier(&self) -> Result<()> {
+        if let Some(r) = self.barrier_small() {
+            return r;
+        }
         let none: &mut [u8] = &mut [];
         self.coll_blocking::<u8>(
             shape::<u8>(Collective::Barrier, None, 0, 0, true),
