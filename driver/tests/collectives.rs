@@ -481,9 +481,9 @@ fn blocking_collectives_while_others_run_agree_with_ranks_that_run_them_alone() 
                     }
                     comm.allreduce(&[1.0, r as f32, 2.0], &mut b, ReduceOp::Max)?;
                     comm.allgather(&[r as u8], &mut c)?;
-                    let mut d = [r as u16; 4];
+                    let mut d = [r as u32; 4];
                     comm.broadcast(&mut d, n - 1)?;
-                    assert_eq!(d, [(n - 1) as u16; 4]);
+                    assert_eq!(d, [(n - 1) as u32; 4]);
                     comm.barrier()
                 })??;
                 let sum: u64 = (0..n as u64).map(|q| q + round).sum();
