@@ -1,7 +1,7 @@
 //! Collectives the NCCL way, on the progress layer's point-to-point
 //! operations: every collective is a fixed schedule of
-//! receive-reduce-send steps ([`plan`]) through fixed scratch slots, run by
-//! a table of collectives in flight ([`exec`]) that any wait on the
+//! receive-reduce-send steps (`plan`) through fixed scratch slots, run by
+//! a table of collectives in flight (`exec`) that any wait on the
 //! communicator advances. Transfers use the communicator's own collective
 //! context, so they never match user traffic, and go over whatever
 //! transport links the two ranks.

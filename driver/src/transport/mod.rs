@@ -1,6 +1,6 @@
 //! Transports: what moves headers and bytes between two ranks.
 //!
-//! The progress layer ([`crate::progress`]) decides *what* to send; a
+//! The progress layer (`crate::progress`) decides *what* to send; a
 //! transport only moves it, per peer, through the narrow interface of
 //! [`Transport`]:
 //!
