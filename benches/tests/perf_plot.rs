@@ -271,3 +271,50 @@ fn collective_sweep_table_json_and_plot() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn plot_subcommand_draws_files_without_running() {
+    let dir = temp_dir("plotonly");
+    let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+    for p in [&a, &b] {
+        std::fs::write(
+            p,
+            r#"[{"size": 8, "p50_us": 0.2, "algbw": 0.04, "busbw": 0.04, "wrong": 0},
+                {"size": 1024, "p50_us": 0.6, "algbw": 1.7, "busbw": 1.7, "wrong": 0}]"#,
+        )
+        .unwrap();
+    }
+    let svg = dir.join("p.svg");
+    // One --compare followed by two files.
+    let out = perf(&[
+        "plot",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--title",
+        "two runs",
+        "--ref-lat",
+        "floor=0.05",
+        "--compare",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (lines, texts) = polylines(&svg);
+    assert!(in_both_panels(&lines, 2), "{lines:?}");
+    for label in ["a", "b"] {
+        assert_eq!(
+            texts.iter().filter(|t| *t == label).count(),
+            2,
+            "{label}: {texts:?}"
+        );
+    }
+    assert!(texts.iter().any(|t| t == "floor"), "{texts:?}");
+    assert!(texts.iter().any(|t| t == "two runs"), "{texts:?}");
+    // Without --plot it is an error, not a silent no-op.
+    assert_eq!(perf(&["plot"]).status.code(), Some(2));
+    std::fs::remove_dir_all(dir).unwrap();
+}

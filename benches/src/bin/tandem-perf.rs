@@ -70,9 +70,9 @@ options:
                   bandwidth against size, log axes, with this run's
                   reference lines dashed (one-way cache line and memcpy, or
                   the raw TCP floor)
-  --compare A.json
-                  with --plot: overlay an earlier run's --json output,
-                  labelled by the file's stem (repeat for more runs)
+  --compare A.json [B.json ...]
+                  with --plot: overlay earlier runs' --json output,
+                  labelled by each file's stem (or repeat --compare)
 
 Environment: every TANDEM_* setting of the library applies (TANDEM_LINES,
 TANDEM_SLOT_BYTES, TANDEM_EAGER_LIMIT, TANDEM_SPIN, ...).";
@@ -123,7 +123,15 @@ fn parse() -> Result<Opts, String> {
         ref_bw: Vec::new(),
         title: "tandem-perf".into(),
     };
+    // `--compare A.json B.json`: bare arguments after a --compare value
+    // are more files to compare.
+    let mut comparing = false;
     while let Some(f) = a.next() {
+        if comparing && !f.starts_with('-') {
+            o.plot.compare.push(f.into());
+            continue;
+        }
+        comparing = f == "--compare";
         let mut val = |name: &str| a.next().ok_or(format!("{name} needs a value"));
         match f.as_str() {
             "--min-size" => {
