@@ -484,6 +484,11 @@ fn blocking_collectives_while_others_run_agree_with_ranks_that_run_them_alone() 
                     let mut d = [r as u32; 4];
                     comm.broadcast(&mut d, n - 1)?;
                     assert_eq!(d, [(n - 1) as u32; 4]);
+                    let mut e = [0i64; 2];
+                    comm.reduce(&[r as i64, 1], &mut e, ReduceOp::Sum, 0)?;
+                    if r == 0 {
+                        assert_eq!(e, [(0..n as i64).sum::<i64>(), n as i64]);
+                    }
                     comm.barrier()
                 })??;
                 let sum: u64 = (0..n as u64).map(|q| q + round).sum();

@@ -377,6 +377,82 @@ impl Comm {
         Some(run().map_err(|e| annotate(e, &plan, seq)))
     }
 
+    /// A small reduce run directly: the binomial tree of
+    /// `Plan::reduce_tree` (same steps, tags and operand order). `send` and
+    /// `out` are the same buffer when in place; `out` is only written on
+    /// the root.
+    fn reduce_small<T: Element>(
+        &self,
+        send: *const T,
+        out: *mut T,
+        count: usize,
+        op: ReduceOp,
+        root: usize,
+        in_place: bool,
+    ) -> Option<Result<()>> {
+        let (n, r) = (self.size(), self.rank());
+        let es = std::mem::size_of::<T>();
+        let bytes = count * es;
+        if bytes > FAST_MAX || root >= n {
+            return None;
+        }
+        let shape = shape::<T>(Collective::Reduce, Some(op), count, root, in_place);
+        // Two scratch slots: a child's partial, and this rank's own partial
+        // when it is not the root.
+        let (plan, tag, tmp) = self.direct(shape, Some(Algorithm::Tree), 2 * bytes)?;
+        let Some(k) = T::kernel(op) else {
+            return Some(Err(not_applicable(T::DTYPE, op)));
+        };
+        let (ctx, seq) = (self.ctx + COLL_CTX, tag >> 6);
+        let v = (r + n - root) % n;
+        let abs = |x: usize| (x + root) % n;
+        let send = send.cast::<u8>();
+        let (t0, t1) = (tmp, tmp.wrapping_add(bytes));
+        let has_child = v % 2 == 0 && v + 1 < n;
+        // The partial: the input itself on a leaf, else the output (root)
+        // or scratch, starting as a copy of the input.
+        let w: *mut u8 = match (has_child, v == 0) {
+            (false, _) => send as *mut u8,
+            (true, true) => out.cast(),
+            (true, false) => t1,
+        };
+        if has_child && !std::ptr::eq(w, send) {
+            // SAFETY: `send` is the caller's input of `count` elements; `w`
+            // the caller's output (root, not in place: a distinct borrow)
+            // or this communicator's scratch; both `bytes` long, disjoint.
+            unsafe { std::ptr::copy_nonoverlapping(send, w, bytes) };
+        }
+        let run = || -> Result<()> {
+            if n == 1 {
+                if !in_place {
+                    // SAFETY: as above; the root's output, distinct from the input.
+                    unsafe { std::ptr::copy_nonoverlapping(send, out.cast::<u8>(), bytes) };
+                }
+                return Ok(());
+            }
+            let mut bit = 1;
+            while bit < n {
+                if v & bit != 0 {
+                    // SAFETY: `w` holds `bytes` of this rank's partial (see
+                    // above), read only while sending.
+                    let buf = unsafe { std::slice::from_raw_parts(w, bytes) };
+                    return self.exchange(Some((buf, abs(v - bit))), None, ctx, tag, &plan, seq);
+                }
+                if v + bit < n {
+                    // SAFETY: `t0` is scratch of `bytes`, disjoint from `w`.
+                    let buf = unsafe { std::slice::from_raw_parts_mut(t0, bytes) };
+                    self.exchange(None, Some((buf, abs(v + bit))), ctx, tag, &plan, seq)?;
+                    // SAFETY: `w` and `t0` are disjoint, `count` elements of
+                    // `T` each; lower relative ranks first, as in the schedule.
+                    unsafe { k(w, w, t0, count) };
+                }
+                bit <<= 1;
+            }
+            Ok(())
+        };
+        Some(run().map_err(|e| annotate(e, &plan, seq)))
+    }
+
     /// A barrier run directly: the dissemination steps of `Plan::barrier`.
     fn barrier_small(&self) -> Option<Result<()>> {
         let (n, r) = (self.size(), self.rank());
@@ -598,6 +674,10 @@ impl Comm {
         if self.rank() == root {
             check_same("reduce", send.len(), recv.len())?;
         }
+        let out = recv.as_mut_ptr();
+        if let Some(r) = self.reduce_small(send.as_ptr(), out, send.len(), op, root, false) {
+            return r;
+        }
         self.coll_blocking::<T>(
             shape::<T>(Collective::Reduce, Some(op), send.len(), root, false),
             bufs(send, recv),
@@ -613,6 +693,10 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         let n = buf.len();
+        let p = buf.as_mut_ptr();
+        if let Some(r) = self.reduce_small(p, p, n, op, root, true) {
+            return r;
+        }
         self.coll_blocking::<T>(
             shape::<T>(Collective::Reduce, Some(op), n, root, true),
             in_place(buf),
