@@ -128,7 +128,8 @@ def main():
               f"{mb:.2f} | {tb / best if best else float('nan'):.2f}x | {tw + ow + mw} |")
     if a.plot:
         cmd = [os.path.join(ROOT, "target", "release", "tandem-perf"), "plot", "--plot", a.plot,
-               "--title", f"{a.op} on {a.n} ranks ({a.type}), medians of {a.rounds} alternating rounds"]
+               "--title", f"{a.op} on {a.n} ranks ({a.type}), medians of {a.rounds} alternating rounds",
+               "--bw-axis", "busbw (GB/s)"]
         c2c = [x[0] for x in limits if x[0] is not None]
         mem = [x[1] for x in limits if x[1] is not None]
         if c2c:

@@ -44,7 +44,8 @@ const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c|COLLECTIVE> [options]
   c2c        the machine's cross-process cache-line round trip and memcpy
   plot       runs nothing: draws the --compare files into --plot, with
              reference lines from --ref-lat LABEL=US and --ref-bw
-             LABEL=GBPS (repeatable), titled by --title
+             LABEL=GBPS (repeatable), titled by --title, the bandwidth
+             axis labelled by --bw-axis
   allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall
              -n ranks (processes, default 2) run the collective from
              --min-size (default 8) to --max-size; nccl-tests' columns:
@@ -97,6 +98,8 @@ struct Opts {
     ref_lat: Vec<(String, f64)>,
     ref_bw: Vec<(String, f64)>,
     title: String,
+    /// `plot`: the bandwidth axis's label.
+    bw_axis: Option<String>,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -122,6 +125,7 @@ fn parse() -> Result<Opts, String> {
         ref_lat: Vec::new(),
         ref_bw: Vec::new(),
         title: "tandem-perf".into(),
+        bw_axis: None,
     };
     // `--compare A.json B.json`: bare arguments after a --compare value
     // are more files to compare.
@@ -166,6 +170,7 @@ fn parse() -> Result<Opts, String> {
                 }
             }
             "--title" => o.title = val("--title")?,
+            "--bw-axis" => o.bw_axis = Some(val("--bw-axis")?),
             "--max-size" => o.max = parse_size(&val("--max-size")?).ok_or("bad --max-size")?,
             "--iters" => o.iters = val("--iters")?.parse().map_err(|_| "bad --iters")?,
             "--json" => o.json = true,
@@ -915,6 +920,9 @@ fn main() {
                 std::process::exit(2)
             }
             let mut fig = Figure::new(o.title.clone());
+            if let Some(l) = &o.bw_axis {
+                fig.bandwidth_axis = l.clone();
+            }
             fig.latency_refs = o.ref_lat.clone();
             fig.bandwidth_refs = o.ref_bw.clone();
             match o.plot.write(fig) {
