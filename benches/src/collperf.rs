@@ -332,11 +332,9 @@ pub fn kernel_vs_memcpy(
                     / t0.elapsed().as_nanos() as f64)
             };
         let k = time(&mut || {
-            tandem_driver::reduce_local(&mut dst, std::hint::black_box(&src), op)?;
-            // Keep sums bounded: reset now and then is not needed for
-            // timing; values may wrap or grow, the kernel cost does not
-            // depend on them (no denormals: integers and growing floats).
-            Ok(())
+            // Sums grow or wrap from call to call; the cost does not depend
+            // on the values (integers, or floats that never go subnormal).
+            tandem_driver::reduce_local(&mut dst, std::hint::black_box(&src), op)
         })?;
         let m = time(&mut || {
             dst.copy_from_slice(std::hint::black_box(&src));
@@ -425,14 +423,10 @@ mod tests {
     #[test]
     fn a_small_sweep_on_threads_has_no_wrong_elements() {
         use tandem_driver::{Config, Layout};
-        for coll in [
-            Collective::Allreduce,
-            Collective::Reduce,
-            Collective::Broadcast,
-            Collective::Allgather,
-            Collective::ReduceScatter,
-            Collective::Alltoall,
-        ] {
+        for coll in Collective::ALL
+            .into_iter()
+            .filter(|c| *c != Collective::Barrier)
+        {
             let o = CollOpts {
                 coll,
                 n: 3,

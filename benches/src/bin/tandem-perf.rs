@@ -236,11 +236,7 @@ fn plot_rows(
     fig.bandwidth.push(Series::new("this run", pts(|r| r.gbps)));
     fig.latency_refs = lat_refs;
     fig.bandwidth_refs = bw_refs;
-    match o.plot.write(fig) {
-        Ok(Some(path)) => eprintln!("tandem-perf: plot written to {}", path.display()),
-        Ok(None) => {}
-        Err(e) => fail(&format!("--plot: {e}")),
-    }
+    write_plot(o, fig);
 }
 
 fn cores(pin: bool) -> Option<(usize, usize)> {
@@ -894,11 +890,17 @@ fn sweep_collective(o: &Opts) {
             .push(Series::new("this run", pts(|r| r.busbw)));
         fig.latency_refs = lat_refs;
         fig.bandwidth_refs = bw_refs;
-        match o.plot.write(fig) {
-            Ok(Some(path)) => eprintln!("tandem-perf: plot written to {}", path.display()),
-            Ok(None) => {}
-            Err(e) => fail(&format!("--plot: {e}")),
-        }
+        write_plot(o, fig);
+    }
+}
+
+/// Writes `fig` (with the `--compare` series) where `--plot` says, if it
+/// says; a failure ends the run.
+fn write_plot(o: &Opts, fig: Figure) {
+    match o.plot.write(fig) {
+        Ok(Some(path)) => eprintln!("tandem-perf: plot written to {}", path.display()),
+        Ok(None) => {}
+        Err(e) => fail(&format!("--plot: {e}")),
     }
 }
 
@@ -925,11 +927,7 @@ fn main() {
             }
             fig.latency_refs = o.ref_lat.clone();
             fig.bandwidth_refs = o.ref_bw.clone();
-            match o.plot.write(fig) {
-                Ok(Some(path)) => eprintln!("tandem-perf: plot written to {}", path.display()),
-                Ok(None) => {}
-                Err(e) => fail(&format!("--plot: {e}")),
-            }
+            write_plot(&o, fig);
         }
         c if Collective::parse(c).is_some_and(|c| c != Collective::Barrier) => sweep_collective(&o),
         "c2c" => {

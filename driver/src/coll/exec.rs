@@ -211,13 +211,13 @@ impl Table {
     /// returns its views and tag; the caller makes the local copy
     /// ([`Views::pre_copy`]). `None` (nothing
     /// done) while other collectives run.
-    pub(crate) fn inline(&mut self, call: Call) -> Option<Result<(Views, u32)>> {
+    pub(crate) fn inline(&mut self, call: Call) -> Option<(Views, u32)> {
         if self.running > 0 {
             return None;
         }
         let v = self.views(0, call);
         self.seq = self.seq.wrapping_add(1);
-        Some(Ok((v, tag_of(self.seq))))
+        Some((v, tag_of(self.seq)))
     }
 
     /// Whether any collective runs.

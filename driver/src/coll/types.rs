@@ -290,8 +290,8 @@ half_kernels!(f16, F16);
 half_kernels!(bf16, Bf16);
 
 /// `dst = op(dst, src)` element-wise on typed slices: the reduction kernel
-/// the collectives run, exposed for measuring it (`tandem-perf reduce-kernel`)
-/// and for tests. Errors if `op` does not apply to `T` or the lengths
+/// the collectives run, exposed for measuring it (every collective
+/// `tandem-perf` run prints its GB/s beside memcpy's) and for tests. Errors if `op` does not apply to `T` or the lengths
 /// differ.
 ///
 /// ```

@@ -10,15 +10,13 @@
 //! waiting.
 
 use super::{explain, Comm, Scope, Waiter, FAST_POLLS};
-use crate::coll::exec::{mismatch, Call, Table, Ticket, Views, FAST_MAX};
+use crate::coll::exec::{mismatch, Call, Table, Ticket, FAST_MAX};
 use crate::coll::plan::Algorithm;
-use crate::coll::plan::Xfer;
 use crate::coll::{plan, types::not_applicable, Collective, Element, ReduceOp, Shape, Tunables};
 use crate::error::OpKind;
 use crate::error::{Error, Result};
 use crate::progress::MAX_CONTEXTS;
 use crate::progress::{Fast, Status};
-use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 /// The collective context of user context `ctx`: the upper half.
@@ -138,10 +136,7 @@ impl Comm {
         if call.src_len.max(call.dst_len) > FAST_MAX || call.plan.lanes_used() > 1 {
             return None;
         }
-        let (v, tag) = match self.coll.borrow_mut().table.inline(call)? {
-            Ok(x) => x,
-            Err(e) => return Some(Err(e)),
-        };
+        let (v, tag) = self.coll.borrow_mut().table.inline(call)?;
         let plan = v.call.plan;
         let ctx = self.ctx + COLL_CTX;
         let es = v.call.esize;
@@ -150,39 +145,31 @@ impl Comm {
             v.pre_copy()?;
             let mut k = 0;
             while let Some(step) = plan.step(0, k) {
-                let mut send = None;
-                if let Some(x) = step.send {
-                    let p = v.region(x.region, 0)?;
-                    // SAFETY: the region lies in the caller's buffers
-                    // (checked), borrowed for this whole call.
-                    let buf = unsafe { std::slice::from_raw_parts(p, x.region.len * es) };
-                    let mut e = self.engine();
-                    if !e.try_send_now(buf, x.peer, ctx, tag) {
-                        send = Some(e.post_send(buf, x.peer, ctx, tag, false, 0)?);
+                let send = match step.send {
+                    Some(x) => {
+                        let p = v.region(x.region, 0)?;
+                        // SAFETY: the region lies in the caller's buffers or
+                        // this communicator's scratch (checked), held for
+                        // this whole call; only read while sending.
+                        Some((
+                            unsafe { std::slice::from_raw_parts(p, x.region.len * es) },
+                            x.peer,
+                        ))
                     }
-                }
-                if let Some(x) = step.recv {
-                    let r = self.inline_recv(&v, x, ctx, tag).and_then(|got| {
-                        let want = x.region.len * es;
-                        match got {
-                            Ok(st) if st.len == want => Ok(()),
-                            Ok(st) => Err(mismatch(&plan, seq, x.peer, st.len, want)),
-                            Err(Error::Truncated { needed, got }) => {
-                                Err(mismatch(&plan, seq, x.peer, needed, got))
-                            }
-                            Err(e) => Err(e),
-                        }
-                    });
-                    if let Err(err) = r {
-                        if let Some(id) = send {
-                            self.engine().withdraw(id, &err);
-                        }
-                        return Err(err);
+                    None => None,
+                };
+                let recv = match step.recv {
+                    Some(x) => {
+                        let p = v.region(x.region, 0)?;
+                        // SAFETY: as above; a step's receive region is
+                        // disjoint from its send region (the plan's
+                        // invariant), and nothing else touches it meanwhile.
+                        let buf = unsafe { std::slice::from_raw_parts_mut(p, x.region.len * es) };
+                        Some((buf, x.peer))
                     }
-                }
-                if let Some(id) = send {
-                    self.wait_one(id, OpKind::Send)?;
-                }
+                    None => None,
+                };
+                self.exchange(send, recv, ctx, tag, &plan, seq)?;
                 v.reduce(step.after, 0)?;
                 k += 1;
             }
@@ -477,17 +464,6 @@ impl Comm {
             Ok(())
         };
         Some(run().map_err(|e| annotate(e, &plan, seq)))
-    }
-
-    /// The receive of an inline step: polled for on the link while the
-    /// wait policy spins, then posted and waited for with the deadlines.
-    fn inline_recv(&self, v: &Views, x: Xfer, ctx: u16, tag: u32) -> Result<Result<Status>> {
-        let p = v.region(x.region, 0)?;
-        // SAFETY: the region lies in the caller's buffers or this
-        // communicator's scratch (checked), both held for this whole call;
-        // nothing else reads or writes them meanwhile.
-        let buf = unsafe { std::slice::from_raw_parts_mut(p, x.region.len * v.call.esize) };
-        self.recv_fast(buf, x.peer, ctx, tag)
     }
 
     /// A receive polled for on the link while the wait policy spins, then
@@ -852,7 +828,6 @@ fn check_same(what: &str, send: usize, recv: usize) -> Result<()> {
 pub struct CollRequest<'s> {
     comm: &'s Comm,
     ticket: Option<Ticket>,
-    _s: PhantomData<&'s ()>,
 }
 
 impl std::fmt::Debug for CollRequest<'_> {
@@ -898,7 +873,6 @@ impl<'s, 'env> Scope<'s, 'env> {
         Ok(CollRequest {
             comm: self.comm,
             ticket: Some(t),
-            _s: PhantomData,
         })
     }
 

@@ -338,14 +338,10 @@ fn every_rank_holds_the_same_bits_in_a_fixed_order() {
 fn steps_touch_only_their_buffers() {
     // Every region lies inside its buffer and scratch slot.
     for n in 1..=9 {
-        for coll in [
-            Collective::Allreduce,
-            Collective::Reduce,
-            Collective::Broadcast,
-            Collective::Allgather,
-            Collective::ReduceScatter,
-            Collective::Alltoall,
-        ] {
+        for coll in Collective::ALL
+            .into_iter()
+            .filter(|c| *c != Collective::Barrier)
+        {
             for algo in [Algorithm::Ring, Algorithm::Tree] {
                 let count = 29;
                 for p in plans(coll, algo, n, count, 5, 2, 1 % n, false) {
