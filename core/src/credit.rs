@@ -78,6 +78,15 @@ impl CreditWindow {
         }
     }
 
+    /// [`grant`](Self::grant) for a caller that knows `total` is valid:
+    /// more than granted so far, and at most a window beyond what was
+    /// taken (checked in debug builds).
+    #[inline(always)]
+    pub fn grow_to(&mut self, total: u64) {
+        debug_assert!(total >= self.granted && total - self.used <= self.window);
+        self.granted = total;
+    }
+
     /// Applies a cumulative grant (`total` credits ever granted). Stale
     /// grants are ignored; a grant that would open the window past its
     /// initial size is a protocol violation.

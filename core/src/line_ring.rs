@@ -249,11 +249,51 @@ impl LineProducer<'_> {
         true
     }
 
+    /// Writes one whole line (`words`, little-endian) and publishes it, or
+    /// returns `false` (writing nothing) if the ring is full. The lean form
+    /// of [`try_write`](Self::try_write) for a message assembled in
+    /// registers: one check, seven stores and the flag.
+    #[inline(always)]
+    pub fn try_write_words(&mut self, words: &[u64; LINE_WORDS]) -> bool {
+        if !self.line_free() {
+            return false;
+        }
+        let mut buf = [0u8; LINE_PAYLOAD];
+        for (b, w) in buf.chunks_exact_mut(8).zip(words) {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
+        let line = self.ring.line(self.tail);
+        // SAFETY: the reader has returned this line (the head check above),
+        // so nobody else accesses the payload until the flag below.
+        line.data.with_mut(|p| unsafe { *p = buf });
+        self.tail += 1;
+        line.flag.store(self.tail, publish_order());
+        true
+    }
+
+    /// Whether the next line is free (reloads the reader's head only when
+    /// the cached one says the ring is full): what
+    /// [`try_write_words`](Self::try_write_words) checks.
+    #[inline(always)]
+    pub fn line_free(&mut self) -> bool {
+        // Counts are below 2^63 (a line a nanosecond for 290 years), so
+        // nothing here overflows.
+        let cap = self.ring.lines.len() as u64;
+        if self.tail < self.head_cache + cap {
+            return true;
+        }
+        self.head_cache = self.ring.head.value.load(Ordering::Acquire);
+        self.tail < self.head_cache + cap
+    }
+
     /// Lines written so far.
     pub fn tail(&self) -> u64 {
         self.tail
     }
 }
+
+/// 64-bit words of payload per line.
+pub const LINE_WORDS: usize = LINE_PAYLOAD / 8;
 
 /// The ordering a line's flag is published with (Release; see
 /// [`crate::mutation::Mutant::RelaxedFlagPublish`]).
@@ -306,6 +346,24 @@ impl LineConsumer<'_> {
         // SAFETY: the flag (Acquire) shows the writer is done with it.
         line.data.with(|p| *out = unsafe { *p });
         true
+    }
+
+    /// The next message's first line in place, without copying or
+    /// consuming it; `None` if no message has arrived. The view borrows
+    /// this consumer, so it ends before the line can be consumed and
+    /// handed back to the writer. (Not in loom builds: loom tracks an
+    /// access only for the length of a closure.)
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub fn peek_ref(&self) -> Option<&[u8; LINE_PAYLOAD]> {
+        let line = self.ring.line(self.tail);
+        if line.flag.load(Ordering::Acquire) != self.tail + 1 {
+            return None;
+        }
+        // SAFETY: the flag (Acquire) shows the writer is done with the
+        // line, and it does not write it again before this reader consumes
+        // it, which needs `&mut self`, so not while the view lives.
+        Some(line.data.with(|p| unsafe { &*p }))
     }
 
     /// Consumes a message that fits in one line, after

@@ -457,6 +457,18 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// Applies the freed counts of a header from this peer (`c` entries and
+    /// `k` buffers are the windows); `None` if it claims more than was sent.
+    #[inline(always)]
+    fn apply_credit(&mut self, credit: u16, ecredit: u16, c: u64, k: u64) -> Option<()> {
+        // Most headers return nothing new: two compares.
+        if credit == self.seen_freed as u16 && ecredit == self.seen_bfreed as u16 {
+            return Some(());
+        }
+        grant(&mut self.window, &mut self.seen_freed, credit, c)?;
+        grant(&mut self.bwindow, &mut self.seen_bfreed, ecredit, k)
+    }
+
     /// Unused peer state.
     pub const EMPTY: Peer = Peer {
         window: CreditWindow::new(0),
@@ -1183,10 +1195,10 @@ where
     /// the general path.
     #[inline]
     pub fn eager_now(&mut self, peer: u32, ctx: u16, tag: u32, len: u64) -> Option<Header> {
-        if peer >= self.p.nranks || tag > TAG_UB || len > self.p.eager_limit {
+        if tag > TAG_UB || len > self.p.eager_limit {
             return None;
         }
-        let q = self.peer_mut(peer);
+        let q = self.peers.as_mut().get_mut(peer as usize)?;
         if q.dead
             || q.sendq.head != NIL
             || q.ctrlq.head != NIL
@@ -1215,23 +1227,46 @@ where
     /// payload straight into its buffer. `false`: take the general path.
     #[inline]
     pub fn eager_recv_now(&mut self, peer: u32, ctx: u16, tag: u32, h: &Header) -> R<bool> {
-        if peer >= self.p.nranks
-            || h.kind() != Kind::Eager
-            || h.context != ctx
-            || (tag != ANY_TAG && tag != h.tag)
-            || self.posted.head != NIL
+        if h.kind() != Kind::Eager || h.context != ctx || (tag != ANY_TAG && tag != h.tag) {
+            return Ok(false);
+        }
+        Ok(self
+            .eager_recv_matched(peer, ctx, tag, h.seq, h.credit, h.ecredit)?
+            .is_some())
+    }
+
+    /// [`eager_recv_now`](Self::eager_recv_now) for a caller that has
+    /// already compared the header's kind (eager), context and tag with the
+    /// receive's, and passes its `seq`, `credit` and `ecredit` fields.
+    /// `Some(owed)`: consumed, and `owed` says an explicit credit return to
+    /// `peer` is now due ([`credit_owed`](Self::credit_owed)). `None`: take
+    /// the general path.
+    #[inline(always)]
+    pub fn eager_recv_matched(
+        &mut self,
+        peer: u32,
+        ctx: u16,
+        tag: u32,
+        seq: u16,
+        credit: u16,
+        ecredit: u16,
+    ) -> R<Option<bool>> {
+        if self.posted.head != NIL
+            || (self.unexpected.head != NIL && self.probe(peer, ctx, tag).is_some())
         {
-            return Ok(false);
+            return Ok(None);
         }
-        let q = self.peer(peer);
-        if q.dead || q.held != 0 || h.seq != q.recv_seq {
-            return Ok(false);
+        let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
+        let t = self.p.credit_threshold.max(1) as u64;
+        let bt = t.min(k);
+        let Some(q) = self.peers.as_mut().get_mut(peer as usize) else {
+            return Ok(None);
+        };
+        if q.dead || q.held != 0 || seq != q.recv_seq {
+            return Ok(None);
         }
-        if self.unexpected.head != NIL && self.probe(peer, ctx, tag).is_some() {
-            return Ok(false);
-        }
-        self.apply_credit(peer, h.credit, h.ecredit)?;
-        let q = self.peer_mut(peer);
+        q.apply_credit(credit, ecredit, c, k)
+            .ok_or(ProtoError::BadCredit { peer })?;
         if q.free == NIL || q.bfree == NIL {
             return Err(ProtoError::CreditOverrun { peer });
         }
@@ -1241,7 +1276,7 @@ where
         }
         q.freed += 1;
         q.bfreed += 1;
-        Ok(true)
+        Ok(Some(q.freed - q.told >= t || q.bfreed - q.btold >= bt))
     }
 
     // ---- receive ----
@@ -1298,14 +1333,9 @@ where
     #[inline(always)]
     fn apply_credit(&mut self, peer: u32, credit: u16, ecredit: u16) -> R<()> {
         let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
-        let q = self.peer_mut(peer);
-        // Most headers return nothing new: two compares.
-        if credit == q.seen_freed as u16 && ecredit == q.seen_bfreed as u16 {
-            return Ok(());
-        }
-        let bad = ProtoError::BadCredit { peer };
-        grant(&mut q.window, &mut q.seen_freed, credit, c).ok_or(bad)?;
-        grant(&mut q.bwindow, &mut q.seen_bfreed, ecredit, k).ok_or(bad)
+        self.peer_mut(peer)
+            .apply_credit(credit, ecredit, c, k)
+            .ok_or(ProtoError::BadCredit { peer })
     }
 
     fn on_matching(
@@ -1827,7 +1857,10 @@ fn grant(window: &mut CreditWindow, seen: &mut u64, count: u16, initial: u64) ->
         return None;
     }
     *seen = total;
-    window.grant(initial + total).ok()
+    // The window was granted `initial + *seen` before, so this grows it, and
+    // `total <= used` keeps what is available within `initial`.
+    window.grow_to(initial + total);
+    Some(())
 }
 
 impl Header {

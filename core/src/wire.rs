@@ -273,6 +273,27 @@ impl Header {
         b
     }
 
+    /// The encoding as four little-endian words (what
+    /// [`encode`](Self::encode) writes, for a transport that stores words).
+    #[inline(always)]
+    pub const fn words(&self) -> [u64; 4] {
+        [
+            self.magic as u64
+                | (self.kind as u64) << 8
+                | (self.context as u64) << 16
+                | (self.tag as u64) << 32,
+            self.seq as u64 | (self.credit as u64) << 16 | (self.token as u64) << 32,
+            self.len,
+            self.ecredit as u64
+                | (self.reserved[0] as u64) << 16
+                | (self.reserved[1] as u64) << 24
+                | (self.reserved[2] as u64) << 32
+                | (self.reserved[3] as u64) << 40
+                | (self.reserved[4] as u64) << 48
+                | (self.reserved[5] as u64) << 56,
+        ]
+    }
+
     /// The first 8 encoded bytes of an eager header with `context` and
     /// `tag`, for [`decode_eager`](Self::decode_eager).
     #[inline]
@@ -459,6 +480,17 @@ mod tests {
                       token: u32, len in 0u64..1024, ecredit: u16) {
             let h = Header { seq, credit, token, ecredit, ..Header::new(kind, ctx, tag, len) };
             prop_assert_eq!(Header::decode(&h.encode(), &LIMITS), Ok(h));
+        }
+
+        #[test]
+        fn words_are_the_encoding(kind in kinds(), ctx: u16, tag: u32, seq: u16, credit: u16,
+                                  token: u32, len: u64, ecredit: u16, reserved: [u8; 6]) {
+            let h = Header { seq, credit, token, ecredit, reserved, ..Header::new(kind, ctx, tag, len) };
+            let mut b = [0u8; HEADER_LEN];
+            for (d, w) in b.chunks_exact_mut(8).zip(h.words()) {
+                d.copy_from_slice(&w.to_le_bytes());
+            }
+            prop_assert_eq!(b, h.encode());
         }
     }
 }

@@ -448,6 +448,12 @@ impl Comm {
         if self.engine().try_send_now(buf, dst, self.ctx, tag) {
             return Ok(());
         }
+        self.send_posted(buf, dst, tag)
+    }
+
+    /// [`send`](Self::send) when the message cannot go out right away.
+    #[inline(never)]
+    fn send_posted(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
         let id = self.post_send(buf, dst, tag, false, 0)?;
         self.wait_one(id, OpKind::Send).map(|_| ())
     }
@@ -469,6 +475,19 @@ impl Comm {
     /// unaffected.
     pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
+        if src < self.size() {
+            // Often the message is there already.
+            if let Fast::Done(r) = self.engine().try_recv_now(buf, src, self.ctx, tag) {
+                return r;
+            }
+        }
+        self.recv_waiting(buf, src, tag)
+    }
+
+    /// [`recv`](Self::recv) when the message is not there at once: polls
+    /// for it, then posts the receive.
+    #[inline(never)]
+    fn recv_waiting(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
             // Fast path while spinning: poll the source's line ring directly;
             // no operation is recorded. Anything unusual (a rendezvous, a

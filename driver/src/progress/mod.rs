@@ -39,6 +39,7 @@ use crate::transport::{DESC_LEN, PEEK_LEN};
 use buffers::UserBuf;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use tandem_core::line_ring::LINE_PAYLOAD;
 use tandem_core::proto::{
     self, Action, Entry, Handle, Op, OpError, OpInfo, Params, Phase, Taken, TxWhat,
 };
@@ -141,6 +142,8 @@ pub(crate) struct Engine {
     pending_pulls: Vec<PendingPull>,
     limits: Limits,
     eager_limit: usize,
+    /// Largest eager payload that fits in one line with its header.
+    line_max: usize,
     debug: bool,
     trace: bool,
     board: Option<WaitBoard>,
@@ -236,6 +239,7 @@ impl Engine {
                 contexts: MAX_CONTEXTS,
             },
             eager_limit: protocol.eager_limit as usize,
+            line_max: (protocol.eager_limit as usize).min(LINE_PAYLOAD - HEADER_LEN),
             debug: debug_level() >= DebugLevel::Info,
             trace: debug_level() >= DebugLevel::Trace,
             board,
@@ -343,13 +347,39 @@ impl Engine {
     /// transport when nothing is queued ahead of it for `dst`, credits
     /// allow and the link has room; no operation is recorded. `false`: take
     /// the general path.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_send_now(&mut self, buf: &[u8], dst: usize, ctx: u16, tag: u32) -> bool {
-        if dst >= self.peers.len() || buf.len() > self.eager_limit {
+        let Some(ch) = self.peers.get_mut(dst) else {
             return false;
+        };
+        if let Link::Shm(l) = &mut ch.link {
+            if buf.len() <= self.line_max {
+                // Header and payload in one line, assembled in registers.
+                if ch.broken.is_some() || !l.line_free() {
+                    return false;
+                }
+                let Some(h) = self.proto.eager_now(dst as u32, ctx, tag, buf.len() as u64) else {
+                    return false;
+                };
+                let [h0, h1, h2, h3] = h.words();
+                let [b0, b1, b2] = small_words(buf);
+                let wrote = l.send_line(&[h0, h1, h2, h3, b0, b1, b2]);
+                debug_assert!(wrote, "room was checked");
+                return true;
+            }
         }
+        self.try_send_general(buf, dst, ctx, tag)
+    }
+
+    /// [`try_send_now`](Self::try_send_now) for anything but a one-line
+    /// eager message over shared memory.
+    #[inline(never)]
+    fn try_send_general(&mut self, buf: &[u8], dst: usize, ctx: u16, tag: u32) -> bool {
         let ch = &mut self.peers[dst];
-        if ch.broken.is_some() || !ch.link.room(HEADER_LEN + buf.len()) {
+        if buf.len() > self.eager_limit
+            || ch.broken.is_some()
+            || !ch.link.room(HEADER_LEN + buf.len())
+        {
             return false;
         }
         let Some(h) = self.proto.eager_now(dst as u32, ctx, tag, buf.len() as u64) else {
@@ -364,7 +394,7 @@ impl Engine {
     /// buffered matches, an in-order eager message from `src` with `tag` at
     /// the head of its link is copied straight into `buf`; no operation is
     /// recorded.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
         let Some(ch) = self.peers.get_mut(src) else {
             return Fast::Fallback;
@@ -372,6 +402,56 @@ impl Engine {
         if ch.broken.is_some() {
             return Fast::Fallback;
         }
+        if let Link::Shm(l) = &mut ch.link {
+            // The common case, read in place from the line: a one-line
+            // eager message of this context and tag. Anything else (or a
+            // header that fails these few compares) takes the path below,
+            // which validates in full.
+            let (want, mask) = eager_pattern(ctx, tag);
+            let Some(line) = l.peek_line_ref() else {
+                return Fast::NotYet;
+            };
+            let (w0, w1, len, w3) = (ld8(line, 0), ld8(line, 8), ld8(line, 16), ld8(line, 24));
+            let took = if w0 & mask != want || len > self.line_max as u64 || w3 >> 16 != 0 {
+                None
+            } else {
+                let (seq, credit) = (w1 as u16, (w1 >> 16) as u16);
+                self.proto
+                    .eager_recv_matched(src as u32, ctx, tag, seq, credit, w3 as u16)
+                    .ok()
+                    .flatten()
+            };
+            if let Some(owed) = took {
+                let len = len as usize;
+                let n = len.min(buf.len());
+                small_copy(&mut buf[..n], &line[HEADER_LEN..HEADER_LEN + n]);
+                let mtag = (w0 >> 32) as u32;
+                l.consume_line();
+                if owed {
+                    self.progress_tx(src);
+                }
+                return Fast::Done(if len > buf.len() {
+                    Err(Error::Truncated {
+                        needed: len,
+                        got: buf.len(),
+                    })
+                } else {
+                    Ok(Status {
+                        source: src,
+                        tag: mtag,
+                        len,
+                    })
+                });
+            }
+        }
+        self.try_recv_general(buf, src, ctx, tag)
+    }
+
+    /// [`try_recv_now`](Self::try_recv_now) for anything but a one-line
+    /// eager message over shared memory.
+    #[inline(never)]
+    fn try_recv_general(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
+        let ch = &mut self.peers[src];
         let mut line = [0u8; PEEK_LEN];
         match ch.link.peek(&mut line) {
             Peek::Header => {}
@@ -1058,6 +1138,71 @@ impl Engine {
             peer as usize
         };
         Some((op, peer, slot[1].load(Ordering::Relaxed) as u32))
+    }
+}
+
+/// A payload of at most 24 bytes as three little-endian words, zero
+/// padded, with fixed-size copies (a few overlapping ones) instead of a
+/// variable-length `memcpy` call.
+#[inline(always)]
+fn small_words(b: &[u8]) -> [u64; 3] {
+    let mut out = [0u8; 24];
+    small_copy(&mut out[..b.len()], b);
+    [ld8(&out, 0), ld8(&out, 8), ld8(&out, 16)]
+}
+
+/// Copies `src` (at most 24 bytes) to `dst` of the same length with
+/// fixed-size integer loads and stores: overlapping 8- or 4-byte ones cover
+/// every length. (Written with integers, not `copy_from_slice`, so that the
+/// compiler does not merge the branches back into one `memcpy` call.)
+#[inline(always)]
+fn small_copy(dst: &mut [u8], src: &[u8]) {
+    let n = dst.len();
+    debug_assert!(n == src.len() && n <= 24);
+    if n >= 8 {
+        let (a, b, c) = (
+            ld8(src, 0),
+            if n > 16 { ld8(src, 8) } else { 0 },
+            ld8(src, n - 8),
+        );
+        dst[..8].copy_from_slice(&a.to_le_bytes());
+        if n > 16 {
+            dst[8..16].copy_from_slice(&b.to_le_bytes());
+        }
+        dst[n - 8..].copy_from_slice(&c.to_le_bytes());
+    } else if n >= 4 {
+        let (a, c) = (ld4(src, 0), ld4(src, n - 4));
+        dst[..4].copy_from_slice(&a.to_le_bytes());
+        dst[n - 4..].copy_from_slice(&c.to_le_bytes());
+    } else if n > 0 {
+        let (a, b, c) = (src[0], src[n / 2], src[n - 1]);
+        dst[0] = a;
+        dst[n / 2] = b;
+        dst[n - 1] = c;
+    }
+}
+
+/// The 8 bytes of `s` at `at`, little-endian.
+#[inline(always)]
+fn ld8(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..][..8].try_into().expect("8 bytes"))
+}
+
+/// The 4 bytes of `s` at `at`, little-endian.
+#[inline(always)]
+fn ld4(s: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(s[at..][..4].try_into().expect("4 bytes"))
+}
+
+/// The first header word of an eager message a receive of `tag` (or
+/// [`ANY_TAG`]) in `ctx` takes, and the mask to compare it under.
+#[inline(always)]
+fn eager_pattern(ctx: u16, tag: u32) -> (u64, u64) {
+    let word = Header::eager_word(ctx, tag);
+    if tag == ANY_TAG {
+        (word & 0xffff_ffff, 0xffff_ffff)
+    } else {
+        (word, u64::MAX)
     }
 }
 

@@ -22,7 +22,7 @@ use crate::sys;
 use map::JobMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD};
+use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD, LINE_WORDS};
 use tandem_core::slot_ring::{SlotConsumer, SlotProducer};
 use tandem_core::sync::Ordering;
 use tandem_core::wire::HEADER_LEN;
@@ -113,6 +113,35 @@ impl ShmLink {
     /// Whether single-copy pulls from this peer were refused.
     pub fn cma_refused(&self) -> bool {
         self.no_cma
+    }
+
+    /// Whether a one-line message fits now.
+    #[inline(always)]
+    pub(crate) fn line_free(&mut self) -> bool {
+        self.tx_line.line_free()
+    }
+
+    /// Writes one whole line: a message assembled in registers (a header
+    /// and a payload that fit in [`LINE_PAYLOAD`] bytes), or `false` if the
+    /// ring is full.
+    #[inline(always)]
+    pub(crate) fn send_line(&mut self, words: &[u64; LINE_WORDS]) -> bool {
+        self.tx_line.try_write_words(words)
+    }
+
+    /// The next arrival's first line in place (`None`: nothing has
+    /// arrived); [`consume_line`](Self::consume_line) then takes it if it
+    /// was a whole message.
+    #[inline(always)]
+    pub(crate) fn peek_line_ref(&self) -> Option<&[u8; LINE_PAYLOAD]> {
+        self.rx_line.peek_ref()
+    }
+
+    /// Consumes a one-line message seen through
+    /// [`peek_line_ref`](Self::peek_line_ref).
+    #[inline(always)]
+    pub(crate) fn consume_line(&mut self) {
+        self.rx_line.consume_peeked_line();
     }
 }
 
