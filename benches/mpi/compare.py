@@ -13,12 +13,30 @@ run and the medians (`DIR/<impl>-<op>-<n>.json`) stay in DIR (default
 target/coll-compare); with --plot, `tandem-perf plot` draws the three
 medians, with the medians of the same-run limits tandem-perf measured
 (one-way cache line, memcpy 64M) as reference lines.
+
+Point to point, tandem-perf pingpong/bw beside p2p_bench.c (2 ranks only):
+
+    benches/mpi/compare.py pingpong 2 [--rounds 3] [--min-size 1]
+                           [--max-size 64M] [--iters N] [--out DIR]
+                           [--plot FILE.svg] [--tandem-args ARG...]
+                           [--mpi-args ARG...]
+
+Each round runs `tandem-perf <op> --json` (it starts its own two
+processes), then `benches/mpi/run.sh <op> 2` (p2p_bench under each MPI),
+with the same --min-size, --max-size and --iters. The table has the
+median p50 (tandem's p99 too), GB/s, and tandem's p50 and GB/s as ratios
+to the better MPI's; for pingpong, the one-way cache-line latency that
+tandem-perf measured before and after each round and tandem's 8 B p50 as
+a multiple of it. Everything after --tandem-args goes to tandem-perf only
+(e.g. `--tandem-args --persistent --no-pin`), everything after --mpi-args
+to p2p_bench only; put them last. DIR defaults to target/p2p-compare.
 """
 
 import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -144,5 +162,246 @@ def main():
         subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
 
 
+# ---------------------------------------------------------------------------
+# Point to point: tandem-perf pingpong/bw beside p2p_bench under each MPI.
+
+P2P = ("pingpong", "bw")
+MPI_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH"}
+
+
+def split_passthrough(argv):
+    """(own args, tandem-only args, p2p_bench-only args): what follows
+    --tandem-args (up to --mpi-args) and --mpi-args (up to --tandem-args)
+    is passed through; `--tandem-args="A B"` is split like a shell would."""
+    own, extra, cur = [], {"tandem": [], "mpi": []}, None
+    for arg in argv:
+        name, eq, val = arg.partition("=")
+        if name in ("--tandem-args", "--mpi-args"):
+            key = name[2:].split("-")[0]
+            if eq:
+                extra[key] += shlex.split(val)
+                cur = None
+            else:
+                cur = key
+        elif cur:
+            extra[cur].append(arg)
+        else:
+            own.append(arg)
+    return own, extra["tandem"], extra["mpi"]
+
+
+def run_tandem_p2p(op, args, out):
+    exe = os.path.join(ROOT, "target", "release", "tandem-perf")
+    if not os.access(exe, os.X_OK):
+        sys.exit(f"{exe} not found: cargo build --release -p tandem-benches first")
+    p = subprocess.run([exe, op, "--json"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, check=False)
+    if p.returncode != 0:
+        sys.exit(f"tandem-perf failed: {p.stderr}")
+    sys.stderr.write(p.stderr)
+    with open(out, "w") as f:
+        f.write(p.stdout)
+    return json.loads(p.stdout), p.stderr
+
+
+def run_mpis_p2p(op, args, outdir):
+    """({mpi: rows}, {mpi: library line}) from run.sh <op> 2 in outdir."""
+    env = dict(os.environ, OUT=outdir)
+    p = subprocess.run([os.path.join(ROOT, "benches", "mpi", "run.sh"), op, "2"] + args,
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    if p.returncode != 0:
+        sys.exit(f"run.sh failed: {p.stderr[-2000:]}")
+    res, lib = {}, {}
+    for mpi in MPI_NAMES:
+        path = os.path.join(outdir, f"{mpi}-{op}-2.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                res[mpi] = json.load(f)
+            try:
+                with open(os.path.join(outdir, f"{mpi}-{op}-2.txt")) as f:
+                    for line in f:
+                        if line.startswith("# p2p_bench"):
+                            lib[mpi] = line.split(": ", 1)[-1].strip()
+                            break
+            except OSError:
+                pass
+    return res, lib
+
+
+def parse_p2p_limits(header):
+    """{"before"/"after": (one-way c2c ns, memcpy 64M GB/s)} from the lines
+    tandem-perf pingpong/bw --json writes to stderr."""
+    lim = {}
+    for line in header.splitlines():
+        m = re.match(r"# (before|after) the run:", line)
+        if not m:
+            continue
+        c = re.search(r"one-way ([0-9.]+) ns", line)
+        g = re.search(r"64M ([0-9.]+) GB/s", line)
+        lim[m.group(1)] = (float(c.group(1)) if c else None, float(g.group(1)) if g else None)
+    return lim
+
+
+def mean_of(lim, i):
+    v = [x[i] for x in lim.values() if x[i] is not None]
+    return sum(v) / len(v) if v else None
+
+
+def p2p_medians(runs):
+    """{size: (p50_us, p99_us, gbps)} medians over rounds."""
+    by = {}
+    for rows in runs:
+        for r in rows:
+            by.setdefault(r["size"], []).append(r)
+    return {s: tuple(statistics.median(x[k] for x in rs) for k in ("p50_us", "p99_us", "gbps"))
+            for s, rs in by.items()}
+
+
+def fmt_size(n):
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a == a and b == b and b else "-"
+
+
+def num(x, fmt):
+    return format(x, fmt) if x == x else "-"
+
+
+def main_p2p(argv):
+    own, tandem_extra, mpi_extra = split_passthrough(argv)
+    ap = argparse.ArgumentParser(prog="compare.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("op", choices=P2P)
+    ap.add_argument("n", type=int)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-size", default="1")
+    ap.add_argument("--max-size", default="64M")
+    ap.add_argument("--iters", help="tandem-perf's and p2p_bench's --iters (default theirs, 20000)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "target", "p2p-compare"))
+    ap.add_argument("--plot")
+    a = ap.parse_args(own)
+    if a.n != 2:
+        ap.error(f"{a.op} runs on exactly 2 ranks, got {a.n}")
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    os.makedirs(a.out, exist_ok=True)
+    common = ["--min-size", a.min_size, "--max-size", a.max_size]
+    if a.iters:
+        common += ["--iters", a.iters]
+    runs = {"tandem": [], "openmpi": [], "mpich": []}
+    header, limits, libs = "", [], {}
+    for i in range(a.rounds):
+        rows, header = run_tandem_p2p(a.op, common + tandem_extra,
+                                      os.path.join(a.out, f"tandem-{a.op}-2-r{i}.json"))
+        limits.append(parse_p2p_limits(header))
+        runs["tandem"].append(rows)
+        rd = os.path.join(a.out, f"r{i}")
+        os.makedirs(rd, exist_ok=True)
+        res, lib = run_mpis_p2p(a.op, common + mpi_extra, rd)
+        libs.update(lib)
+        for mpi, rows in res.items():
+            runs[mpi].append(rows)
+    med = {k: p2p_medians(v) for k, v in runs.items() if v}
+    for k, m in med.items():
+        with open(os.path.join(a.out, f"{k}-{a.op}-2.json"), "w") as f:
+            json.dump([{"size": s, "p50_us": p50, "p99_us": p99, "gbps": g}
+                       for s, (p50, p99, g) in sorted(m.items())], f, indent=1)
+    nan = (float("nan"),) * 3
+    t, o, m = med["tandem"], med.get("openmpi", {}), med.get("mpich", {})
+
+    what = "half round trip (MPI_Send/MPI_Recv)" if a.op == "pingpong" else \
+        "time per message in windows of up to 64 (MPI_Isend/MPI_Irecv + 1-byte ack)"
+    print(f"{a.op}, 2 ranks, {what}; medians of {a.rounds} alternating rounds "
+          f"(tandem-perf, then Open MPI, then MPICH, each round)\n")
+    for line in header.splitlines():
+        if line.startswith("# tandem-perf"):
+            print(f"    {line}")
+    for mpi, name in MPI_NAMES.items():
+        if mpi in libs:
+            print(f"    # {name}: {libs[mpi]}")
+    if tandem_extra or mpi_extra:
+        print(f"    # tandem-perf only: {' '.join(tandem_extra) or '-'}; p2p_bench only: "
+              f"{' '.join(mpi_extra) or '-'}")
+    # The vCPUs of a VM move between physical cores: each round's limits,
+    # as tandem-perf measured them before and after its sweep.
+    def pair(lim, i, fmt):
+        return "/".join(format(lim[k][i], fmt) if k in lim and lim[k][i] is not None else "?"
+                        for k in ("before", "after"))
+    print("    # one-way cache line before/after each tandem round: " +
+          ", ".join(pair(lim, 0, ".0f") + " ns" for lim in limits))
+    if a.op == "pingpong":
+        # tandem's 8 B p50 in each round over that round's c2c readings,
+        # before and after (they can differ by 4x on a VM: both shown).
+        per = {"before": [], "after": []}
+        cells = []
+        for rows, lim in zip(runs["tandem"], limits):
+            r8 = next((r for r in rows if r["size"] == 8), None)
+            if not r8:
+                continue
+            rs = []
+            for k in per:
+                c = lim.get(k, (None, None))[0]
+                if c:
+                    per[k].append(r8["p50_us"] * 1e3 / c)
+                rs.append(f"{per[k][-1]:.2f}x" if c else "?")
+            cells.append("/".join(rs))
+        if cells:
+            meds = "/".join(f"{statistics.median(v):.2f}x" if v else "?" for v in per.values())
+            print("    # tandem 8 B p50 / one-way c2c before/after, per round: " + ", ".join(cells) +
+                  f"; medians {meds}")
+    else:
+        print("    # memcpy 64M (1 thread) before/after each tandem round: " +
+              ", ".join(pair(lim, 1, ".1f") + " GB/s" for lim in limits))
+    big = max(t) if t else None
+    mem = [x for x in (mean_of(lim, 1) for lim in limits) if x]
+    if big is not None and big >= 1 << 20 and mem:
+        print(f"    # tandem {fmt_size(big)} GB/s / memcpy 64M (median of the rounds' means, "
+              f"{statistics.median(mem):.1f} GB/s): {t[big][2] / statistics.median(mem):.2f}x")
+    print()
+    lat = a.op == "pingpong"
+    unit = "half RTT" if lat else "per message"
+    cols = ["size", f"tandem p50 µs ({unit})", "tandem p99 µs", "Open MPI p50 µs", "MPICH p50 µs"]
+    if lat:
+        cols.append("tandem / better MPI p50")
+    cols += ["tandem GB/s", "Open MPI GB/s", "MPICH GB/s", "tandem / better MPI GB/s"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---:|" * len(cols))
+    for s in sorted(t):
+        tp50, tp99, tg = t[s]
+        op50, _, og = o.get(s, nan)
+        mp50, _, mg = m.get(s, nan)
+        p50s = [x for x in (op50, mp50) if x == x]
+        gs = [x for x in (og, mg) if x == x]
+        best_p50 = min(p50s) if p50s else float("nan")
+        best_g = max(gs) if gs else float("nan")
+        cells = [fmt_size(s), num(tp50, ".3f"), num(tp99, ".3f"), num(op50, ".3f"), num(mp50, ".3f")]
+        if lat:
+            cells.append(ratio(tp50, best_p50))
+        cells += [num(tg, ".3f"), num(og, ".3f"), num(mg, ".3f"), ratio(tg, best_g)]
+        print("| " + " | ".join(cells) + " |")
+    if a.plot:
+        cmd = [os.path.join(ROOT, "target", "release", "tandem-perf"), "plot", "--plot", a.plot,
+               "--title", f"{a.op}, 2 ranks over shared memory, medians of {a.rounds} alternating rounds"]
+        c2c = [x for x in (mean_of(lim, 0) for lim in limits) if x]
+        if c2c:
+            v = statistics.median(c2c)
+            cmd += ["--ref-lat", f"one-way cache line {v:.0f} ns (same run)={v / 1000:.4f}"]
+        if mem:
+            v = statistics.median(mem)
+            cmd += ["--ref-bw", f"memcpy 64M, 1 thread {v:.1f} GB/s (same run)={v:.3f}"]
+        for k in ("tandem", "openmpi", "mpich"):
+            if k in med:
+                cmd += ["--compare", os.path.join(a.out, f"{k}-{a.op}-2.json")]
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] in P2P:
+        main_p2p(sys.argv[1:])
+    else:
+        main()

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Builds coll_bench against each installed MPI (Open MPI, MPICH) and runs
-# one collective on N ranks of this machine (shared memory only).
+# Builds the MPI baseline against each installed MPI (Open MPI, MPICH) and
+# runs it on N ranks of this machine (shared memory only): coll_bench for a
+# collective, p2p_bench for pingpong and bw (exactly 2 ranks).
 #
-#   benches/mpi/run.sh <op> <nranks> [coll_bench options...]
+#   benches/mpi/run.sh <op> <nranks> [coll_bench or p2p_bench options...]
 #   benches/mpi/run.sh allreduce 2
 #   benches/mpi/run.sh allreduce 4 --max-size 1M
 #   OUT=/tmp/res MPIS=mpich benches/mpi/run.sh broadcast 2 --type f64
+#   benches/mpi/run.sh pingpong 2 --max-size 1M
+#   benches/mpi/run.sh bw 2
 #
 # Writes $OUT/openmpi-<op>-<n>.json and $OUT/mpich-<op>-<n>.json (the JSON
-# array of coll_bench --json) and the tables next to them as .txt; the
-# tables are also printed. Binaries go to target/mpi-bench/bin/.
+# array of coll_bench/p2p_bench --json) and the tables next to them as .txt;
+# the tables are also printed. Binaries go to target/mpi-bench/bin/.
 #
 # Environment:
 #   OUT          result directory (default target/mpi-bench)
@@ -23,7 +26,7 @@
 set -u
 
 usage() {
-    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 [ $# -ge 2 ] || usage
@@ -32,20 +35,33 @@ op=$1
 n=$2
 shift 2
 case "$n" in '' | *[!0-9]*) echo "run.sh: rank count must be a number, got '$n'" >&2; exit 2 ;; esac
+# pingpong and bw: p2p_bench, two ranks; anything else: coll_bench (which
+# names the collectives it knows).
+case "$op" in
+pingpong | bw)
+    prog=p2p_bench
+    if [ "$n" -ne 2 ]; then
+        echo "run.sh: $op runs on exactly 2 ranks, got $n" >&2
+        exit 2
+    fi
+    ;;
+*) prog=coll_bench ;;
+esac
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-src=$here/coll_bench.c
+src=$here/$prog.c
 bindir=$root/target/mpi-bench/bin
 out=${OUT:-$root/target/mpi-bench}
 mkdir -p "$bindir" "$out" || exit 1
 cflags=${CFLAGS:--O2}
 cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 
-# build <name> <cc>: compiles when the binary is missing or older than the
-# source or this script; prints the binary's path.
+# build <name> <cc>: compiles $prog when the binary is missing or older
+# than the source or this script, or was built with other flags; prints
+# the binary's path.
 build() {
-    local name=$1 cc=$2 bin=$bindir/coll_bench-$1
+    local name=$1 cc=$2 bin=$bindir/$prog-$1
     if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ "$0" -nt "$bin" ] ||
         [ "$(cat "$bin.flags" 2>/dev/null)" != "$cc $cflags" ]; then
         echo "# building $bin with $cc $cflags" >&2

@@ -55,7 +55,10 @@ pub use bootstrap::Links;
 /// `#[derive(Pod, Zeroable)]` with the same version).
 pub use bytemuck;
 pub use coll::{reduce_local, Algorithm, Collective, Dtype, Element, ReduceOp};
-pub use comm::{CollRequest, Comm, Group, Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG};
+pub use comm::{
+    CollRequest, Comm, Group, PersistentRecv, PersistentSend, Registered, Request, Scope, Tag,
+    ANY_SOURCE, ANY_TAG,
+};
 pub use config::{Config, Layout, WaitPolicy};
 pub use error::{Error, OpKind, Result};
 pub use half::{bf16, f16};

@@ -227,3 +227,80 @@ fn no_allocations_per_collective_after_warm_up() {
         }
     });
 }
+
+/// `iters` round trips through persistent requests bound once: blocking
+/// `send` / `recv` when `blocking`, `start` then `wait` otherwise.
+fn persistent_pingpong(comm: &Comm, out: &mut [u8], back: &mut [u8], iters: usize, blocking: bool) {
+    let peer = 1 - comm.rank();
+    comm.scope(|s| {
+        let mut tx = s.send_init(out, peer, 4).unwrap();
+        let mut rx = s.recv_init(back, peer, 4).unwrap();
+        let send = |tx: &mut tandem_driver::PersistentSend| {
+            if blocking {
+                tx.send().unwrap();
+            } else {
+                tx.start().unwrap();
+                tx.wait().unwrap();
+            }
+        };
+        let recv = |rx: &mut tandem_driver::PersistentRecv| {
+            if blocking {
+                rx.recv().unwrap();
+            } else {
+                rx.start().unwrap();
+                rx.wait().unwrap();
+            }
+        };
+        for _ in 0..iters {
+            if comm.rank() == 0 {
+                send(&mut tx);
+                recv(&mut rx);
+            } else {
+                recv(&mut rx);
+                send(&mut tx);
+            }
+        }
+    })
+    .unwrap();
+}
+
+#[test]
+fn no_allocations_per_persistent_message_after_warm_up() {
+    let name = "no_allocations_per_persistent_message_after_warm_up";
+    if !common::is_rank() {
+        for transport in ["shm", "tcp"] {
+            let o = common::launcher(2, name)
+                .env("TANDEM_TRANSPORT", transport)
+                .run()
+                .unwrap();
+            assert_eq!(
+                o.code(),
+                0,
+                "TANDEM_TRANSPORT={transport}: exit codes {:?}",
+                o.codes
+            );
+        }
+        return;
+    }
+    common::ranks(2, name, |comm| {
+        // One line, several lines, rendezvous.
+        for size in [8usize, 4096, 64 << 10] {
+            let (mut out, mut back) = (vec![1u8; size], vec![0u8; size]);
+            for blocking in [true, false] {
+                persistent_pingpong(&comm, &mut out, &mut back, 100, blocking);
+                let before = mine();
+                persistent_pingpong(&comm, &mut out, &mut back, 5_000, blocking);
+                let got = mine() - before;
+                println!(
+                    "rank {} ({}) size {size} blocking {blocking}: {got} allocations in 5000 round trips",
+                    comm.rank(),
+                    std::env::var("TANDEM_TRANSPORT").unwrap_or_default()
+                );
+                assert_eq!(
+                    got, 0,
+                    "size {size} blocking {blocking}: {got} heap allocations"
+                );
+            }
+        }
+    });
+}

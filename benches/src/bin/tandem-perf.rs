@@ -61,6 +61,8 @@ options:
   --json          print a JSON array of {\"size\",\"p50_us\",\"p99_us\",\"gbps\"}
                   (gbps = gigabytes per second, 10^9 B/s) instead of a table
   --no-pin        do not pin ranks to cores
+  --persistent    pingpong: through persistent requests (Scope::send_init,
+                  recv_init), bound once per size, blocking send / recv
   -n N            collectives: ranks (default 2; more than the cores is
                   allowed, with a spin-then-yield wait, and labelled)
   --type T        collectives: float (default), double, half, bfloat16,
@@ -100,6 +102,8 @@ struct Opts {
     title: String,
     /// `plot`: the bandwidth axis's label.
     bw_axis: Option<String>,
+    /// `pingpong`: through persistent requests bound once per size.
+    persistent: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -126,6 +130,7 @@ fn parse() -> Result<Opts, String> {
         ref_bw: Vec::new(),
         title: "tandem-perf".into(),
         bw_axis: None,
+        persistent: false,
     };
     // `--compare A.json B.json`: bare arguments after a --compare value
     // are more files to compare.
@@ -175,6 +180,7 @@ fn parse() -> Result<Opts, String> {
             "--iters" => o.iters = val("--iters")?.parse().map_err(|_| "bad --iters")?,
             "--json" => o.json = true,
             "--no-pin" => o.pin = false,
+            "--persistent" => o.persistent = true,
             other => {
                 if !o.plot.take(other, &mut val)? {
                     return Err(format!("unknown option {other}"));
@@ -196,6 +202,9 @@ fn parse() -> Result<Opts, String> {
     }
     if o.iters == 0 {
         return Err("--iters must be positive".into());
+    }
+    if o.persistent && o.cmd != "pingpong" {
+        return Err("--persistent applies to pingpong only".into());
     }
     Ok(o)
 }
@@ -291,7 +300,7 @@ fn iters_for(size: usize, base: u64) -> u64 {
     if size <= 64 << 10 {
         base
     } else {
-        ((2u64 << 30) / size as u64).clamp(10, base)
+        ((2u64 << 30) / size as u64).clamp(10.min(base), base)
     }
 }
 
@@ -370,7 +379,7 @@ fn sweep_sizes(o: &Opts) {
         let mut samples = if bw {
             bandwidth_samples(&comm, &buf[..size], iters)
         } else {
-            pingpong_samples(&comm, &mut buf[..size], iters)
+            pingpong_samples(&comm, &mut buf[..size], iters, o.persistent)
         };
         if me == 0 {
             let p50 = percentile(&mut samples, 50.0);
@@ -422,8 +431,13 @@ fn sweep_sizes(o: &Opts) {
     };
     let out = |s: String| header_line(o.json, s);
     out(format!(
-        "# tandem-perf {}: 2 processes over shared memory, pinned to cores: {pinned:?}",
-        o.cmd
+        "# tandem-perf {}: 2 processes over shared memory, pinned to cores: {pinned:?}{}",
+        o.cmd,
+        if o.persistent {
+            ", persistent requests"
+        } else {
+            ""
+        }
     ));
     out(format!("# before the run: {}", describe(&before)));
     out(format!("# after the run:  {}", describe(&after)));
@@ -465,8 +479,14 @@ fn sweep_sizes(o: &Opts) {
         .and_then(|r| Some((r, r.c2c_ns?)))
     {
         println!(
-            "# 8 B half round trip = {:.2} x one-way c2c ({c:.1} ns)",
-            small.p50_us * 1e3 / c
+            "# 8 B half round trip = {:.2} x one-way c2c ({c:.1} ns){}; p99/p50 = {:.2}",
+            small.p50_us * 1e3 / c,
+            if o.persistent {
+                ", persistent requests"
+            } else {
+                ""
+            },
+            small.p99_us / small.p50_us
         );
     }
     if let Some(big) = rows.last().filter(|r| r.size >= 1 << 20) {
@@ -524,7 +544,7 @@ fn sweep_network(o: &Opts) {
         let mut samples = if bw {
             bandwidth_samples(&comm, &buf[..size], iters)
         } else {
-            pingpong_samples(&comm, &mut buf[..size], iters)
+            pingpong_samples(&comm, &mut buf[..size], iters, o.persistent)
         };
         if me == 0 {
             let p50 = percentile(&mut samples, 50.0);
@@ -549,8 +569,13 @@ fn sweep_network(o: &Opts) {
     }
     let out = |s: String| header_line(o.json, s);
     out(format!(
-        "# tandem-perf {}: 2 ranks, rank 1 reached over {route:?}",
-        o.cmd
+        "# tandem-perf {}: 2 ranks, rank 1 reached over {route:?}{}",
+        o.cmd,
+        if o.persistent {
+            ", persistent requests"
+        } else {
+            ""
+        }
     ));
     let show = |f: &Option<TcpFloor>| match f {
         Some(f) => format!(
@@ -630,9 +655,11 @@ fn sweep_network(o: &Opts) {
     };
     if let Some((r, lat)) = pairs().find(|(r, _)| r.size == 8 && !bw) {
         println!(
-            "# 8 B half round trip = {:.2} x raw TCP ({:.2} us, measured right before)",
+            "# 8 B half round trip = {:.2} x raw TCP ({:.2} us, measured right before){}; p99/p50 = {:.2}",
             r.p50_us * 1e3 / lat,
-            lat / 1e3
+            lat / 1e3,
+            if o.persistent { ", persistent requests" } else { "" },
+            r.p99_us / r.p50_us
         );
     }
     let mut big: Vec<f64> = pairs()
@@ -675,31 +702,56 @@ fn print_json(rows: &[Row]) {
 
 /// Half round trips (ns) of `msg` between the two ranks: `iters` round
 /// trips after a tenth as many for warm-up; small messages timed in
-/// batches of 16 so reading the clock is negligible.
-fn pingpong_samples(comm: &Comm, msg: &mut [u8], iters: u64) -> Vec<f64> {
+/// batches of 16 so reading the clock is negligible. With `persistent`,
+/// through a persistent send of `msg` and a persistent receive into a
+/// second buffer of its size, bound once.
+fn pingpong_samples(comm: &Comm, msg: &mut [u8], iters: u64, persistent: bool) -> Vec<f64> {
     let (me, peer) = (comm.rank(), 1 - comm.rank());
     let warm = (iters / 10).max(2);
     let batch = if msg.len() <= 4096 { 16 } else { 1 };
     let samples_n = iters.div_ceil(batch);
     let mut samples = Vec::with_capacity(samples_n as usize);
-    let rt = |msg: &mut [u8]| {
-        if me == 0 {
-            comm.send(msg, peer, 0)?;
-            comm.recv(msg, peer, 0).map(|_| ())
-        } else {
-            comm.recv(msg, peer, 0)?;
-            comm.send(msg, peer, 0)
+    let or_fail = |r: tandem_driver::Result<()>| r.unwrap_or_else(|e| fail(&e.to_string()));
+    // Time `warm` then `samples_n` batches of round trips `rt`.
+    let mut run = |rt: &mut dyn FnMut() -> tandem_driver::Result<()>| {
+        for _ in 0..warm {
+            or_fail(rt());
+        }
+        for _ in 0..samples_n {
+            let t = Instant::now();
+            for _ in 0..batch {
+                or_fail(rt());
+            }
+            samples.push(t.elapsed().as_nanos() as f64 / batch as f64 / 2.0);
         }
     };
-    for _ in 0..warm {
-        rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
-    }
-    for _ in 0..samples_n {
-        let t = Instant::now();
-        for _ in 0..batch {
-            rt(msg).unwrap_or_else(|e| fail(&e.to_string()));
-        }
-        samples.push(t.elapsed().as_nanos() as f64 / batch as f64 / 2.0);
+    if persistent {
+        let mut back = vec![0u8; msg.len()];
+        let r = comm.scope(|s| {
+            let mut tx = s.send_init(msg, peer, 0)?;
+            let mut rx = s.recv_init(&mut back, peer, 0)?;
+            run(&mut || {
+                if me == 0 {
+                    tx.send()?;
+                    rx.recv().map(|_| ())
+                } else {
+                    rx.recv()?;
+                    tx.send()
+                }
+            });
+            Ok(())
+        });
+        or_fail(r.and_then(|r| r));
+    } else {
+        run(&mut || {
+            if me == 0 {
+                comm.send(msg, peer, 0)?;
+                comm.recv(msg, peer, 0).map(|_| ())
+            } else {
+                comm.recv(msg, peer, 0)?;
+                comm.send(msg, peer, 0)
+            }
+        });
     }
     samples
 }

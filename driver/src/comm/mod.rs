@@ -12,9 +12,11 @@ use tandem_core::lock::{SpinGuard, SpinLock};
 use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
 
 mod collective;
+mod persistent;
 mod typed;
 pub use collective::CollRequest;
 use collective::{CollState, COLL_CTX};
+pub use persistent::{PersistentRecv, PersistentSend};
 
 /// A message tag.
 pub type Tag = u32;
@@ -445,6 +447,12 @@ impl Comm {
     /// out.
     pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
         Self::check_send_tag(tag)?;
+        self.send_valid_tag(buf, dst, tag)
+    }
+
+    /// [`send`](Self::send) with `tag` checked already.
+    #[inline(always)]
+    fn send_valid_tag(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
         if self.engine().try_send_now(buf, dst, self.ctx, tag) {
             return Ok(());
         }
@@ -475,6 +483,12 @@ impl Comm {
     /// unaffected.
     pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
+        self.recv_valid_tag(buf, src, tag)
+    }
+
+    /// [`recv`](Self::recv) with `tag` checked already.
+    #[inline(always)]
+    fn recv_valid_tag(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
             // Often the message is there already.
             if let Fast::Done(r) = self.engine().try_recv_now(buf, src, self.ctx, tag) {
@@ -693,6 +707,15 @@ impl Comm {
             }
         }
         first
+    }
+
+    /// Drives progress once; `id`'s result if it has finished (it is then
+    /// taken).
+    fn test_op(&self, id: OpId) -> Option<Result<Status>> {
+        let mut e = self.engine();
+        e.progress();
+        self.drive_collectives(&mut e);
+        e.take(id)
     }
 
     /// Drives progress until `id` finishes, under the wait policy, the
@@ -1171,10 +1194,7 @@ impl<'s> Request<'s> {
     /// Drives progress once.
     pub fn test(&mut self) -> Result<Option<Status>> {
         let id = self.id()?;
-        let mut e = self.comm.engine();
-        e.progress();
-        self.comm.drive_collectives(&mut e);
-        match e.take(id) {
+        match self.comm.test_op(id) {
             None => Ok(None),
             Some(r) => {
                 self.id = None;
