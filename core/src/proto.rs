@@ -617,6 +617,9 @@ pub struct Engine<O, E, P, B> {
     posted: List,
     unexpected: List,
     pulls: List,
+    /// Frees owed (entries, buffers) that make an explicit credit return
+    /// due, from the parameters.
+    due: (u64, u64),
 }
 
 type R<T> = Result<T, ProtoError>;
@@ -710,6 +713,10 @@ where
             posted: List::EMPTY,
             unexpected: List::EMPTY,
             pulls: List::EMPTY,
+            due: {
+                let t = p.credit_threshold.max(1) as u64;
+                (t, t.min(k as u64))
+            },
         })
     }
 
@@ -1257,8 +1264,7 @@ where
             return Ok(None);
         }
         let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
-        let t = self.p.credit_threshold.max(1) as u64;
-        let bt = t.min(k);
+        let (t, bt) = self.due;
         let Some(q) = self.peers.as_mut().get_mut(peer as usize) else {
             return Ok(None);
         };
@@ -1799,8 +1805,8 @@ where
     /// Whether enough frees are owed to `q` for an explicit credit message.
     #[inline]
     fn credit_due(&self, q: &Peer) -> bool {
-        let t = self.p.credit_threshold.max(1) as u64;
-        q.freed - q.told >= t || q.bfreed - q.btold >= t.min(self.p.credits as u64)
+        let (t, bt) = self.due;
+        q.freed - q.told >= t || q.bfreed - q.btold >= bt
     }
 
     /// Whether a receive is posted that nothing has matched yet.

@@ -407,12 +407,14 @@ impl Engine {
             // eager message of this context and tag. Anything else (or a
             // header that fails these few compares) takes the path below,
             // which validates in full.
-            let (want, mask) = eager_pattern(ctx, tag);
             let Some(line) = l.peek_line_ref() else {
                 return Fast::NotYet;
             };
             let (w0, w1, len, w3) = (ld8(line, 0), ld8(line, 8), ld8(line, 16), ld8(line, 24));
-            let took = if w0 & mask != want || len > self.line_max as u64 || w3 >> 16 != 0 {
+            let word = Header::eager_word(ctx, tag);
+            // A wildcard tag compares the low half only (magic, kind, context).
+            let head_ok = w0 == word || (tag == ANY_TAG && w0 as u32 == word as u32);
+            let took = if !head_ok || len > self.line_max as u64 || w3 >> 16 != 0 {
                 None
             } else {
                 let (seq, credit) = (w1 as u16, (w1 >> 16) as u16);
@@ -1192,18 +1194,6 @@ fn ld8(s: &[u8], at: usize) -> u64 {
 #[inline(always)]
 fn ld4(s: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(s[at..][..4].try_into().expect("4 bytes"))
-}
-
-/// The first header word of an eager message a receive of `tag` (or
-/// [`ANY_TAG`]) in `ctx` takes, and the mask to compare it under.
-#[inline(always)]
-fn eager_pattern(ctx: u16, tag: u32) -> (u64, u64) {
-    let word = Header::eager_word(ctx, tag);
-    if tag == ANY_TAG {
-        (word & 0xffff_ffff, 0xffff_ffff)
-    } else {
-        (word, u64::MAX)
-    }
 }
 
 /// Outcome of a fast-path receive attempt.
