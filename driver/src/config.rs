@@ -53,9 +53,22 @@ pub struct Layout {
     pub slot_steps: u32,
     /// Bytes per slot (multiple of 64; `TANDEM_SLOT_BYTES`).
     pub slot_bytes: u32,
-    /// Largest payload sent eagerly, right behind its header in the line
-    /// ring; larger messages use rendezvous (`TANDEM_EAGER_LIMIT`).
+    /// Largest payload sent eagerly; larger messages use rendezvous
+    /// (`TANDEM_EAGER_LIMIT`). An eager payload shorter than `cell_min`
+    /// rides right behind its header in the line ring, a longer one in an
+    /// eager cell.
     pub eager_limit: u32,
+    /// Eager cells per channel (`TANDEM_CELLS`, a power of two up to 4096,
+    /// or 0 for none): contiguous `eager_limit`-byte slots beside the line
+    /// ring. An eager payload of `cell_min` bytes or more is copied into a
+    /// cell in one piece and announced by its header alone in one line, so
+    /// a message of a few KiB costs one copy and two flags instead of a
+    /// flag per 56 bytes.
+    pub cells: u32,
+    /// Smallest eager payload sent through a cell (`TANDEM_CELL_MIN`, bytes,
+    /// at least 64); shorter ones go through the line ring, where they cost
+    /// a line per 56 bytes and nothing else.
+    pub cell_min: u32,
     /// Matching messages a rank may have outstanding at each peer: each
     /// peer reserves this many receive entries (and `eager_limit`-byte
     /// buffers) per sender (`TANDEM_CREDITS`, 1..=16384).
@@ -76,6 +89,8 @@ impl Default for Layout {
             slot_steps: 8,
             slot_bytes: 128 * 1024,
             eager_limit: 8192,
+            cells: 16,
+            cell_min: 1024,
             credits: 32,
             envelopes: 1024,
         }
@@ -93,6 +108,16 @@ impl Default for Layout {
 /// assert!(Layout::default().envelopes(4).validate().is_err(), "envelopes <= credits");
 /// ```
 impl Layout {
+    /// Bytes per eager cell: `eager_limit` rounded up to whole lines, or 0
+    /// when no payload goes through a cell.
+    pub fn cell_bytes(&self) -> usize {
+        if self.cells == 0 || self.cell_min > self.eager_limit {
+            0
+        } else {
+            (self.eager_limit as usize).next_multiple_of(64)
+        }
+    }
+
     /// Sets `lines`.
     pub fn lines(mut self, v: u32) -> Self {
         self.lines = v;
@@ -111,6 +136,16 @@ impl Layout {
     /// Sets `eager_limit`.
     pub fn eager_limit(mut self, v: u32) -> Self {
         self.eager_limit = v;
+        self
+    }
+    /// Sets `cells`.
+    pub fn cells(mut self, v: u32) -> Self {
+        self.cells = v;
+        self
+    }
+    /// Sets `cell_min`.
+    pub fn cell_min(mut self, v: u32) -> Self {
+        self.cell_min = v;
         self
     }
     /// Sets `credits`.
@@ -134,6 +169,8 @@ impl Layout {
             slot_steps: env_num("TANDEM_SLOT_STEPS")?.unwrap_or(d.slot_steps),
             slot_bytes: env_num("TANDEM_SLOT_BYTES")?.unwrap_or(d.slot_bytes),
             eager_limit: env_num("TANDEM_EAGER_LIMIT")?.unwrap_or(d.eager_limit),
+            cells: env_num("TANDEM_CELLS")?.unwrap_or(d.cells),
+            cell_min: env_num("TANDEM_CELL_MIN")?.unwrap_or(d.cell_min),
             credits: env_num("TANDEM_CREDITS")?.unwrap_or(d.credits),
             envelopes: env_num("TANDEM_ENVELOPES")?.unwrap_or(d.envelopes),
         };
@@ -164,6 +201,18 @@ impl Layout {
             return Err(Error::Config(format!(
                 "slot_bytes must be a non-zero multiple of 64, got {}",
                 self.slot_bytes
+            )));
+        }
+        if self.cells != 0 && (!self.cells.is_power_of_two() || self.cells > 1 << 12) {
+            return Err(Error::Config(format!(
+                "cells must be 0 or a power of two up to 4096, got {}",
+                self.cells
+            )));
+        }
+        if self.cell_min < 64 {
+            return Err(Error::Config(format!(
+                "cell_min must be at least 64, got {}",
+                self.cell_min
             )));
         }
         if self.credits == 0 || self.credits > 1 << 14 {

@@ -103,6 +103,21 @@ fn cases() -> Vec<Case> {
             cma: true,
         },
         Case {
+            name: "no cells (eager payloads all in lines)",
+            layout: Layout { cells: 0, ..d },
+            cma: false,
+        },
+        Case {
+            name: "one cell from 64 B, credits=4",
+            layout: Layout {
+                cells: 1,
+                cell_min: 64,
+                credits: 4,
+                ..d
+            },
+            cma: false,
+        },
+        Case {
             name: "eager=32K cma",
             layout: big_eager,
             cma: true,

@@ -1246,7 +1246,7 @@ mod tests {
 
     /// Writes raw bytes into rank 0's line ring to rank 1.
     fn inject(map: &JobMap, bytes: &[u8], body: &[u8]) {
-        let (line, _) = map.channel(0, 1);
+        let (line, ..) = map.channel(0, 1);
         assert!(line.producer().try_write(bytes, body));
     }
 

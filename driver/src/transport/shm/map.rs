@@ -5,6 +5,7 @@
 //! ```text
 //! [job header | pid of each rank]  [channel 0->0] [channel 0->1] ... [channel n-1->n-1]
 //! channel = [line ring: head counter, lines] [slot ring: tail, head, slots]
+//!           [eager cells: tail, head, cells]
 //! ```
 //!
 //! The launcher creates the file under `/dev/shm` with mode 0600 and a
@@ -28,7 +29,7 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 pub(crate) const WAIT_VALID: u64 = 1 << 63;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const PAGE: usize = 4096;
 const PIDS_AT: usize = 128;
 /// Most ranks one shared-memory job supports.
@@ -46,6 +47,8 @@ struct JobHeader {
     eager_limit: u32,
     credits: u32,
     envelopes: u32,
+    cells: u32,
+    cell_min: u32,
     total_len: u64,
     attached: AtomicU32,
 }
@@ -66,12 +69,26 @@ fn line_len(l: &Layout) -> usize {
     round_up(LineRing::bytes_needed(l.lines as usize).expect("Layout::validate bounds lines"))
 }
 
+fn slot_len(l: &Layout) -> usize {
+    round_up(
+        SlotRing::bytes_needed(l.slot_steps as u64, l.slot_bytes as usize)
+            .expect("Layout::validate bounds the slot ring"),
+    )
+}
+
+/// The eager cells: a slot ring of `cells` slots of `cell_bytes` (none if
+/// no payload goes through a cell).
+fn cell_len(l: &Layout) -> usize {
+    match l.cell_bytes() {
+        0 => 0,
+        b => round_up(
+            SlotRing::bytes_needed(l.cells as u64, b).expect("Layout::validate bounds the cells"),
+        ),
+    }
+}
+
 fn chan_len(l: &Layout) -> usize {
-    line_len(l)
-        + round_up(
-            SlotRing::bytes_needed(l.slot_steps as u64, l.slot_bytes as usize)
-                .expect("Layout::validate bounds the slot ring"),
-        )
+    line_len(l) + slot_len(l) + cell_len(l)
 }
 
 /// Total bytes of the job file for `nranks` ranks, or an error if that is
@@ -158,6 +175,8 @@ impl JobMap {
         h.eager_limit = layout.eager_limit;
         h.credits = layout.credits;
         h.envelopes = layout.envelopes;
+        h.cells = layout.cells;
+        h.cell_min = layout.cell_min;
         h.total_len = len as u64;
         map.flush()?;
         std::mem::forget(guard);
@@ -197,6 +216,8 @@ impl JobMap {
             eager_limit: h.eager_limit,
             credits: h.credits,
             envelopes: h.envelopes,
+            cells: h.cells,
+            cell_min: h.cell_min,
         };
         layout.validate()?;
         check_ranks(nranks)?;
@@ -279,11 +300,20 @@ impl JobMap {
         self.attached().fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// The line ring and slot ring carrying messages from `src` to `dst`.
+    /// The line ring, slot ring and eager cells (if the layout has any)
+    /// carrying messages from `src` to `dst`.
     ///
     /// The views borrow the mapping for `'static`; callers keep the
     /// `JobMap` alive (in an `Arc`) for as long as they use them.
-    pub(crate) fn channel(&self, src: usize, dst: usize) -> (LineRing<'static>, SlotRing<'static>) {
+    pub(crate) fn channel(
+        &self,
+        src: usize,
+        dst: usize,
+    ) -> (
+        LineRing<'static>,
+        SlotRing<'static>,
+        Option<SlotRing<'static>>,
+    ) {
         assert!(src < self.nranks && dst < self.nranks);
         let l = &self.layout;
         let off = header_len(self.nranks) + (src * self.nranks + dst) * chan_len(l);
@@ -296,14 +326,19 @@ impl JobMap {
             let line = LineRing::from_raw(lp, line_len(l), l.lines as usize)
                 .expect("validated line ring layout");
             let sp = lp.add(line_len(l));
-            let slot = SlotRing::from_raw(
-                sp,
-                chan_len(l) - line_len(l),
-                l.slot_steps as u64,
-                l.slot_bytes as usize,
-            )
-            .expect("validated slot ring layout");
-            (line, slot)
+            let slot =
+                SlotRing::from_raw(sp, slot_len(l), l.slot_steps as u64, l.slot_bytes as usize)
+                    .expect("validated slot ring layout");
+            let cells = (cell_len(l) > 0).then(|| {
+                SlotRing::from_raw(
+                    sp.add(slot_len(l)),
+                    cell_len(l),
+                    l.cells as u64,
+                    l.cell_bytes(),
+                )
+                .expect("validated cell layout")
+            });
+            (line, slot, cells)
         }
     }
 }

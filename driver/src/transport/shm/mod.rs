@@ -3,9 +3,14 @@
 //! Per directed pair of ranks the job's mapping ([`map::JobMap`]) holds a
 //! **line ring** and a **slot ring**:
 //!
-//! * the line ring carries every header; an eager payload (up to
-//!   `eager_limit`) follows its header in the same lines, and the
-//!   [`MemDesc`] body of an RTS or CTS fills the rest of the header's line;
+//! * the line ring carries every header; an eager payload shorter than
+//!   `cell_min` follows its header in the same lines, and the [`MemDesc`]
+//!   body of an RTS or CTS fills the rest of the header's line;
+//! * the **eager cells**, a slot ring of `eager_limit`-byte slots, carry
+//!   longer eager payloads in one contiguous copy: the sender fills a cell,
+//!   then writes the header alone in one line, so the receiver that sees the
+//!   header finds the payload published (the cell's release is ordered
+//!   before the line's);
 //! * a rendezvous payload is either pulled **single-copy** by the receiver
 //!   with `process_vm_readv` (Linux cross-memory attach, `TANDEM_CMA=1`),
 //!   or streamed by the sender through the slot ring, cut into slot-sized
@@ -35,6 +40,11 @@ pub struct ShmLink {
     tx_slot: SlotProducer<'static>,
     rx_line: LineConsumer<'static>,
     rx_slot: SlotConsumer<'static>,
+    /// Eager cells, out and in (none if the layout has none).
+    tx_cell: Option<SlotProducer<'static>>,
+    rx_cell: Option<SlotConsumer<'static>>,
+    /// Smallest eager payload sent through a cell (`usize::MAX`: none).
+    cell_min: usize,
     slot_bytes: usize,
     /// The peer's index in the mapping (for its pid).
     peer_local: usize,
@@ -81,13 +91,20 @@ impl ShmLink {
         peer_rank: usize,
         opt: ShmOptions,
     ) -> Self {
-        let (tx_line, tx_slot) = map.channel(me, peer);
-        let (rx_line, rx_slot) = map.channel(peer, me);
+        let (tx_line, tx_slot, tx_cell) = map.channel(me, peer);
+        let (rx_line, rx_slot, rx_cell) = map.channel(peer, me);
+        let cell_min = match tx_cell {
+            Some(_) => map.layout().cell_min as usize,
+            None => usize::MAX,
+        };
         Self {
             tx_line: tx_line.producer(),
             tx_slot: tx_slot.producer(),
             rx_line: rx_line.consumer(),
             rx_slot: rx_slot.consumer(),
+            tx_cell: tx_cell.map(|c| c.producer()),
+            rx_cell: rx_cell.map(|c| c.consumer()),
+            cell_min,
             slot_bytes: map.layout().slot_bytes as usize,
             peer_local: peer,
             cma: opt.cma,
@@ -113,6 +130,24 @@ impl ShmLink {
     /// Whether single-copy pulls from this peer were refused.
     pub fn cma_refused(&self) -> bool {
         self.no_cma
+    }
+
+    /// An eager payload through a cell: the payload first, then the header
+    /// alone in one line (so the header is never seen before its payload);
+    /// `false`, writing nothing, if either has no room.
+    #[inline(never)]
+    fn send_via_cell(&mut self, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
+        let Some(c) = self.tx_cell.as_mut() else {
+            return false;
+        };
+        if !self.tx_line.line_free() || c.free() == 0 {
+            return false;
+        }
+        let pushed = c.try_push(body);
+        debug_assert!(pushed, "a cell was free");
+        let wrote = self.tx_line.try_write(header, &[]);
+        debug_assert!(wrote, "a line was free");
+        true
     }
 
     /// Whether a one-line message fits now.
@@ -148,12 +183,18 @@ impl ShmLink {
 impl Transport for ShmLink {
     #[inline(always)]
     fn room(&mut self, bytes: usize) -> bool {
+        if bytes.saturating_sub(HEADER_LEN) >= self.cell_min {
+            return self.tx_line.line_free() && self.tx_cell.as_mut().is_some_and(|c| c.free() > 0);
+        }
         let lines = tandem_core::line_ring::lines_for(bytes) as u64;
         self.tx_line.free(lines) >= lines
     }
 
     #[inline(always)]
     fn try_send(&mut self, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
+        if body.len() >= self.cell_min {
+            return self.send_via_cell(header, body);
+        }
         self.tx_line.try_write(header, body)
     }
 
@@ -168,12 +209,26 @@ impl Transport for ShmLink {
 
     #[inline(always)]
     fn body_ready(&mut self, body: usize) -> bool {
+        if body >= self.cell_min {
+            return self.rx_cell.as_mut().is_some_and(|c| c.available() > 0);
+        }
         HEADER_LEN + body <= LINE_PAYLOAD || self.rx_line.message_ready(HEADER_LEN, body)
     }
 
     #[inline(always)]
     fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
-        if HEADER_LEN + body <= LINE_PAYLOAD {
+        if body >= self.cell_min {
+            let n = dst.len().min(body);
+            if let Some(c) = self.rx_cell.as_mut() {
+                let got = if n == 0 {
+                    c.try_skip()
+                } else {
+                    c.try_pop(&mut dst[..n])
+                };
+                debug_assert!(got, "readiness was checked");
+            }
+            self.rx_line.consume_peeked_line();
+        } else if HEADER_LEN + body <= LINE_PAYLOAD {
             let n = dst.len().min(body);
             dst[..n].copy_from_slice(&peeked[HEADER_LEN..HEADER_LEN + n]);
             self.rx_line.consume_peeked_line();
