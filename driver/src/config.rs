@@ -86,8 +86,8 @@ impl Default for Layout {
     fn default() -> Self {
         Self {
             lines: 1024,
-            slot_steps: 8,
-            slot_bytes: 128 * 1024,
+            slot_steps: 32,
+            slot_bytes: 32 * 1024,
             eager_limit: 8192,
             cells: 16,
             cell_min: 1024,
