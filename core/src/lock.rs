@@ -105,7 +105,17 @@ impl<T> SpinLock<T> {
     /// On re-entry into a [`new_single`](Self::new_single) lock (it would
     /// wait forever otherwise).
     #[inline]
-    pub fn lock_with(&self, mut relax: impl FnMut(u32)) -> SpinGuard<'_, T> {
+    pub fn lock_with(&self, relax: impl FnMut(u32)) -> SpinGuard<'_, T> {
+        if let Some(g) = self.try_lock() {
+            return g;
+        }
+        self.lock_contended(relax)
+    }
+
+    /// [`lock_with`](Self::lock_with) once the first attempt failed.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self, mut relax: impl FnMut(u32)) -> SpinGuard<'_, T> {
         let mut attempt = 0u32;
         loop {
             if let Some(g) = self.try_lock() {

@@ -8,7 +8,7 @@
 use super::plan::{After, Buf, Plan, Region};
 use super::types::Kernel;
 use crate::error::{Error, OpKind, Result};
-use crate::progress::{Engine, Fast, OpId, Status};
+use crate::progress::{delivered, Engine, Fast, OpId, Status};
 
 /// Collectives one communicator may have in flight at once.
 pub(crate) const MAX_INFLIGHT: usize = 16;
@@ -570,9 +570,9 @@ impl Active {
         let buf = unsafe { std::slice::from_raw_parts_mut(lane.rbuf, lane.rlen) };
         let tag = self.tag | l as u32;
         match e.try_recv_now(buf, lane.rpeer, self.ctx, tag) {
-            Fast::Done(r) => {
+            Fast::Done(st) => {
                 self.lanes[l].fast = false;
-                return Ok(Some(r));
+                return Ok(Some(delivered(st, buf.len())));
             }
             Fast::NotYet if !e.has_unexpected() => return Ok(None),
             Fast::NotYet | Fast::Fallback => {}

@@ -16,7 +16,7 @@ use crate::coll::{plan, types::not_applicable, Collective, Element, ReduceOp, Sh
 use crate::error::OpKind;
 use crate::error::{Error, Result};
 use crate::progress::MAX_CONTEXTS;
-use crate::progress::{Fast, Status};
+use crate::progress::{delivered, Fast, Status};
 use std::time::{Duration, Instant};
 
 /// The collective context of user context `ctx`: the upper half.
@@ -475,7 +475,7 @@ impl Comm {
             let mut e = self.engine();
             for _ in 0..FAST_POLLS {
                 match e.try_recv_now(buf, peer, ctx, tag) {
-                    Fast::Done(r) => return Ok(r),
+                    Fast::Done(st) => return Ok(delivered(st, buf.len())),
                     // Progress may have taken it off the link already.
                     Fast::NotYet if !e.has_unexpected() => std::hint::spin_loop(),
                     _ => break 'fast,

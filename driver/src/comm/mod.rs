@@ -3,7 +3,7 @@
 use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, OpKind, Result};
 use crate::launch::Children;
-use crate::progress::{Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
+use crate::progress::{delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
 use crate::transport::shm::map::JobMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -460,6 +460,7 @@ impl Comm {
     }
 
     /// [`send`](Self::send) when the message cannot go out right away.
+    #[cold]
     #[inline(never)]
     fn send_posted(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
         let id = self.post_send(buf, dst, tag, false, 0)?;
@@ -491,8 +492,8 @@ impl Comm {
     fn recv_valid_tag(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
             // Often the message is there already.
-            if let Fast::Done(r) = self.engine().try_recv_now(buf, src, self.ctx, tag) {
-                return r;
+            if let Fast::Done(st) = self.engine().try_recv_now(buf, src, self.ctx, tag) {
+                return delivered(st, buf.len());
             }
         }
         self.recv_waiting(buf, src, tag)
@@ -500,6 +501,7 @@ impl Comm {
 
     /// [`recv`](Self::recv) when the message is not there at once: polls
     /// for it, then posts the receive.
+    #[cold]
     #[inline(never)]
     fn recv_waiting(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
@@ -513,7 +515,7 @@ impl Comm {
                 let mut e = self.engine();
                 for _ in 0..FAST_POLLS {
                     match e.try_recv_now(buf, src, self.ctx, tag) {
-                        Fast::Done(r) => return r,
+                        Fast::Done(st) => return delivered(st, buf.len()),
                         Fast::NotYet => std::hint::spin_loop(),
                         Fast::Fallback => {
                             polls = spins;

@@ -373,6 +373,7 @@ impl Engine {
 
     /// [`try_send_now`](Self::try_send_now) for anything but a one-line
     /// eager message over shared memory.
+    #[cold]
     #[inline(never)]
     fn try_send_general(&mut self, buf: &[u8], dst: usize, ctx: u16, tag: u32) -> bool {
         let ch = &mut self.peers[dst];
@@ -430,27 +431,28 @@ impl Engine {
                 let mtag = (w0 >> 32) as u32;
                 l.consume_line();
                 if owed {
-                    self.progress_tx(src);
+                    self.return_credit(src);
                 }
-                return Fast::Done(if len > buf.len() {
-                    Err(Error::Truncated {
-                        needed: len,
-                        got: buf.len(),
-                    })
-                } else {
-                    Ok(Status {
-                        source: src,
-                        tag: mtag,
-                        len,
-                    })
+                return Fast::Done(Status {
+                    source: src,
+                    tag: mtag,
+                    len,
                 });
             }
         }
         self.try_recv_general(buf, src, ctx, tag)
     }
 
+    /// Sends the credit return a receive shortcut made due.
+    #[cold]
+    #[inline(never)]
+    fn return_credit(&mut self, src: usize) {
+        self.progress_tx(src);
+    }
+
     /// [`try_recv_now`](Self::try_recv_now) for anything but a one-line
     /// eager message over shared memory.
+    #[cold]
     #[inline(never)]
     fn try_recv_general(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
         let ch = &mut self.peers[src];
@@ -485,17 +487,10 @@ impl Engine {
             // A credit return is due (a receiver that never answers).
             self.progress_tx(src);
         }
-        Fast::Done(if len > buf.len() {
-            Err(Error::Truncated {
-                needed: len,
-                got: buf.len(),
-            })
-        } else {
-            Ok(Status {
-                source: src,
-                tag: h.tag,
-                len,
-            })
+        Fast::Done(Status {
+            source: src,
+            tag: h.tag,
+            len,
         })
     }
 
@@ -1184,6 +1179,20 @@ fn small_copy(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// The result of a receive into a `cap`-byte buffer that got the message
+/// of `st`: [`Error::Truncated`] if it was longer.
+#[inline(always)]
+pub(crate) fn delivered(st: Status, cap: usize) -> Result<Status> {
+    if st.len > cap {
+        Err(Error::Truncated {
+            needed: st.len,
+            got: cap,
+        })
+    } else {
+        Ok(st)
+    }
+}
+
 /// The 8 bytes of `s` at `at`, little-endian.
 #[inline(always)]
 fn ld8(s: &[u8], at: usize) -> u64 {
@@ -1198,8 +1207,9 @@ fn ld4(s: &[u8], at: usize) -> u32 {
 
 /// Outcome of a fast-path receive attempt.
 pub(crate) enum Fast {
-    /// Finished.
-    Done(Result<Status>),
+    /// Received: the message's status (its length may exceed the buffer's,
+    /// see [`delivered`]).
+    Done(Status),
     /// Nothing has arrived yet; try again.
     NotYet,
     /// The general path must handle it.

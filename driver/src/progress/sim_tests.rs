@@ -919,7 +919,8 @@ impl World {
         let rv = &mut self.recvs[i];
         let (src, ctx, tag) = (rv.src as usize, rv.ctx, rv.tag);
         match self.eng[r].try_recv_now(rv.buf(), src, ctx, tag) {
-            Fast::Done(res) => {
+            Fast::Done(st) => {
+                let res = delivered(st, rv.buf().len());
                 let at = self.tick();
                 trace!(self, "rank {r}: recv#{i} fast: {res:?}");
                 let rv = &mut self.recvs[i];
