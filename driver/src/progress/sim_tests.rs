@@ -83,7 +83,7 @@
 //! fixed since; `regression_cts_after_withdraw` and
 //! `regression_empty_buffer_description` replay them.
 
-use super::{Engine, Fast, OpId, Protocol, Status, ANY_SOURCE, ANY_TAG};
+use super::{delivered, Engine, Fast, OpId, Protocol, Status, ANY_SOURCE, ANY_TAG};
 use crate::config::Config;
 use crate::error::Error;
 use crate::transport::sim::{lock, Fault, Net, PullMode, Rng, Shared, SimOptions};
