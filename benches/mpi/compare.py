@@ -228,6 +228,15 @@ def run_mpis_p2p(op, args, outdir):
     return res, lib
 
 
+def c2c_now():
+    """The one-way cache-line latency right now (tandem-perf c2c), in ns."""
+    exe = os.path.join(ROOT, "target", "release", "tandem-perf")
+    p = subprocess.run([exe, "c2c"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       check=False)
+    m = re.search(r"one-way ([0-9.]+) ns", p.stdout)
+    return float(m.group(1)) if m else None
+
+
 def parse_p2p_limits(header):
     """{"before"/"after": (one-way c2c ns, memcpy 64M GB/s)} from the lines
     tandem-perf pingpong/bw --json writes to stderr."""
@@ -257,6 +266,27 @@ def p2p_medians(runs):
             for s, rs in by.items()}
 
 
+def parse_size(v):
+    """'64M' -> 67108864 (K, M, G suffixes, as tandem-perf takes them)."""
+    m = re.fullmatch(r"([0-9]+)([KMG]?)", v.strip().upper())
+    if not m:
+        sys.exit(f"bad size {v!r}")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+def sweep_sizes(lo, hi):
+    """tandem-perf's sweep: 0 first if lo is 0, doubling from lo, hi always."""
+    if hi == 0:
+        return [0]
+    out = [0] if lo == 0 else []
+    z = max(lo, 1)
+    while z < hi:
+        out.append(z)
+        z *= 2
+    out.append(hi)
+    return out
+
+
 def fmt_size(n):
     for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
@@ -284,6 +314,9 @@ def main_p2p(argv):
     ap.add_argument("--iters", help="tandem-perf's and p2p_bench's --iters (default theirs, 20000)")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "p2p-compare"))
     ap.add_argument("--plot")
+    ap.add_argument("--per-size", action="store_true",
+                    help="size by size: every round of one size (tandem, Open MPI, MPICH) "
+                         "before the next size, so all three meet the same machine state")
     a = ap.parse_args(own)
     if a.n != 2:
         ap.error(f"{a.op} runs on exactly 2 ranks, got {a.n}")
@@ -295,17 +328,42 @@ def main_p2p(argv):
         common += ["--iters", a.iters]
     runs = {"tandem": [], "openmpi": [], "mpich": []}
     header, limits, libs = "", [], {}
+    # One sweep per round, or (--per-size) one size at a time: then a
+    # round's rows are gathered over every size.
+    if a.per_size:
+        sizes = sweep_sizes(parse_size(a.min_size), parse_size(a.max_size))
+        plans = [["--min-size", str(z), "--max-size", str(z)] for z in sizes]
+    else:
+        plans = [common[:4]]
+    extra = common[4:]
     for i in range(a.rounds):
-        rows, header = run_tandem_p2p(a.op, common + tandem_extra,
-                                      os.path.join(a.out, f"tandem-{a.op}-2-r{i}.json"))
-        limits.append(parse_p2p_limits(header))
-        runs["tandem"].append(rows)
-        rd = os.path.join(a.out, f"r{i}")
-        os.makedirs(rd, exist_ok=True)
-        res, lib = run_mpis_p2p(a.op, common + mpi_extra, rd)
-        libs.update(lib)
-        for mpi, rows in res.items():
-            runs[mpi].append(rows)
+        runs["tandem"].append([])
+        runs["openmpi"].append([])
+        runs["mpich"].append([])
+    # --per-size: the machine state (one-way c2c) each side met, per size.
+    states = {}
+    for k, plan in enumerate(plans):
+        for i in range(a.rounds):
+            rows, header = run_tandem_p2p(a.op, plan + extra + tandem_extra,
+                                          os.path.join(a.out, f"tandem-{a.op}-2-r{i}-{k}.json"))
+            lim = parse_p2p_limits(header)
+            if k == 0:
+                limits.append(lim)
+            runs["tandem"][i] += rows
+            rd = os.path.join(a.out, f"r{i}")
+            os.makedirs(rd, exist_ok=True)
+            if a.per_size:
+                st = states.setdefault(rows[0]["size"] if rows else k, ([], []))
+                if lim.get("before", (None,))[0]:
+                    st[0].append(lim["before"][0])
+                c = c2c_now()
+                if c:
+                    st[1].append(c)
+            res, lib = run_mpis_p2p(a.op, plan + extra + mpi_extra, rd)
+            libs.update(lib)
+            for mpi, rows in res.items():
+                runs[mpi][i] += rows
+    runs = {k: v for k, v in runs.items() if any(v)}
     med = {k: p2p_medians(v) for k, v in runs.items() if v}
     for k, m in med.items():
         with open(os.path.join(a.out, f"{k}-{a.op}-2.json"), "w") as f:
@@ -316,8 +374,9 @@ def main_p2p(argv):
 
     what = "half round trip (MPI_Send/MPI_Recv)" if a.op == "pingpong" else \
         "time per message in windows of up to 64 (MPI_Isend/MPI_Irecv + 1-byte ack)"
+    order = "size by size, " if a.per_size else ""
     print(f"{a.op}, 2 ranks, {what}; medians of {a.rounds} alternating rounds "
-          f"(tandem-perf, then Open MPI, then MPICH, each round)\n")
+          f"({order}tandem-perf, then Open MPI, then MPICH, each round)\n")
     for line in header.splitlines():
         if line.startswith("# tandem-perf"):
             print(f"    {line}")
@@ -354,6 +413,19 @@ def main_p2p(argv):
             meds = "/".join(f"{statistics.median(v):.2f}x" if v else "?" for v in per.values())
             print("    # tandem 8 B p50 / one-way c2c before/after, per round: " + ", ".join(cells) +
                   f"; medians {meds}")
+        # Better: the c2c the same two ranks measured right before the 8 B
+        # size (tandem-perf's JSON has it for sizes up to 64 B).
+        inrun = [r["p50_us"] * 1e3 / r["c2c_ns"] for rows in runs["tandem"] for r in rows
+                 if r["size"] == 8 and r.get("c2c_ns")]
+        if inrun:
+            c2cs = [r["c2c_ns"] for rows in runs["tandem"] for r in rows
+                    if r["size"] == 8 and r.get("c2c_ns")]
+            print("    # tandem 8 B p50 / one-way c2c measured right before it, per round: " +
+                  ", ".join(f"{x:.2f}x ({c:.0f} ns)" for x, c in zip(inrun, c2cs)) +
+                  f"; median {statistics.median(inrun):.2f}x")
+            p99 = [r["p99_us"] / r["p50_us"] for rows in runs["tandem"] for r in rows
+                   if r["size"] == 8]
+            print("    # tandem 8 B p99/p50, per round: " + ", ".join(f"{x:.2f}" for x in p99))
     else:
         print("    # memcpy 64M (1 thread) before/after each tandem round: " +
               ", ".join(pair(lim, 1, ".1f") + " GB/s" for lim in limits))
@@ -369,6 +441,8 @@ def main_p2p(argv):
     if lat:
         cols.append("tandem / better MPI p50")
     cols += ["tandem GB/s", "Open MPI GB/s", "MPICH GB/s", "tandem / better MPI GB/s"]
+    if states:
+        cols.append("c2c ns before tandem / before MPI")
     print("| " + " | ".join(cols) + " |")
     print("|" + "---:|" * len(cols))
     for s in sorted(t):
@@ -383,6 +457,9 @@ def main_p2p(argv):
         if lat:
             cells.append(ratio(tp50, best_p50))
         cells += [num(tg, ".3f"), num(og, ".3f"), num(mg, ".3f"), ratio(tg, best_g)]
+        if states:
+            st = states.get(s, ([], []))
+            cells.append(" / ".join(",".join(f"{x:.0f}" for x in v) or "?" for v in st))
         print("| " + " | ".join(cells) + " |")
     if a.plot:
         cmd = [os.path.join(ROOT, "target", "release", "tandem-perf"), "plot", "--plot", a.plot,

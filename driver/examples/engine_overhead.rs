@@ -2,8 +2,10 @@
 //! 8 bytes to itself and receives them, in a tight loop, so everything stays
 //! in the L1 cache and no other core is involved. What it prints is pure
 //! engine work per send + receive (BENCHMARKS.md, "Small messages").
+//! With `persistent` as the second argument, through a persistent send and
+//! a persistent receive bound once.
 //!
-//! `cargo run --release -p tandem-driver --example engine_overhead -- 2000000`
+//! `cargo run --release -p tandem-driver --example engine_overhead -- 2000000 [persistent]`
 
 use tandem_driver::{Comm, Config, Layout};
 
@@ -12,17 +14,36 @@ fn main() -> Result<(), tandem_driver::Error> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2_000_000);
+    let persistent = std::env::args().nth(2).as_deref() == Some("persistent");
     let mut out = Comm::threads(1, &Layout::default(), Config::default(), |comm| {
         let mut back = [0u8; 8];
         let t = std::time::Instant::now();
-        for i in 0..n {
-            comm.send(&i.to_le_bytes(), 0, 0)?;
-            comm.recv(&mut back, 0, 0)?;
-            debug_assert_eq!(u64::from_le_bytes(back), i);
+        if persistent {
+            let mut msg = [0u8; 8];
+            comm.scope(|s| {
+                let mut tx = s.send_init(&mut msg, 0, 0)?;
+                let mut rx = s.recv_init(&mut back, 0, 0)?;
+                for _ in 0..n {
+                    tx.send()?;
+                    rx.recv()?;
+                }
+                Ok::<_, tandem_driver::Error>(())
+            })??;
+        } else {
+            for i in 0..n {
+                comm.send(&i.to_le_bytes(), 0, 0)?;
+                comm.recv(&mut back, 0, 0)?;
+                debug_assert_eq!(u64::from_le_bytes(back), i);
+            }
         }
         Ok(t.elapsed().as_nanos() as f64 / n as f64)
     });
     let ns = out.remove(0)?;
-    println!("{n} send + recv of 8 bytes to self: {ns:.1} ns each");
+    let how = if persistent {
+        " (persistent requests)"
+    } else {
+        ""
+    };
+    println!("{n} send + recv of 8 bytes to self{how}: {ns:.1} ns each");
     Ok(())
 }

@@ -106,6 +106,10 @@ impl Default for Layout {
 /// assert_eq!((l.eager_limit, l.credits), (1024, 8));
 /// assert!(l.validate().is_ok());
 /// assert!(Layout::default().envelopes(4).validate().is_err(), "envelopes <= credits");
+/// assert!(Layout::default().cells(3).validate().is_err(), "not a power of two");
+/// assert!(Layout::default().cell_min(32).validate().is_err(), "below a line's worth");
+/// assert_eq!(Layout::default().cells(0).cell_bytes(), 0, "no cells");
+/// assert_eq!(Layout::default().eager_limit(1000).cell_min(64).cell_bytes(), 1024);
 /// ```
 impl Layout {
     /// Bytes per eager cell: `eager_limit` rounded up to whole lines, or 0

@@ -59,7 +59,9 @@ options:
   --max-size S    largest message (default 64M, at most 1G)
   --iters N       round trips per size for small messages (default 20000)
   --json          print a JSON array of {\"size\",\"p50_us\",\"p99_us\",\"gbps\"}
-                  (gbps = gigabytes per second, 10^9 B/s) instead of a table
+                  (gbps = gigabytes per second, 10^9 B/s; pingpong up to
+                  64 B also \"c2c_ns\", the one-way cache-line latency
+                  measured right before that size) instead of a table
   --no-pin        do not pin ranks to cores
   --persistent    pingpong: through persistent requests (Scope::send_init,
                   recv_init), bound once per size, blocking send / recv
@@ -686,13 +688,19 @@ fn header_line(json: bool, s: String) {
     }
 }
 
-/// The rows as a JSON array of `{"size","p50_us","p99_us","gbps"}`.
+/// The rows as a JSON array of `{"size","p50_us","p99_us","gbps"}`, with
+/// `"c2c_ns"` (the one-way cache-line latency the ranks measured right
+/// before that size) where there is one.
 fn print_json(rows: &[Row]) {
     let objs: Vec<String> = rows
         .iter()
         .map(|r| {
+            let c2c = r
+                .c2c_ns
+                .map(|c| format!(", \"c2c_ns\": {c:.2}"))
+                .unwrap_or_default();
             format!(
-                "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}}}",
+                "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}{c2c}}}",
                 r.size, r.p50_us, r.p99_us, r.gbps
             )
         })
