@@ -318,3 +318,45 @@ fn plot_subcommand_draws_files_without_running() {
     assert_eq!(perf(&["plot"]).status.code(), Some(2));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn persistent_pingpong_summary_and_json() {
+    // The table's summary line names persistent requests and gives the
+    // 8 B p99/p50; the JSON carries the in-run cache-line reading for
+    // small sizes and nothing for larger ones.
+    let out = sweep(&["--persistent"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("# 8 B half round trip"))
+        .unwrap_or_else(|| panic!("no 8 B summary line in:\n{text}"));
+    assert!(line.contains("persistent requests"), "{line}");
+    let ratio: f64 = line
+        .rsplit("p99/p50 = ")
+        .next()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no p99/p50 in {line}"));
+    assert!(ratio >= 1.0, "{line}");
+    let out = perf(&[
+        "pingpong",
+        "--min-size",
+        "8",
+        "--max-size",
+        "128",
+        "--iters",
+        "200",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    for r in rows {
+        let small = r["size"].as_u64().unwrap() <= 64;
+        assert_eq!(r.get("c2c_ns").is_some(), small, "{r}");
+    }
+    // --persistent is for pingpong only.
+    let out = perf(&["bw", "--persistent"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--persistent applies to pingpong"));
+}
