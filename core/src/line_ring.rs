@@ -200,26 +200,15 @@ impl LineProducer<'_> {
             "message larger than the line ring"
         );
         if total <= LINE_PAYLOAD {
-            // One line: free if the reader's head (cached, else reloaded)
-            // is within a lap.
-            let cap = self.ring.lines.len() as u64;
-            if self.tail >= self.head_cache.saturating_add(cap) {
-                self.head_cache = self.ring.head.value.load(Ordering::Acquire);
-                if self.tail >= self.head_cache.saturating_add(cap) {
-                    return false;
-                }
+            if !self.line_free() {
+                return false;
             }
             // One line: assemble it on the stack, then one fixed-size store
             // of the payload and the flag.
             let mut buf = [0u8; LINE_PAYLOAD];
             buf[..prefix.len()].copy_from_slice(prefix);
             buf[prefix.len()..total].copy_from_slice(payload);
-            let line = self.ring.line(self.tail);
-            // SAFETY: the reader has returned this line (free() checked its
-            // head), so nobody else accesses the payload until the flag below.
-            line.data.with_mut(|p| unsafe { *p = buf });
-            self.tail += 1;
-            line.flag.store(self.tail, publish_order());
+            self.publish_line(buf);
             return true;
         }
         let n = lines_for(total) as u64;
@@ -262,28 +251,34 @@ impl LineProducer<'_> {
         for (b, w) in buf.chunks_exact_mut(8).zip(words) {
             b.copy_from_slice(&w.to_le_bytes());
         }
-        let line = self.ring.line(self.tail);
-        // SAFETY: the reader has returned this line (the head check above),
-        // so nobody else accesses the payload until the flag below.
-        line.data.with_mut(|p| unsafe { *p = buf });
-        self.tail += 1;
-        line.flag.store(self.tail, publish_order());
+        self.publish_line(buf);
         true
     }
 
-    /// Whether the next line is free (reloads the reader's head only when
-    /// the cached one says the ring is full): what
-    /// [`try_write_words`](Self::try_write_words) checks.
+    /// Stores one whole line at the tail and publishes it; the caller has
+    /// checked [`line_free`](Self::line_free).
+    #[inline(always)]
+    fn publish_line(&mut self, buf: [u8; LINE_PAYLOAD]) {
+        let line = self.ring.line(self.tail);
+        // SAFETY: the reader has returned this line (the caller checked its
+        // head), so nobody else accesses the payload until the flag below.
+        line.data.with_mut(|p| unsafe { *p = buf });
+        self.tail += 1;
+        line.flag.store(self.tail, publish_order());
+    }
+
+    /// Whether the next line is free: the reader's head (cached, reloaded
+    /// only when the cached one says the ring is full) is within a lap. A
+    /// corrupt head from shared memory saturates, so it can only make the
+    /// ring look full, never panic.
     #[inline(always)]
     pub fn line_free(&mut self) -> bool {
-        // Counts are below 2^63 (a line a nanosecond for 290 years), so
-        // nothing here overflows.
         let cap = self.ring.lines.len() as u64;
-        if self.tail < self.head_cache + cap {
+        if self.tail < self.head_cache.saturating_add(cap) {
             return true;
         }
         self.head_cache = self.ring.head.value.load(Ordering::Acquire);
-        self.tail < self.head_cache + cap
+        self.tail < self.head_cache.saturating_add(cap)
     }
 
     /// Lines written so far.

@@ -469,6 +469,14 @@ impl Peer {
         grant(&mut self.bwindow, &mut self.seen_bfreed, ecredit, k)
     }
 
+    /// Whether this many frees (entries, buffers) are owed to the peer
+    /// that an explicit credit message is due (`due`: the engine's
+    /// thresholds).
+    #[inline(always)]
+    fn owes(&self, due: (u64, u64)) -> bool {
+        self.freed - self.told >= due.0 || self.bfreed - self.btold >= due.1
+    }
+
     /// Unused peer state.
     pub const EMPTY: Peer = Peer {
         window: CreditWindow::new(0),
@@ -1264,7 +1272,7 @@ where
             return Ok(None);
         }
         let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
-        let (t, bt) = self.due;
+        let due = self.due;
         let Some(q) = self.peers.as_mut().get_mut(peer as usize) else {
             return Ok(None);
         };
@@ -1282,7 +1290,7 @@ where
         }
         q.freed += 1;
         q.bfreed += 1;
-        Ok(Some(q.freed - q.told >= t || q.bfreed - q.btold >= bt))
+        Ok(Some(q.owes(due)))
     }
 
     // ---- receive ----
@@ -1805,8 +1813,7 @@ where
     /// Whether enough frees are owed to `q` for an explicit credit message.
     #[inline]
     fn credit_due(&self, q: &Peer) -> bool {
-        let (t, bt) = self.due;
-        q.freed - q.told >= t || q.bfreed - q.btold >= bt
+        q.owes(self.due)
     }
 
     /// Whether a receive is posted that nothing has matched yet.

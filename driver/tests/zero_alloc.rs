@@ -159,6 +159,23 @@ fn no_allocations_per_message_after_warm_up() {
     });
 }
 
+/// Runs test `name` as a job of two rank processes over shared memory,
+/// then over TCP; fails if a rank fails.
+fn on_shm_and_tcp(name: &str) {
+    for transport in ["shm", "tcp"] {
+        let o = common::launcher(2, name)
+            .env("TANDEM_TRANSPORT", transport)
+            .run()
+            .unwrap();
+        assert_eq!(
+            o.code(),
+            0,
+            "TANDEM_TRANSPORT={transport}: exit codes {:?}",
+            o.codes
+        );
+    }
+}
+
 /// One of each collective, blocking, and a pair of non-blocking ones in a
 /// scope; `count` f32 elements per rank block.
 fn collectives(comm: &Comm, a: &mut [f32], b: &mut [f32], n: usize) {
@@ -187,19 +204,7 @@ fn collectives(comm: &Comm, a: &mut [f32], b: &mut [f32], n: usize) {
 fn no_allocations_per_collective_after_warm_up() {
     let name = "no_allocations_per_collective_after_warm_up";
     if !common::is_rank() {
-        for transport in ["shm", "tcp"] {
-            let o = common::launcher(2, name)
-                .env("TANDEM_TRANSPORT", transport)
-                .run()
-                .unwrap();
-            assert_eq!(
-                o.code(),
-                0,
-                "TANDEM_TRANSPORT={transport}: exit codes {:?}",
-                o.codes
-            );
-        }
-        return;
+        return on_shm_and_tcp(name);
     }
     common::ranks(2, name, |comm| {
         let n = comm.size();
@@ -268,19 +273,7 @@ fn persistent_pingpong(comm: &Comm, out: &mut [u8], back: &mut [u8], iters: usiz
 fn no_allocations_per_persistent_message_after_warm_up() {
     let name = "no_allocations_per_persistent_message_after_warm_up";
     if !common::is_rank() {
-        for transport in ["shm", "tcp"] {
-            let o = common::launcher(2, name)
-                .env("TANDEM_TRANSPORT", transport)
-                .run()
-                .unwrap();
-            assert_eq!(
-                o.code(),
-                0,
-                "TANDEM_TRANSPORT={transport}: exit codes {:?}",
-                o.codes
-            );
-        }
-        return;
+        return on_shm_and_tcp(name);
     }
     common::ranks(2, name, |comm| {
         // One line, several lines, rendezvous.
