@@ -119,9 +119,23 @@ fn a_queue_pair_forced_to_error_fails_only_its_connection() {
             let mut b = [0u8; 4];
             comm.sendrecv(b"ping", p, 1, &mut b, p, 1)?;
         }
+        // A completed eager send is only handed to the NIC: rank 0's ping
+        // may still be queued in its send queue, and breaking the queue
+        // pair flushes it. So rank 0 breaks it only once rank 1 says
+        // (through rank 2) that it has its ping.
+        let mut go = [0u8; 1];
+        match me {
+            0 => {
+                comm.recv(&mut go, 2, 4)?;
+            }
+            1 => comm.send(b"d", 2, 4)?,
+            _ => {
+                comm.recv(&mut go, 1, 4)?;
+                comm.send(b"d", 0, 4)?;
+            }
+        }
         // Rank 0 breaks its queue pair to rank 1, then (through rank 2)
         // lets rank 1 try to reach it.
-        let mut go = [0u8; 1];
         let t = Instant::now();
         let broken = match me {
             0 => {
@@ -178,6 +192,63 @@ fn a_queue_pair_forced_to_error_fails_only_its_connection() {
             "rank {r}; all ranks: {all}"
         );
     }
+}
+
+/// A rank that only waits to receive from a peer whose queue pair went to
+/// the error state (a flushed eager message it will never get, here
+/// none at all) sends nothing that could time out: it must still learn,
+/// well within its deadline, that the connection is gone (the RDMA
+/// link's keepalive), not wait for its timeout.
+#[test]
+fn a_passive_receiver_learns_its_peers_queue_pair_failed() {
+    use std::sync::Barrier;
+    use tandem_driver::transport::fabric::soft::force_error;
+    use tandem_driver::transport::Route;
+    use tandem_driver::{Config, Layout, Links, WaitPolicy};
+    let cfg = Config::default()
+        .wait(WaitPolicy::SHARED_CORES)
+        .timeout(Duration::from_secs(30));
+    // Rank 0 stays until rank 1 is done: a rank that leaves closes its
+    // connections, which the peer would see at once.
+    let done = Barrier::new(2);
+    let out = Comm::threads_on(2, Links::Soft, &Layout::default(), cfg, |comm| {
+        let mut b = [0u8; 4];
+        let peer = 1 - comm.rank();
+        let first = comm.sendrecv(b"ping", peer, 1, &mut b, peer, 1);
+        let r = match (first, comm.rank()) {
+            (Err(e), _) => Err(e),
+            (Ok(_), 0) => {
+                let Ok(Route::Rdma { qpn, .. }) = comm.route(peer) else {
+                    panic!("rank 1 is not reached over RDMA");
+                };
+                assert!(force_error(qpn));
+                Ok(None)
+            }
+            (Ok(_), _) => {
+                let t = Instant::now();
+                let e = comm.recv(&mut b, 0, 2).map(|_| ());
+                Ok(Some((t.elapsed(), e)))
+            }
+        };
+        done.wait();
+        r
+    });
+    assert!(matches!(out[0], Ok(None)), "{out:?}");
+    let Ok(Some((took, r))) = &out[1] else {
+        panic!("{out:?}");
+    };
+    let e = r
+        .clone()
+        .expect_err("nothing was sent: the receive must fail");
+    let text = e.to_string();
+    assert!(
+        matches!(e, Error::ChannelBroken { .. }) && text.contains("IBV_WC_RETRY_EXC_ERR"),
+        "{text}"
+    );
+    assert!(
+        *took < Duration::from_secs(10),
+        "the deadline is 30 s; detection took {took:?}"
+    );
 }
 
 #[test]

@@ -219,7 +219,9 @@ pub trait Transport {
     /// address they were started with, and whether they succeeded.
     fn poll_pulls(&mut self, _done: &mut dyn FnMut(u64, bool)) {}
 
-    /// Whether the peer is still there.
+    /// Whether the peer is still there. Called while operations wait (the
+    /// progress layer's slow path), so a transport whose peer can vanish
+    /// silently may probe it from here (the RDMA link's keepalive).
     fn liveness(&mut self) -> Liveness;
 
     /// Which transport this is.

@@ -71,6 +71,9 @@ const SIGNAL_EVERY: u64 = 32;
 const SQ: u32 = 1024;
 /// Top bit of an immediate: the end of a rendezvous stream.
 const STREAM_END: u32 = 1 << 31;
+/// While operations wait, a link is probed at most this often
+/// ([`RdmaLink::keepalive`]).
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What a signaled work request was for. Signaled completions arrive in
 /// posting order, so these queue up in that order too.
@@ -84,6 +87,8 @@ enum Sig {
     Read(u64),
     /// A credit write.
     Credit,
+    /// A keepalive probe.
+    Probe,
 }
 
 /// How rendezvous payloads cross (`TANDEM_RDMA_RNDV`).
@@ -330,6 +335,10 @@ pub struct RdmaLink<Q: QueuePair> {
     failed: Option<Error>,
     reaping: bool,
     tcp: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// When the last keepalive probe went out, and whether it is still
+    /// unanswered.
+    probed: Option<std::time::Instant>,
+    probing: bool,
 }
 
 impl<Q: QueuePair> std::fmt::Debug for RdmaLink<Q> {
@@ -447,6 +456,8 @@ impl<Q: QueuePair> RdmaLink<Q> {
             failed: None,
             reaping: false,
             tcp: None,
+            probed: None,
+            probing: false,
         })
     }
 
@@ -531,6 +542,7 @@ impl<Q: QueuePair> RdmaLink<Q> {
                             self.reads_done.push((dst, true));
                         }
                         Sig::Credit => self.credit_busy = false,
+                        Sig::Probe => self.probing = false,
                     }
                 }
             }
@@ -701,6 +713,39 @@ impl<Q: QueuePair> RdmaLink<Q> {
             self.credit_busy = true;
             self.told_head = h;
             self.told_msgs = m;
+        }
+    }
+
+    /// Probes the peer's queue pair while this side waits, so that a
+    /// waiter which sends nothing still learns when that queue pair is
+    /// gone (UCX's keepalive does the same). A queue pair in the error
+    /// state answers nothing, and only a request this side sends can time
+    /// out: a receiver waiting on a peer whose queue pair failed would
+    /// otherwise wait for its deadline. The probe is a signaled
+    /// zero-length RDMA WRITE to the peer's credit word: it places no
+    /// bytes and consumes no receive; unanswered, it completes with
+    /// `IBV_WC_RETRY_EXC_ERR` after the local ACK timeout and fails the
+    /// link. At most one is outstanding, one per [`KEEPALIVE`].
+    fn keepalive(&mut self) {
+        if self.probing || self.failed.is_some() || !self.sq_room(1) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if self
+            .probed
+            .is_some_and(|t| now.duration_since(t) < KEEPALIVE)
+        {
+            return;
+        }
+        self.probed = Some(now);
+        let wr = SendWr {
+            wr_id: 0,
+            op: Opcode::Write(self.peer_credit),
+            sge: None,
+            signaled: true,
+        };
+        if self.post(wr, Some(Sig::Probe)) {
+            self.probing = true;
         }
     }
 
@@ -1119,6 +1164,7 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
         if self.qp.peer_gone() {
             return Liveness::Lost(Error::PeerLost { rank: self.peer });
         }
+        self.keepalive();
         Liveness::Alive
     }
 
