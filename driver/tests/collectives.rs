@@ -527,3 +527,113 @@ fn typed_point_to_point() {
         Ok(())
     });
 }
+
+/// A collective refused on one rank leaves no trace: README promises that
+/// bad arguments are refused before anything is sent, whatever the rank
+/// count, the size or the form (blocking, in place, non-blocking). Rank 0
+/// alone makes each bad call; every rank then runs a valid collective,
+/// which must agree (a refused call that took a collective number would
+/// put rank 0 one number ahead and deadlock or time out).
+#[test]
+fn a_collective_refused_on_one_rank_leaves_no_trace() {
+    type Bad = fn(&Comm, usize) -> tandem_driver::Result<()>;
+    // (what, the call); `m` elements: small (the direct paths) and large.
+    let bad: [(&str, Bad); 16] = [
+        ("allreduce bxor f32", |c, m| {
+            c.allreduce(&vec![1f32; m], &mut vec![0f32; m], ReduceOp::BitXor)
+        }),
+        ("allreduce_in_place band f64", |c, m| {
+            c.allreduce_in_place(&mut vec![1f64; m], ReduceOp::BitAnd)
+        }),
+        ("allreduce lengths", |c, m| {
+            c.allreduce(&vec![1u32; m], &mut vec![0u32; m + 1], ReduceOp::Sum)
+        }),
+        ("reduce bor f32", |c, m| {
+            c.reduce(&vec![1f32; m], &mut vec![0f32; m], ReduceOp::BitOr, 0)
+        }),
+        ("reduce bor f32, another root", |c, m| {
+            c.reduce(&vec![1f32; m], &mut [], ReduceOp::BitOr, 1)
+        }),
+        ("reduce_in_place bxor f16", |c, m| {
+            c.reduce_in_place(&mut vec![f16::ONE; m], ReduceOp::BitXor, 1)
+        }),
+        ("reduce root", |c, m| {
+            let n = c.size();
+            c.reduce(&vec![1u8; m], &mut vec![0u8; m], ReduceOp::Sum, n)
+        }),
+        ("reduce root's lengths", |c, m| {
+            c.reduce(&vec![1u8; m], &mut vec![0u8; m + 1], ReduceOp::Sum, 0)
+        }),
+        ("broadcast root", |c, m| {
+            let n = c.size();
+            c.broadcast(&mut vec![0u8; m], n)
+        }),
+        ("allgather blocks", |c, m| {
+            c.allgather(&vec![1u8; m], &mut vec![0u8; m * c.size() + 1])
+        }),
+        ("allgather_in_place blocks", |c, m| {
+            c.allgather_in_place(&mut vec![0u8; m * c.size() + 1])
+        }),
+        ("reduce_scatter bxor f32", |c, m| {
+            c.reduce_scatter(
+                &vec![1f32; m * c.size()],
+                &mut vec![0f32; m],
+                ReduceOp::BitXor,
+            )
+        }),
+        ("reduce_scatter_in_place band bf16", |c, m| {
+            c.reduce_scatter_in_place(&mut vec![bf16::ONE; m * c.size()], ReduceOp::BitAnd)
+        }),
+        ("alltoall blocks", |c, m| {
+            c.alltoall(
+                &vec![1u8; m * c.size() + 1],
+                &mut vec![0u8; m * c.size() + 1],
+            )
+        }),
+        ("iallreduce bxor f32", |c, m| {
+            let (a, mut b) = (vec![1f32; m], vec![0f32; m]);
+            c.scope(|s| s.iallreduce(&a, &mut b, ReduceOp::BitXor).map(drop))?
+        }),
+        ("ireduce bor f64", |c, m| {
+            let (a, mut b) = (vec![1f64; m], vec![0f64; m]);
+            c.scope(|s| s.ireduce(&a, &mut b, ReduceOp::BitOr, 0).map(drop))?
+        }),
+    ];
+    for n in [2, 3, 4] {
+        on_threads(n, |comm| {
+            let r = comm.rank();
+            for m in [1, 7, 3000] {
+                for (what, call) in &bad {
+                    if r == 0 {
+                        let e = call(&comm, m).expect_err(what);
+                        assert!(
+                            matches!(e, Error::InvalidArgument(_) | Error::InvalidRank { .. }),
+                            "{what}, {m} elements on {n} ranks: {e}"
+                        );
+                    }
+                    // Small and then large valid collectives of each
+                    // direct path, on every rank.
+                    for k in [7usize, 3000] {
+                        let mine: Vec<u64> = (0..k).map(|i| (r * k + i) as u64).collect();
+                        let mut sum = vec![0u64; k];
+                        comm.allreduce(&mine, &mut sum, ReduceOp::Sum)?;
+                        let mut red = vec![0u64; k];
+                        comm.reduce(&mine, &mut red, ReduceOp::Max, n - 1)?;
+                        let mut bc = vec![r as u32; k];
+                        comm.broadcast(&mut bc, 0)?;
+                        for i in 0..k {
+                            let want: u64 = (0..n).map(|q| (q * k + i) as u64).sum();
+                            assert_eq!(sum[i], want, "{what}: allreduce after it");
+                            if r == n - 1 {
+                                assert_eq!(red[i], ((n - 1) * k + i) as u64, "{what}: reduce");
+                            }
+                        }
+                        assert!(bc.iter().all(|&x| x == 0), "{what}: broadcast after it");
+                        comm.barrier()?;
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+}

@@ -163,9 +163,11 @@ impl Table {
             });
         };
         let v = self.views(slot, call);
+        // The local copy can refuse the call (a region beyond its buffer):
+        // before the call is numbered, so a refusal leaves no trace.
+        v.pre_copy()?;
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        v.pre_copy()?;
         let a = Active {
             v,
             ctx,
@@ -207,17 +209,20 @@ impl Table {
     }
 
     /// Takes `call` to run inline by the caller (a blocking collective
-    /// while no other runs): numbers it like [`start`](Self::start) and
-    /// returns its views and tag; the caller makes the local copy
-    /// ([`Views::pre_copy`]). `None` (nothing
-    /// done) while other collectives run.
-    pub(crate) fn inline(&mut self, call: Call) -> Option<(Views, u32)> {
+    /// while no other runs): makes its local copy ([`Views::pre_copy`]),
+    /// then numbers it like [`start`](Self::start) and returns its views
+    /// and tag. A refused copy numbers nothing. `None` (nothing done)
+    /// while other collectives run.
+    pub(crate) fn inline(&mut self, call: Call) -> Option<Result<(Views, u32)>> {
         if self.running > 0 {
             return None;
         }
         let v = self.views(0, call);
+        if let Err(e) = v.pre_copy() {
+            return Some(Err(e));
+        }
         self.seq = self.seq.wrapping_add(1);
-        Some((v, tag_of(self.seq)))
+        Some(Ok((v, tag_of(self.seq))))
     }
 
     /// Whether any collective runs.

@@ -136,13 +136,15 @@ impl Comm {
         if call.src_len.max(call.dst_len) > FAST_MAX || call.plan.lanes_used() > 1 {
             return None;
         }
-        let (v, tag) = self.coll.borrow_mut().table.inline(call)?;
+        let (v, tag) = match self.coll.borrow_mut().table.inline(call)? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
         let plan = v.call.plan;
         let ctx = self.ctx + COLL_CTX;
         let es = v.call.esize;
         let seq = tag >> 6;
         let run = || -> Result<()> {
-            v.pre_copy()?;
             let mut k = 0;
             while let Some(step) = plan.step(0, k) {
                 let send = match step.send {
@@ -195,6 +197,12 @@ impl Comm {
         if bytes > FAST_MAX || !n.is_power_of_two() {
             return None;
         }
+        // Everything is validated before the call takes a number: a refused
+        // call must leave no trace, or this rank's next collective would
+        // run one number ahead of its peers.
+        let Some(k) = T::kernel(op) else {
+            return Some(Err(not_applicable(T::DTYPE, op)));
+        };
         let (tmp, tag, plan) = {
             let mut st = self.coll.borrow_mut();
             let st = &mut *st;
@@ -208,9 +216,6 @@ impl Comm {
             }
             let (tmp, tag) = st.table.inline_scratch(bytes);
             (tmp, tag, plan)
-        };
-        let Some(k) = T::kernel(op) else {
-            return Some(Err(not_applicable(T::DTYPE, op)));
         };
         let dst: *mut u8 = recv.as_mut_ptr().cast();
         if !in_place {
@@ -383,13 +388,14 @@ impl Comm {
         if bytes > FAST_MAX || root >= n {
             return None;
         }
+        // Validated before the call takes a number (see `allreduce_small`).
+        let Some(k) = T::kernel(op) else {
+            return Some(Err(not_applicable(T::DTYPE, op)));
+        };
         let shape = shape::<T>(Collective::Reduce, Some(op), count, root, in_place);
         // Two scratch slots: a child's partial, and this rank's own partial
         // when it is not the root.
         let (plan, tag, tmp) = self.direct(shape, Some(Algorithm::Tree), 2 * bytes)?;
-        let Some(k) = T::kernel(op) else {
-            return Some(Err(not_applicable(T::DTYPE, op)));
-        };
         let (ctx, seq) = (self.ctx + COLL_CTX, tag >> 6);
         let v = (r + n - root) % n;
         let abs = |x: usize| (x + root) % n;
