@@ -208,13 +208,16 @@ fn a_passive_receiver_learns_its_peers_queue_pair_failed() {
     let cfg = Config::default()
         .wait(WaitPolicy::SHARED_CORES)
         .timeout(Duration::from_secs(30));
-    // Rank 0 stays until rank 1 is done: a rank that leaves closes its
-    // connections, which the peer would see at once.
-    let done = Barrier::new(2);
+    // Rank 0 breaks its queue pair only once both have their ping (a
+    // completed eager send may still sit in the send queue, which the
+    // break flushes), and stays until rank 1 is done: a rank that leaves
+    // closes its connections, which the peer would see at once.
+    let (exchanged, done) = (Barrier::new(2), Barrier::new(2));
     let out = Comm::threads_on(2, Links::Soft, &Layout::default(), cfg, |comm| {
         let mut b = [0u8; 4];
         let peer = 1 - comm.rank();
         let first = comm.sendrecv(b"ping", peer, 1, &mut b, peer, 1);
+        exchanged.wait();
         let r = match (first, comm.rank()) {
             (Err(e), _) => Err(e),
             (Ok(_), 0) => {
