@@ -396,6 +396,63 @@ mod tests {
         Secret::from_text(text).expect("secret")
     }
 
+    /// Secrets that differ in two bytes by the same bit pattern are still
+    /// different (an accumulator that xors the differences would cancel
+    /// them out).
+    #[test]
+    fn secrets_differing_twice_alike_are_unequal() {
+        let a = Secret([0u8; 32]);
+        let mut k = [0u8; 32];
+        k[3] = 0x5a;
+        k[17] = 0x5a;
+        let b = Secret(k);
+        assert!(a != b);
+        assert!(a == Secret([0u8; 32]));
+    }
+
+    /// A reader that fails once with `first`, then serves `data`.
+    struct Flaky {
+        first: Option<io::ErrorKind>,
+        data: std::io::Cursor<Vec<u8>>,
+    }
+
+    impl Read for Flaky {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.first.take() {
+                Some(k) => Err(io::Error::new(k, "injected")),
+                None => self.data.read(buf),
+            }
+        }
+    }
+
+    /// A read interrupted by a signal is retried; any other failure keeps
+    /// its kind (only a read timeout is reported as the peer's silence).
+    #[test]
+    fn interrupted_reads_retry_and_errors_keep_their_kind() {
+        let mut buf = [0u8; 4];
+        let mut r = Flaky {
+            first: Some(io::ErrorKind::Interrupted),
+            data: std::io::Cursor::new(b"abcd".to_vec()),
+        };
+        recv(&mut r, &mut buf, "test").unwrap();
+        assert_eq!(&buf, b"abcd");
+        for (kind, want) in [
+            (
+                io::ErrorKind::ConnectionReset,
+                io::ErrorKind::ConnectionReset,
+            ),
+            (io::ErrorKind::WouldBlock, io::ErrorKind::TimedOut),
+            (io::ErrorKind::TimedOut, io::ErrorKind::TimedOut),
+        ] {
+            let mut r = Flaky {
+                first: Some(kind),
+                data: std::io::Cursor::new(b"abcd".to_vec()),
+            };
+            let e = recv(&mut r, &mut buf, "test").unwrap_err();
+            assert_eq!(e.kind(), want, "{kind:?}: {e}");
+        }
+    }
+
     #[test]
     fn same_secret_succeeds_and_stream_stays_usable() {
         let s = secret("hunter2");

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Mutation testing of the driver (cargo-mutants): seeds one-line bugs into
+# the files below, one at a time, and runs each file's fast, targeted test
+# command against every mutant. A mutant the tests do not notice ("missed")
+# is a behaviour no test pins down. Not part of CI: a full run takes hours
+# on two cores; run it while you work, a file or a shard at a time.
+#
+#   scripts/mutants.sh                 every file below, in turn
+#   scripts/mutants.sh auth tcp        some of them (names in the table)
+#   SHARD=0/8 scripts/mutants.sh coll  one shard of a file's mutants
+#   scripts/mutants.sh --summary       kill rates from the results so far
+#   scripts/mutants.sh --record        the same, written to
+#                                      verify/driver-mutants.txt (committed;
+#                                      scripts/verify.sh prints it)
+#
+# Results go to target/mutants/<name>/mutants.out (cargo-mutants' own
+# layout: caught.txt, missed.txt, timeout.txt, unviable.txt), one folder
+# per file and shard; --summary (also printed by scripts/verify.sh) counts
+# them: caught / (caught + missed + timeout); unviable mutants (that do
+# not build) count for nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# name | files (cargo-mutants --file globs, space-separated) | test
+# timeout in seconds (a mutant that hangs the tests counts as caught) |
+# settings for the tests | targeted test command (cargo test arguments; the test
+# profile, opt-level 1, so a mutant rebuilds in seconds). A name filter
+# after --lib would apply to every test binary named, so a file checked by
+# integration tests names whole binaries instead.
+table=(
+    "auth|driver/src/bootstrap/auth.rs|30||--lib bootstrap::auth"
+    "persistent|driver/src/comm/persistent.rs|60||--test persistent"
+    "tcp|driver/src/transport/tcp.rs|30||--lib transport::tcp"
+    "soft|driver/src/transport/fabric/soft.rs|30||--lib fabric::soft"
+    "rdma|driver/src/transport/rdma.rs|120|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--test soft_rdma_props --test faults --test conformance"
+    "shm|driver/src/transport/shm/*.rs|120|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"
+    "coll|driver/src/coll/*.rs driver/src/coll/**/*.rs|120||--test coll_props --test collectives"
+    "collective|driver/src/comm/collective.rs|120||--test coll_props --test collectives"
+)
+
+summary() {
+    local total_c=0 total_m=0
+    printf '%-12s %7s %7s %7s %8s %6s\n' file caught missed timeout unviable kill
+    for row in "${table[@]}"; do
+        local name=${row%%|*} c=0 m=0 t=0 u=0
+        for d in target/mutants/"$name" target/mutants/"$name"-shard*; do
+            [ -d "$d/mutants.out" ] || continue
+            c=$((c + $(wc -l < "$d/mutants.out/caught.txt")))
+            m=$((m + $(wc -l < "$d/mutants.out/missed.txt")))
+            t=$((t + $(wc -l < "$d/mutants.out/timeout.txt")))
+            u=$((u + $(wc -l < "$d/mutants.out/unviable.txt")))
+        done
+        local n=$((c + m + t))
+        if [ "$n" -eq 0 ]; then
+            printf '%-12s %7s\n' "$name" "not run"
+            continue
+        fi
+        # A mutant that hangs the tests is caught (the timeout notices it).
+        printf '%-12s %7d %7d %7d %8d %5d%%\n' "$name" "$c" "$m" "$t" "$u" $(( (c + t) * 100 / n ))
+        total_c=$((total_c + c + t))
+        total_m=$((total_m + m))
+    done
+    if [ $((total_c + total_m)) -gt 0 ]; then
+        echo "driver mutants: $total_c caught of $((total_c + total_m)) ($(( total_c * 100 / (total_c + total_m) ))%)"
+    fi
+}
+
+if [ "${1:-}" = "--summary" ]; then
+    summary
+    exit 0
+fi
+if [ "${1:-}" = "--record" ]; then
+    {
+        echo "# cargo-mutants over the driver (scripts/mutants.sh), recorded $(date -u +%Y-%m-%d)"
+        echo "# at $(git rev-parse --short HEAD) on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores."
+        echo "# kill = (caught + timeout) / (caught + missed + timeout); shards are samples."
+        summary
+    } > verify/driver-mutants.txt
+    cat verify/driver-mutants.txt
+    exit 0
+fi
+
+command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
+want=("$@")
+for row in "${table[@]}"; do
+    IFS='|' read -r name files timeout settings tests <<< "$row"
+    if [ ${#want[@]} -gt 0 ] && ! printf '%s\n' "${want[@]}" | grep -qx "$name"; then
+        continue
+    fi
+    args=(-p tandem-driver -j1 --timeout "$timeout" --baseline skip)
+    for f in $files; do args+=(-f "$f"); done
+    out="target/mutants/$name"
+    if [ -n "${SHARD:-}" ]; then
+        args+=(--shard "$SHARD" --sharding round-robin)
+        out="target/mutants/$name-shard${SHARD//\//of}"
+    fi
+    mkdir -p "$out"
+    printf '\n==> %s: %s cargo mutants %s -- %s\n' "$name" "$settings" "${args[*]}" "$tests"
+    # cargo-mutants exits non-zero when a mutant is missed: keep going.
+    # shellcheck disable=SC2086
+    env $settings cargo mutants "${args[@]}" -o "$out" -- $tests || true
+done
+summary
