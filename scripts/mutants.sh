@@ -32,8 +32,8 @@ table=(
     "persistent|driver/src/comm/persistent.rs|60||--test persistent"
     "tcp|driver/src/transport/tcp.rs|30||--lib transport::tcp"
     "soft|driver/src/transport/fabric/soft.rs|30||--lib fabric::soft"
-    "rdma|driver/src/transport/rdma.rs|120|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--test soft_rdma_props --test faults --test conformance"
-    "shm|driver/src/transport/shm/*.rs|120|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"
+    "rdma|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--test soft_rdma_props --test faults --test conformance"
+    "shm|driver/src/transport/shm/*.rs|60|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"
     "coll|driver/src/coll/*.rs driver/src/coll/**/*.rs|120||--test coll_props --test collectives"
     "collective|driver/src/comm/collective.rs|120||--test coll_props --test collectives"
 )

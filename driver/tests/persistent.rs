@@ -1,11 +1,18 @@
 //! Persistent requests (`Scope::send_init` / `recv_init`, `start`, `wait`,
 //! `test`, and the blocking `send` / `recv`): MPI's ordering against
 //! ordinary traffic to the same peer and tag, wildcards on the other side,
-//! eager and rendezvous sizes, truncation, misuse, a dead peer.
+//! eager and rendezvous sizes, truncation, misuse, a dead peer, and (the
+//! properties at the end) message sizes that change from start to start
+//! through every completion call, over shared memory, TCP and the soft
+//! RDMA fabric.
 
 mod common;
+use proptest::prelude::*;
 use std::time::{Duration, Instant};
-use tandem_driver::{Comm, Config, Error, Layout, ANY_SOURCE, ANY_TAG};
+use tandem_driver::{
+    Comm, Config, Error, Layout, Links, PersistentRecv, PersistentSend, Status, Tag, ANY_SOURCE,
+    ANY_TAG,
+};
 
 fn cfg() -> Config {
     let mut c = Config::default();
@@ -337,4 +344,524 @@ fn a_persistent_receive_from_a_dead_peer_is_peer_lost_within_the_deadline() {
         matches!(r, Ok(Err(Error::PeerLost { rank: 1 }))),
         "blocking form: {r:?}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Message sizes that change from start to start.
+//
+// A persistent send is bound to a buffer of fixed length, so the sender
+// holds several persistent sends of different lengths to the same peer and
+// tag and starts whichever a plan names; the receiver holds several
+// persistent receives (one as long as the longest message, the others of
+// random lengths, some with wildcards) and starts whichever the plan names.
+// So one persistent receive sees a different message length at nearly every
+// start: shorter, longer, longer than its buffer. Every message is sent and
+// received through one of the completion calls: the blocking form, a start
+// completed at once by `wait` or by `test` until done, or a start left
+// pending while later requests start and completed when the request is
+// needed again (out of order) or at the end.
+// ---------------------------------------------------------------------------
+
+/// The tag of every message of the size-changing runs.
+const TAG: Tag = 7;
+/// What a receive buffer holds where no message byte belongs.
+const GUARD: u8 = 0xEE;
+/// How long a `test` loop may go on before the run is declared hung.
+const TEST_LIMIT: Duration = Duration::from_secs(30);
+
+/// How a started request is completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finish {
+    /// `wait`.
+    Wait,
+    /// `test` until it reports done.
+    Test,
+}
+
+/// How one message goes through its persistent request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// The blocking form, `send` / `recv`.
+    Blocking,
+    /// `start`, then completed at once.
+    Now(Finish),
+    /// `start`, completed when the request is needed again (after requests
+    /// started later, perhaps) or at the end of the run, newest first.
+    Later(Finish),
+}
+
+/// One message of a plan.
+#[derive(Debug, Clone)]
+struct Step {
+    /// The sender's persistent send (so the length) it goes through.
+    tx: usize,
+    /// The receiver's persistent receive it lands in.
+    rx: usize,
+    send: How,
+    recv: How,
+    /// Whether to try the misuses (start twice, blocking form while
+    /// started, wait / test while idle) around this message.
+    misuse: bool,
+}
+
+/// A run: how the two ranks are linked, the lengths of the sender's
+/// persistent sends and of the receiver's persistent receives, the
+/// messages.
+#[derive(Debug, Clone)]
+struct Plan {
+    links: Links,
+    send_lens: Vec<usize>,
+    recv_lens: Vec<usize>,
+    steps: Vec<Step>,
+}
+
+/// The source and tag persistent receive `j` is bound to; every one of them
+/// matches every message of a run (from rank 0 with [`TAG`]).
+fn recv_match(j: usize) -> (usize, Tag) {
+    match j % 4 {
+        0 => (0, TAG),
+        1 => (ANY_SOURCE, ANY_TAG),
+        2 => (0, ANY_TAG),
+        _ => (ANY_SOURCE, TAG),
+    }
+}
+
+/// The bytes of message `step` (`len` of them): different for every step,
+/// so a stale or misplaced message never passes for the right one.
+fn payload(step: usize, len: usize) -> Vec<u8> {
+    common::pattern(len, 1000 + step as u64)
+}
+
+/// Collects what went wrong in a run without stopping it: a rank that
+/// finds a wrong byte or status keeps going, so its peer is not left
+/// waiting.
+#[derive(Default)]
+struct Faults(Vec<String>);
+
+impl Faults {
+    fn expect(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.0.push(what());
+        }
+    }
+
+    fn misuse<T: std::fmt::Debug>(&mut self, r: tandem_driver::Result<T>, what: &str) {
+        if !matches!(r, Err(Error::InvalidArgument(_))) {
+            self.0
+                .push(format!("{what}: expected InvalidArgument, got {r:?}"));
+        }
+    }
+}
+
+/// Completes a started persistent send as `f` says.
+fn finish_send(
+    r: &mut PersistentSend<'_, '_>,
+    f: Finish,
+    step: usize,
+    bad: &mut Faults,
+) -> tandem_driver::Result<()> {
+    match f {
+        Finish::Wait => r.wait()?,
+        Finish::Test => {
+            let t0 = Instant::now();
+            while !r.test()? {
+                bad.expect(r.is_active(), || {
+                    format!("send {step}: idle while test says pending")
+                });
+                bad.expect(r.buf_mut().is_none(), || {
+                    format!("send {step}: buffer writable while pending")
+                });
+                if t0.elapsed() > TEST_LIMIT {
+                    return Err(Error::Io(format!("send {step}: test never said done")));
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+    bad.expect(!r.is_active(), || {
+        format!("send {step}: still active once complete")
+    });
+    Ok(())
+}
+
+/// Completes a started persistent receive as `f` says.
+fn finish_recv(
+    r: &mut PersistentRecv<'_, '_>,
+    f: Finish,
+    step: usize,
+    bad: &mut Faults,
+) -> tandem_driver::Result<Status> {
+    match f {
+        Finish::Wait => r.wait(),
+        Finish::Test => {
+            let t0 = Instant::now();
+            loop {
+                match r.test() {
+                    Ok(None) => {
+                        bad.expect(r.is_active() && r.data().is_none(), || {
+                            format!("receive {step}: idle or readable while test says pending")
+                        });
+                        if t0.elapsed() > TEST_LIMIT {
+                            return Err(Error::Io(format!("receive {step}: test never said done")));
+                        }
+                        std::thread::yield_now();
+                    }
+                    Ok(Some(st)) => return Ok(st),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// Rank 0's side of a plan.
+fn sender(comm: &Comm, plan: &Plan) -> tandem_driver::Result<Vec<String>> {
+    let mut bad = Faults::default();
+    let mut bufs: Vec<Vec<u8>> = plan.send_lens.iter().map(|&l| vec![0; l]).collect();
+    comm.scope(|s| {
+        let mut reqs = bufs
+            .iter_mut()
+            .map(|b| s.send_init(b, 1, TAG))
+            .collect::<tandem_driver::Result<Vec<_>>>()?;
+        // Started and not yet completed: (request, step, how to complete).
+        let mut later: Vec<(usize, usize, Finish)> = Vec::new();
+        for (i, st) in plan.steps.iter().enumerate() {
+            if let Some(p) = later.iter().position(|&(k, ..)| k == st.tx) {
+                let (k, step, f) = later.remove(p);
+                finish_send(&mut reqs[k], f, step, &mut bad)?;
+            }
+            let r = &mut reqs[st.tx];
+            let m = payload(i, plan.send_lens[st.tx]);
+            let Some(b) = r.buf_mut() else {
+                return Err(Error::Io(format!(
+                    "send {i}: buffer not writable while idle"
+                )));
+            };
+            b.copy_from_slice(&m);
+            bad.expect(r.buf() == &m[..], || {
+                format!("send {i}: buf() is not what was written")
+            });
+            match st.send {
+                How::Blocking => r.send()?,
+                How::Now(f) | How::Later(f) => {
+                    r.start()?;
+                    bad.expect(r.is_active() && r.buf_mut().is_none(), || {
+                        format!("send {i}: not active, or writable, once started")
+                    });
+                    if st.misuse {
+                        bad.misuse(r.start(), &format!("send {i}: start while started"));
+                        bad.misuse(r.send(), &format!("send {i}: send while started"));
+                        bad.expect(r.is_active(), || format!("send {i}: misuse ended it"));
+                    }
+                    if st.send == How::Now(f) {
+                        finish_send(r, f, i, &mut bad)?;
+                    } else {
+                        later.push((st.tx, i, f));
+                    }
+                }
+            }
+            if st.misuse && !r.is_active() {
+                bad.misuse(r.wait(), &format!("send {i}: wait while idle"));
+                bad.misuse(r.test(), &format!("send {i}: test while idle"));
+            }
+        }
+        while let Some((k, step, f)) = later.pop() {
+            finish_send(&mut reqs[k], f, step, &mut bad)?;
+        }
+        Ok::<_, Error>(())
+    })??;
+    Ok(bad.0)
+}
+
+/// Checks what persistent receive `j` got for message `step`: the status
+/// (or the truncation, with the right lengths), the bytes, nothing written
+/// past the message, and (with misuse) that waiting or testing it again
+/// is refused and leaves the message readable.
+fn check_recv(
+    plan: &Plan,
+    step: usize,
+    j: usize,
+    r: &mut PersistentRecv<'_, '_>,
+    res: tandem_driver::Result<Status>,
+    bad: &mut Faults,
+) -> tandem_driver::Result<()> {
+    let len = plan.send_lens[plan.steps[step].tx];
+    let cap = plan.recv_lens[j];
+    let what = format!("message {step} ({len} bytes) into receive {j} ({cap} bytes)");
+    match res {
+        Ok(st) if len <= cap => bad.expect((st.source, st.tag, st.len) == (0, TAG, len), || {
+            format!("{what}: status {st:?}")
+        }),
+        Err(Error::Truncated { needed, got }) if len > cap => bad
+            .expect((needed, got) == (len, cap), || {
+                format!("{what}: truncated with needed {needed}, got {got}")
+            }),
+        Ok(st) => bad
+            .0
+            .push(format!("{what}: expected truncation, got {st:?}")),
+        Err(Error::Truncated { needed, got }) => bad.0.push(format!(
+            "{what}: unexpected truncation (needed {needed}, got {got})"
+        )),
+        Err(e) => {
+            bad.0.push(format!("{what}: {e}"));
+            return Err(e);
+        }
+    }
+    bad.expect(!r.is_active(), || {
+        format!("{what}: still active once complete")
+    });
+    let want = payload(step, len);
+    let want = &want[..len.min(cap)];
+    let same = |r: &PersistentRecv<'_, '_>| r.data() == Some(want);
+    bad.expect(same(r), || {
+        let got = r
+            .data()
+            .map(|d| (d.len(), d.iter().zip(want).position(|(a, b)| a != b)));
+        format!("{what}: data wrong: (len, first difference) {got:?}")
+    });
+    if plan.steps[step].misuse {
+        bad.misuse(r.wait(), &format!("{what}: wait while idle"));
+        bad.misuse(r.test(), &format!("{what}: test while idle"));
+        bad.expect(same(r), || {
+            format!("{what}: data changed by a refused call")
+        });
+    }
+    let rest = r
+        .buf_mut()
+        .map(|b| b[len.min(cap)..].iter().all(|&x| x == GUARD));
+    bad.expect(rest == Some(true), || {
+        format!("{what}: buffer past the message written ({rest:?})")
+    });
+    Ok(())
+}
+
+/// Rank 1's side of a plan.
+fn receiver(comm: &Comm, plan: &Plan) -> tandem_driver::Result<Vec<String>> {
+    let mut bad = Faults::default();
+    let mut bufs: Vec<Vec<u8>> = plan.recv_lens.iter().map(|&l| vec![GUARD; l]).collect();
+    comm.scope(|s| {
+        let mut reqs = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(j, b)| {
+                let (src, tag) = recv_match(j);
+                s.recv_init(b, src, tag)
+            })
+            .collect::<tandem_driver::Result<Vec<_>>>()?;
+        let mut later: Vec<(usize, usize, Finish)> = Vec::new();
+        for (i, st) in plan.steps.iter().enumerate() {
+            if let Some(p) = later.iter().position(|&(j, ..)| j == st.rx) {
+                let (j, step, f) = later.remove(p);
+                let res = finish_recv(&mut reqs[j], f, step, &mut bad);
+                check_recv(plan, step, j, &mut reqs[j], res, &mut bad)?;
+            }
+            let r = &mut reqs[st.rx];
+            let Some(b) = r.buf_mut() else {
+                return Err(Error::Io(format!(
+                    "receive {i}: buffer not writable while idle"
+                )));
+            };
+            b.fill(GUARD);
+            match st.recv {
+                How::Blocking => {
+                    let res = r.recv();
+                    check_recv(plan, i, st.rx, r, res, &mut bad)?;
+                }
+                How::Now(f) | How::Later(f) => {
+                    r.start()?;
+                    bad.expect(
+                        r.is_active() && r.data().is_none() && r.buf_mut().is_none(),
+                        || format!("receive {i}: not active, or readable, once started"),
+                    );
+                    if st.misuse {
+                        bad.misuse(r.start(), &format!("receive {i}: start while started"));
+                        bad.misuse(r.recv(), &format!("receive {i}: recv while started"));
+                        bad.expect(r.is_active(), || format!("receive {i}: misuse ended it"));
+                    }
+                    if st.recv == How::Now(f) {
+                        let res = finish_recv(r, f, i, &mut bad);
+                        check_recv(plan, i, st.rx, r, res, &mut bad)?;
+                    } else {
+                        later.push((st.rx, i, f));
+                    }
+                }
+            }
+        }
+        while let Some((j, step, f)) = later.pop() {
+            let res = finish_recv(&mut reqs[j], f, step, &mut bad);
+            check_recv(plan, step, j, &mut reqs[j], res, &mut bad)?;
+        }
+        Ok::<_, Error>(())
+    })??;
+    Ok(bad.0)
+}
+
+/// Runs `plan` on two threads; every fault both ranks found, or the error
+/// that stopped a rank.
+fn run_plan(plan: &Plan) -> Vec<String> {
+    let mut c = cfg();
+    // A hung run fails in seconds rather than a minute.
+    c.timeout = Duration::from_secs(10);
+    let res = Comm::threads_on(2, plan.links, &Layout::default(), c, |comm| {
+        if comm.rank() == 0 {
+            sender(&comm, plan)
+        } else {
+            receiver(&comm, plan)
+        }
+    });
+    let mut faults = Vec::new();
+    for (rank, r) in res.into_iter().enumerate() {
+        match r {
+            Ok(f) => faults.extend(f.into_iter().map(|f| format!("rank {rank}: {f}"))),
+            Err(e) => faults.push(format!("rank {rank} stopped: {e}")),
+        }
+    }
+    faults
+}
+
+/// Message lengths on both sides of every line the transports draw: one
+/// 64-byte line, several lines, an eager cell (1 KiB up to the 8 KiB eager
+/// limit), just past the eager limit, and rendezvous of many chunks.
+fn length() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        prop::sample::select(vec![0, 1, 55, 56, 57, 1023, 1024, 8191, 8192, 8193, 65_536]),
+        0usize..=56,
+        57usize..1024,
+        1024usize..=8192,
+        8193usize..=20_000,
+        60_000usize..=140_000,
+    ]
+}
+
+fn how() -> impl Strategy<Value = How> {
+    prop_oneof![
+        Just(How::Blocking),
+        Just(How::Now(Finish::Wait)),
+        Just(How::Now(Finish::Test)),
+        Just(How::Later(Finish::Wait)),
+        Just(How::Later(Finish::Test)),
+    ]
+}
+
+/// Plans over `links`: 1 to 4 persistent sends of random lengths; a
+/// persistent receive as long as the longest of them and up to 3 more of
+/// random lengths (often too short); up to 40 messages.
+fn plans(links: impl Strategy<Value = Links>) -> impl Strategy<Value = Plan> {
+    (
+        links,
+        prop::collection::vec(length(), 1..=4),
+        prop::collection::vec(length(), 0..=3),
+    )
+        .prop_flat_map(|(links, send_lens, more)| {
+            let mut recv_lens = vec![*send_lens.iter().max().unwrap()];
+            recv_lens.extend(more);
+            let step = (
+                0..send_lens.len(),
+                0..recv_lens.len(),
+                how(),
+                how(),
+                prop::bool::weighted(0.25),
+            )
+                .prop_map(|(tx, rx, send, recv, misuse)| Step {
+                    tx,
+                    rx,
+                    send,
+                    recv,
+                    misuse,
+                });
+            (
+                Just(links),
+                Just(send_lens),
+                Just(recv_lens),
+                prop::collection::vec(step, 1..=40),
+            )
+        })
+        .prop_map(|(links, send_lens, recv_lens, steps)| Plan {
+            links,
+            send_lens,
+            recv_lens,
+            steps,
+        })
+}
+
+/// A fixed plan that walks every pair of (send completion, receive
+/// completion) over every length class, with the receive rotating over
+/// a buffer that holds everything, two (100 and 57 bytes) that truncate
+/// all but line-sized messages and one that truncates only rendezvous, so
+/// the length a persistent receive reports changes (up, down, truncated,
+/// not) at nearly every start. Runs on shared memory; the properties below add
+/// random plans and the other transports.
+#[test]
+fn every_completion_call_sees_every_change_of_message_size() {
+    let hows = [
+        How::Blocking,
+        How::Now(Finish::Wait),
+        How::Now(Finish::Test),
+        How::Later(Finish::Wait),
+        How::Later(Finish::Test),
+    ];
+    let send_lens = vec![0, 40, 300, 4000, 8192, 70_000];
+    let recv_lens = vec![70_000, 100, 8192, 57];
+    let mut steps = Vec::new();
+    for (a, &send) in hows.iter().enumerate() {
+        for (b, &recv) in hows.iter().enumerate() {
+            for tx in 0..send_lens.len() {
+                let n = steps.len();
+                steps.push(Step {
+                    tx: (tx + a + b) % send_lens.len(),
+                    rx: (n + a) % recv_lens.len(),
+                    send,
+                    recv,
+                    misuse: n % 3 == 0,
+                });
+            }
+        }
+    }
+    let plan = Plan {
+        links: Links::Shm,
+        send_lens,
+        recv_lens,
+        steps,
+    };
+    let faults = run_plan(&plan);
+    assert!(faults.is_empty(), "{faults:#?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        max_shrink_iters: 64,
+        max_shrink_time: 20_000,
+        .. ProptestConfig::default()
+    })]
+
+    /// Random plans over shared memory: every message arrives with the
+    /// right status (or the right truncation) and byte-exact, nothing past
+    /// it is written, misuse is refused, whatever the sizes and
+    /// completion calls before it.
+    #[test]
+    fn persistent_requests_with_changing_sizes_over_shared_memory(plan in plans(Just(Links::Shm))) {
+        let faults = run_plan(&plan);
+        prop_assert!(faults.is_empty(), "{:#?}", faults);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        max_shrink_iters: 32,
+        max_shrink_time: 20_000,
+        .. ProptestConfig::default()
+    })]
+
+    /// The same over TCP and the soft RDMA fabric (RDMA write and RDMA
+    /// read rendezvous), whose eager and rendezvous paths differ from
+    /// shared memory's.
+    #[test]
+    fn persistent_requests_with_changing_sizes_over_tcp_and_soft_rdma(
+        plan in plans(prop_oneof![Just(Links::Tcp), Just(Links::Soft), Just(Links::SoftRead)])
+    ) {
+        let faults = run_plan(&plan);
+        prop_assert!(faults.is_empty(), "{:#?}", faults);
+    }
 }

@@ -610,6 +610,176 @@ mod tests {
         drop(t.join().unwrap());
     }
 
+    /// Length of one side's whole part of the handshake: greeting and proof.
+    const EXCHANGE: usize = MAGIC.len() + NONCE_LEN + TAG_LEN;
+
+    /// A stream that keeps a copy of every byte written to it and read from
+    /// it: an eavesdropper on the wire.
+    struct Tap<S> {
+        inner: S,
+        wrote: Vec<u8>,
+        read: Vec<u8>,
+    }
+
+    impl<S: Read> Read for Tap<S> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+    }
+
+    impl<S: Write> Write for Tap<S> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let n = self.inner.write(buf)?;
+            self.wrote.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    /// The nonce in one side's recorded bytes.
+    fn nonce_of(side: &[u8]) -> [u8; NONCE_LEN] {
+        side[MAGIC.len()..MAGIC.len() + NONCE_LEN]
+            .try_into()
+            .unwrap()
+    }
+
+    /// Records a complete, successful handshake between a connector and an
+    /// acceptor sharing `s`, with context [`CTX`]: (the bytes the connector
+    /// sent, the bytes the acceptor sent). Checks that both ends accepted
+    /// and that the recorded proofs are the genuine ones for the recorded
+    /// nonces, so a replay refused later is refused for its staleness, not
+    /// for a bad recording.
+    fn record(s: &Secret) -> (Vec<u8>, Vec<u8>) {
+        let (x, mut y) = UnixStream::pair().expect("socketpair");
+        for t in [&x, &y] {
+            t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        let s2 = s.clone();
+        let t = thread::spawn(move || {
+            let mut tap = Tap {
+                inner: x,
+                wrote: Vec::new(),
+                read: Vec::new(),
+            };
+            handshake(&mut tap, &s2, Role::Connector, CTX).map(|()| (tap.wrote, tap.read))
+        });
+        handshake(&mut y, s, Role::Acceptor, CTX).expect("recorded exchange: acceptor");
+        let (c, a) = t.join().unwrap().expect("recorded exchange: connector");
+        assert_eq!((c.len(), a.len()), (EXCHANGE, EXCHANGE));
+        let (nc, na) = (nonce_of(&c), nonce_of(&a));
+        let genuine = |role, own: &[u8; NONCE_LEN], other: &[u8; NONCE_LEN]| {
+            proof(s, role, own, other, CTX)
+                .unwrap()
+                .finalize()
+                .into_bytes()
+                .to_vec()
+        };
+        assert_eq!(
+            c[EXCHANGE - TAG_LEN..],
+            genuine(Role::Connector, &nc, &na)[..]
+        );
+        assert_eq!(
+            a[EXCHANGE - TAG_LEN..],
+            genuine(Role::Acceptor, &na, &nc)[..]
+        );
+        (c, a)
+    }
+
+    /// Plays `recorded` (one side's bytes of an old exchange, all at once,
+    /// as a replaying attacker would) at a fresh party running the
+    /// handshake as `role` with `s` and `ctx`. Returns the fresh party's
+    /// result and everything it sent.
+    fn replay(recorded: &[u8], s: &Secret, role: Role, ctx: &[u8]) -> (io::Result<()>, Vec<u8>) {
+        let (mut x, mut y) = UnixStream::pair().expect("socketpair");
+        for t in [&x, &y] {
+            t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        let bytes = recorded.to_vec();
+        let attacker = thread::spawn(move || {
+            x.write_all(&bytes)?;
+            let mut heard = Vec::new();
+            x.read_to_end(&mut heard)?;
+            Ok::<_, io::Error>(heard)
+        });
+        let r = handshake(&mut y, s, role, ctx);
+        drop(y);
+        (r, attacker.join().unwrap().expect("attacker"))
+    }
+
+    /// Asserts that a replay was refused as a failed proof, and that the
+    /// fresh party greeted with a nonce of its own, not one of the recorded
+    /// exchange's.
+    fn assert_refused(r: io::Result<()>, fresh: &[u8], recorded: [&[u8]; 2]) {
+        let e = r.expect_err("a replayed exchange must be refused");
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("secret check"), "{e}");
+        assert_eq!(&fresh[..MAGIC.len()], MAGIC, "fresh party's greeting");
+        for old in recorded {
+            assert_ne!(nonce_of(fresh), nonce_of(old), "fresh party reused a nonce");
+        }
+    }
+
+    /// An eavesdropper records a good exchange, then connects to fresh
+    /// acceptors with the same secret and context and sends the
+    /// connector's recorded greeting and proof. The proof is bound to the
+    /// old acceptor's nonce, so every fresh acceptor refuses it.
+    #[test]
+    fn recorded_connector_replayed_to_a_fresh_acceptor_is_refused() {
+        let s = secret("job secret");
+        let (c, a) = record(&s);
+        for _ in 0..3 {
+            let (r, fresh) = replay(&c, &s, Role::Acceptor, CTX);
+            assert_refused(r, &fresh, [&c, &a]);
+        }
+    }
+
+    /// The same eavesdropper plays the acceptor's recorded half to fresh
+    /// connectors (as a fake server they reached): refused.
+    #[test]
+    fn recorded_acceptor_replayed_to_a_fresh_connector_is_refused() {
+        let s = secret("job secret");
+        let (c, a) = record(&s);
+        for _ in 0..3 {
+            let (r, fresh) = replay(&a, &s, Role::Connector, CTX);
+            assert_refused(r, &fresh, [&c, &a]);
+        }
+    }
+
+    /// Replayed to a party of another job (another secret), or of the
+    /// same job for another purpose (another context), in either role:
+    /// refused.
+    #[test]
+    fn recorded_exchange_replayed_into_another_job_or_context_is_refused() {
+        let s = secret("job one");
+        let (c, a) = record(&s);
+        let other = secret("job two");
+        for (rec, role) in [(&c, Role::Acceptor), (&a, Role::Connector)] {
+            let (r, fresh) = replay(rec, &other, role, CTX);
+            assert_refused(r, &fresh, [&c, &a]);
+            let (r, fresh) = replay(rec, &s, role, b"data");
+            assert_refused(r, &fresh, [&c, &a]);
+        }
+    }
+
+    /// An attacker in the middle of a fresh connector and a fresh
+    /// acceptor plays each the matching half of an old recording, so
+    /// each sees a well-formed exchange of the right role: both refuse,
+    /// and two fresh handshakes never repeat a nonce.
+    #[test]
+    fn replay_between_two_fresh_parties_fails_on_both_sides() {
+        let s = secret("job secret");
+        let (c, a) = record(&s);
+        let (rc, to_connector) = replay(&a, &s, Role::Connector, CTX);
+        let (ra, to_acceptor) = replay(&c, &s, Role::Acceptor, CTX);
+        assert_refused(rc, &to_connector, [&c, &a]);
+        assert_refused(ra, &to_acceptor, [&c, &a]);
+        assert_ne!(nonce_of(&to_connector), nonce_of(&to_acceptor));
+    }
+
     #[test]
     fn secret_text_and_debug() {
         let (s, text) = Secret::random().unwrap();

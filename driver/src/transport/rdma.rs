@@ -1269,6 +1269,54 @@ mod tests {
     }
 
     #[test]
+    fn the_inbox_holds_eight_of_the_largest_message() {
+        for e in [0, 1, 64, 4096, 8192, 40_000, 65_536, 1 << 20] {
+            let (m, r) = (max_msg(e), ring_for(e));
+            assert!(m >= PREFIX + HEADER_LEN + e && m % ALIGN == 0, "{e}: {m}");
+            assert!(
+                r >= 8 * m && r >= 256 * 1024 && r.is_power_of_two(),
+                "{e}: {r}"
+            );
+        }
+    }
+
+    /// A peer whose inbox ring or receive count differs (another
+    /// `TANDEM_EAGER_LIMIT`, another build) is refused at connection with
+    /// an error that says so, whichever of the two differs.
+    #[test]
+    fn connect_refuses_a_peer_with_other_rings_or_receives() {
+        let eager = 8192;
+        let ring = ring_for(eager) as u64;
+        for (their_ring, their_recvs) in [(ring * 2, RECVS), (ring, RECVS + 1), (ring, RECVS - 1)] {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let (w, _keep) = std::os::unix::net::UnixStream::pair().unwrap();
+            let fake = std::thread::spawn(move || {
+                let mut b = b;
+                let mut h = [0u8; HELLO_LEN];
+                b.read_exact(&mut h).unwrap();
+                let mut theirs = Hello::decode(&h).expect("a hello");
+                theirs.ring = their_ring;
+                theirs.recvs = their_recvs;
+                b.write_all(&theirs.encode()).unwrap();
+                b
+            });
+            let opts = RdmaOptions {
+                attrs: RcAttrs::default(),
+                rendezvous: Rendezvous::Write,
+                ring: 0,
+            };
+            let qp = SoftQp::new(Wire::Unix(w), caps(), SoftOptions::default()).unwrap();
+            let mut a = a;
+            let e = RdmaLink::connect(qp, &mut a, 1, eager, opts).unwrap_err();
+            assert!(
+                matches!(&e, Error::Bootstrap(m) if m.contains("RDMA rings differ")),
+                "{their_ring} bytes, {their_recvs} receives: {e}"
+            );
+            drop(fake.join().unwrap());
+        }
+    }
+
+    #[test]
     fn messages_cross_in_order_and_wrap_the_ring() {
         let (mut a, mut b) = pair(8192, Rendezvous::Write);
         let hdr = [7u8; HEADER_LEN];
