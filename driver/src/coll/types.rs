@@ -7,9 +7,10 @@ use half::{bf16, f16};
 /// A reduction operator (MPI's `MPI_Op`, NCCL's `ncclRedOp_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
-    /// Sum (integers wrap on overflow).
+    /// Sum (integers wrap on overflow; on floating point a NaN operand
+    /// propagates, quieted, the first one if both are).
     Sum,
-    /// Product (integers wrap on overflow).
+    /// Product (integers wrap on overflow; NaN operands as for `Sum`).
     Prod,
     /// Minimum.
     Min,
@@ -252,26 +253,53 @@ macro_rules! int_kernels {
     };
 }
 
+/// `$arith` (a float sum or product of `x` and `y`, of type `$t`), except
+/// that a NaN operand propagates quieted (`$quiet` is the quiet bit), the
+/// first one if both are. The hardware would pick between two NaN
+/// payloads by the operand order of its instruction, which the compiler
+/// chooses per loop (addition and multiplication commute), and `zip3`'s
+/// loops differ: recursive doubling's partners compute the same element
+/// with `out` = `a` on one rank and `out` = `b` on the other. The test is
+/// on the operands: LLVM may fold a test of the result away (a NaN
+/// result's payload is unspecified to it).
+macro_rules! nan_first {
+    ($x:ident, $y:ident, $t:ty, $quiet:expr, $arith:expr) => {
+        if $x.is_nan() {
+            <$t>::from_bits($x.to_bits() | $quiet)
+        } else if $y.is_nan() {
+            <$t>::from_bits($y.to_bits() | $quiet)
+        } else {
+            $arith
+        }
+    };
+}
+
 /// Floating-point kernels. `min`/`max` keep the first operand on ties and
 /// when either is NaN compare false the same way on every rank (the
-/// operand order is fixed by the algorithm, so results agree bitwise).
+/// operand order is fixed by the algorithm, so results agree bitwise);
+/// sums and products propagate the first NaN operand (`nan_first!`).
 macro_rules! float_kernels {
-    ($t:ty, $d:ident) => {
+    ($t:ty, $d:ident, $quiet:expr) => {
         kernels!($t, $d,
-            Sum => |x: $t, y: $t| x + y,
-            Prod => |x: $t, y: $t| x * y,
+            Sum => |x: $t, y: $t| nan_first!(x, y, $t, $quiet, x + y),
+            Prod => |x: $t, y: $t| nan_first!(x, y, $t, $quiet, x * y),
             Min => |x: $t, y: $t| if y < x { y } else { x },
             Max => |x: $t, y: $t| if y > x { y } else { x },
         );
     };
 }
 
-/// 16-bit float kernels: computed in `f32`, rounded once per operation.
+/// 16-bit float kernels: computed in `f32`, rounded once per operation;
+/// NaN operands as in `float_kernels!`.
 macro_rules! half_kernels {
-    ($t:ty, $d:ident) => {
+    ($t:ty, $d:ident, $quiet:expr) => {
         kernels!($t, $d,
-            Sum => |x: $t, y: $t| <$t>::from_f32(x.to_f32() + y.to_f32()),
-            Prod => |x: $t, y: $t| <$t>::from_f32(x.to_f32() * y.to_f32()),
+            Sum => |x: $t, y: $t| {
+                nan_first!(x, y, $t, $quiet, <$t>::from_f32(x.to_f32() + y.to_f32()))
+            },
+            Prod => |x: $t, y: $t| {
+                nan_first!(x, y, $t, $quiet, <$t>::from_f32(x.to_f32() * y.to_f32()))
+            },
             Min => |x: $t, y: $t| if y < x { y } else { x },
             Max => |x: $t, y: $t| if y > x { y } else { x },
         );
@@ -284,10 +312,10 @@ int_kernels!(i32, I32);
 int_kernels!(u32, U32);
 int_kernels!(i64, I64);
 int_kernels!(u64, U64);
-float_kernels!(f32, F32);
-float_kernels!(f64, F64);
-half_kernels!(f16, F16);
-half_kernels!(bf16, Bf16);
+float_kernels!(f32, F32, 1 << 22);
+float_kernels!(f64, F64, 1 << 51);
+half_kernels!(f16, F16, 1 << 9);
+half_kernels!(bf16, Bf16, 1 << 6);
 
 /// `dst = op(dst, src)` element-wise on typed slices: the reduction kernel
 /// the collectives run, exposed for measuring it (every collective
@@ -372,6 +400,95 @@ mod tests {
                 !d.name().contains("float") && d.name() != "half" && d.name() != "double"
             );
         }
+    }
+
+    /// Runs `op`'s kernel on `n` copies of `u` and `v` in each aliasing
+    /// form (disjoint, `out` = `a`, `out` = `b`) and checks every element
+    /// is bitwise `want`.
+    fn forms<T: Element>(op: ReduceOp, u: T, v: T, want: T) {
+        let k = T::kernel(op).unwrap();
+        // Long enough for a vector body and a scalar tail.
+        let n = 37;
+        let (a, b) = (vec![u; n], vec![v; n]);
+        let mut o = vec![want; n];
+        let mut oa = a.clone();
+        let mut ob = b.clone();
+        // SAFETY: vectors of `n` elements; `o` overlaps neither input,
+        // `oa` is `out` and `a` with `b` disjoint, `ob` is `out` and `b`
+        // with `a` disjoint.
+        unsafe {
+            k(
+                o.as_mut_ptr().cast(),
+                a.as_ptr().cast(),
+                b.as_ptr().cast(),
+                n,
+            );
+            k(
+                oa.as_mut_ptr().cast(),
+                oa.as_ptr().cast(),
+                b.as_ptr().cast(),
+                n,
+            );
+            k(
+                ob.as_mut_ptr().cast(),
+                a.as_ptr().cast(),
+                ob.as_ptr().cast(),
+                n,
+            );
+        }
+        for (form, r) in [("disjoint", &o), ("out = a", &oa), ("out = b", &ob)] {
+            for (i, x) in r.iter().enumerate() {
+                assert_eq!(
+                    bytemuck::bytes_of(x),
+                    bytemuck::bytes_of(&want),
+                    "{:?} {op} {form}, element {i}: {x:?} want {want:?}",
+                    T::DTYPE
+                );
+            }
+        }
+    }
+
+    /// Float sums and products propagate the first NaN operand, quieted,
+    /// in every aliasing form of the kernel and in both its vector body and
+    /// its tail: recursive doubling's partners reduce the same element
+    /// with `out` = `a` on one rank and `out` = `b` on the other, and they
+    /// must agree bitwise. `a` is a signalling NaN, `b` a quiet one with
+    /// another payload and sign.
+    #[test]
+    fn float_nan_operands_propagate_first_in_every_aliasing_form() {
+        fn all<T: Element>(a: T, qa: T, b: T, x: T) {
+            for op in [ReduceOp::Sum, ReduceOp::Prod] {
+                forms(op, a, b, qa);
+                forms(op, b, a, b);
+                forms(op, a, x, qa);
+                forms(op, x, a, qa);
+                forms(op, x, b, b);
+            }
+        }
+        all(
+            f64::from_bits(0xfff0_0000_0000_0005),
+            f64::from_bits(0xfff8_0000_0000_0005),
+            f64::from_bits(0x7ff8_0000_0000_0003),
+            1.5,
+        );
+        all(
+            f32::from_bits(0xff80_0005),
+            f32::from_bits(0xffc0_0005),
+            f32::from_bits(0x7fc0_0003),
+            1.5,
+        );
+        all(
+            f16::from_bits(0xfc05),
+            f16::from_bits(0xfe05),
+            f16::from_bits(0x7e03),
+            f16::from_f32(1.5),
+        );
+        all(
+            bf16::from_bits(0xff85),
+            bf16::from_bits(0xffc5),
+            bf16::from_bits(0x7fc3),
+            bf16::from_f32(1.5),
+        );
     }
 
     #[test]
