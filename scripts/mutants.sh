@@ -8,6 +8,8 @@
 #   scripts/mutants.sh                 every file below, in turn
 #   scripts/mutants.sh auth tcp        some of them (names in the table)
 #   SHARD=0/8 scripts/mutants.sh coll  one shard of a file's mutants
+#   ITERATE=1 scripts/mutants.sh tcp   only the mutants an earlier run of
+#                                      the same row/shard did not catch
 #   scripts/mutants.sh --summary       kill rates from the results so far
 #   scripts/mutants.sh --record        the same, written to
 #                                      verify/driver-mutants.txt (committed;
@@ -32,7 +34,7 @@ table=(
     "persistent|driver/src/comm/persistent.rs|60||--test persistent"
     "tcp|driver/src/transport/tcp.rs|30||--lib transport::tcp"
     "soft|driver/src/transport/fabric/soft.rs|30||--lib fabric::soft"
-    "rdma|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--test soft_rdma_props --test faults --test conformance"
+    "rdma|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--lib --test soft_rdma_props --test faults --test conformance"
     "shm|driver/src/transport/shm/*.rs|60|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"
     "coll|driver/src/coll/*.rs driver/src/coll/**/*.rs|120||--test coll_props --test collectives"
     "collective|driver/src/comm/collective.rs|120||--test coll_props --test collectives"
@@ -40,11 +42,13 @@ table=(
 
 summary() {
     local total_c=0 total_m=0
-    printf '%-12s %7s %7s %7s %8s %6s\n' file caught missed timeout unviable kill
+    printf '%-16s %7s %7s %7s %8s %6s\n' file caught missed timeout unviable kill
     for row in "${table[@]}"; do
-        local name=${row%%|*} c=0 m=0 t=0 u=0
+        local name=${row%%|*} c=0 m=0 t=0 u=0 label
+        label=$name
         for d in target/mutants/"$name" target/mutants/"$name"-shard*; do
             [ -d "$d/mutants.out" ] || continue
+            case $d in *-shard*) label="$label ${d##*-shard}" ;; esac
             c=$((c + $(wc -l < "$d/mutants.out/caught.txt")))
             m=$((m + $(wc -l < "$d/mutants.out/missed.txt")))
             t=$((t + $(wc -l < "$d/mutants.out/timeout.txt")))
@@ -52,11 +56,11 @@ summary() {
         done
         local n=$((c + m + t))
         if [ "$n" -eq 0 ]; then
-            printf '%-12s %7s\n' "$name" "not run"
+            printf '%-16s %7s\n' "$name" "not run"
             continue
         fi
         # A mutant that hangs the tests is caught (the timeout notices it).
-        printf '%-12s %7d %7d %7d %8d %5d%%\n' "$name" "$c" "$m" "$t" "$u" $(( (c + t) * 100 / n ))
+        printf '%-16s %7d %7d %7d %8d %5d%%\n' "$label" "$c" "$m" "$t" "$u" $(( (c + t) * 100 / n ))
         total_c=$((total_c + c + t))
         total_m=$((total_m + m))
     done
@@ -73,7 +77,7 @@ if [ "${1:-}" = "--record" ]; then
     {
         echo "# cargo-mutants over the driver (scripts/mutants.sh), recorded $(date -u +%Y-%m-%d)"
         echo "# at $(git rev-parse --short HEAD) on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores."
-        echo "# kill = (caught + timeout) / (caught + missed + timeout); shards are samples."
+        echo "# kill = (caught + timeout) / (caught + missed + timeout); a row naming shards (0of8: shard 0 of 8) is a sample."
         summary
     } > verify/driver-mutants.txt
     cat verify/driver-mutants.txt
@@ -95,6 +99,9 @@ for row in "${table[@]}"; do
         out="target/mutants/$name-shard${SHARD//\//of}"
     fi
     mkdir -p "$out"
+    if [ -n "${ITERATE:-}" ]; then
+        args+=(--iterate)
+    fi
     printf '\n==> %s: %s cargo mutants %s -- %s\n' "$name" "$settings" "${args[*]}" "$tests"
     # cargo-mutants exits non-zero when a mutant is missed: keep going.
     # shellcheck disable=SC2086

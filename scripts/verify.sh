@@ -17,7 +17,12 @@
 #      (seeded scheduler, simulated transport; and transport faults it must
 #      catch);
 #   5. Miri over core's ring, lock, credit and wire tests, where a nightly
-#      toolchain with miri is installed (skipped, with the reason, if not).
+#      toolchain with miri is installed (skipped, with the reason, if not);
+#   6. the driver's property tests below the API (TCP framing under partial
+#      writes, the soft NIC's RC semantics under RNR, reductions with
+#      adversarial operands, persistent requests of changing sizes), and
+#      the driver's mutation-testing figures as last recorded by
+#      scripts/mutants.sh (too slow for CI: hours on two cores).
 # Exits non-zero if a property fails or a mutant goes uncaught.
 # LOOM_MAX_PREEMPTIONS (default 3) sets loom's preemption bound.
 set -euo pipefail
@@ -53,6 +58,12 @@ else
     echo "miri: skipped: no nightly toolchain with the miri component (rustup component add miri --toolchain nightly)" | tee -a "$log"
 fi
 
+printf '\n==> the driver'"'"'s property tests below the API\n'
+cargo test -q --release -p tandem-driver --lib -- transport::tcp fabric::soft prop 2>&1 \
+    | grep -E '^test result|FAILED|panicked' | sed 's/^/driver props (lib): /' | tee -a "$log"
+cargo test -q --release -p tandem-driver --test coll_props --test persistent 2>&1 \
+    | grep -E '^test result|FAILED|panicked' | sed 's/^/driver props: /' | tee -a "$log"
+
 printf '\n==> summary\n'
 models=$(grep -c '^loom model' "$log" || true)
 execs=$(awk '/^loom model/ { for (i = 1; i <= NF; i++) if ($i == "executions,") s += $(i - 1) } END { print s + 0 }' "$log")
@@ -65,6 +76,12 @@ grep -E 'CAUGHT by|caught by the loom|broken variant caught' "$log" | sed -E 's/
 grep -E '^sim: [0-9]+ seeds' "$log" | head -1 || echo "sim: no summary line found" 
 echo "sim: transport faults caught: $(grep -E '^sim: fault (Drop|Duplicate|Corrupt|SwapChunks) ' "$log" | sed -E 's/^sim: fault ([A-Za-z]+) struck in ([0-9]+) of [0-9]+ seeds, caught in ([0-9]+)/\1 \3 of \2/' | paste -sd ',' | sed 's/,/, /g')"
 grep '^miri:' "$log" | head -1
+echo "driver property tests: $(awk '/^driver props.*test result/ { for (i = 2; i <= NF; i++) { if ($i == "passed;") p += $(i - 1); if ($i == "failed;") f += $(i - 1) } } END { printf "%d passed, %d failed", p, f }' "$log")"
+if [ -f verify/driver-mutants.txt ]; then
+    echo "driver mutation testing (recorded, not rerun here; scripts/mutants.sh):"
+    grep -v '^#' verify/driver-mutants.txt | sed 's/^/  /'
+    grep '^# at ' verify/driver-mutants.txt | sed 's/^# /  /'
+fi
 if grep -qE 'NOT CAUGHT|FAILED|VIOLATION|Undefined Behavior|^miri: error' "$log"; then
     echo "verification FAILED"
     exit 1
