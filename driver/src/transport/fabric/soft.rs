@@ -1271,6 +1271,9 @@ fn on_read_resp(sh: &Shared, w: &mut Wire, p: &Pkt, bounce: &mut [u8]) -> bool {
     }
     if i == 0 {
         let front = c.sq.pop_front().expect("front exists");
+        // Its answer acknowledges it: the ACK timeout restarts, or stops
+        // when nothing else is outstanding (as in `acked`).
+        c.oldest_sent = (c.next_tx > 1).then(Instant::now);
         c.next_tx -= 1;
         if front.wr.signaled {
             let wc = Wc {
@@ -1642,5 +1645,913 @@ mod tests {
             .unwrap();
         wait(&mut a, true, 2);
         assert!(back == src);
+    }
+
+    // ---- pipelined requests against late receives (property tests) ----
+    //
+    // A requester `a` posts random work requests back to back; the responder
+    // `b` posts its receives late, at random points, some only once the
+    // request that needs them has been refused with an RNR NAK while more
+    // requests are pipelined behind it. An RC oracle checks what comes out:
+    // a model of the two memories after the first `e` requests executed in
+    // posting order, the exact completion sequences, and RNR NAK counts.
+
+    use proptest::prelude::*;
+
+    /// First send `wr_id` (request `i` is `WR0 + i`).
+    const WR0: u64 = 1000;
+    /// First receive `wr_id` (the receive of consumer `j` is `RID0 + j`).
+    const RID0: u64 = 5000;
+    /// First `wr_id` of the requester's own receives.
+    const ARID0: u64 = 7000;
+    /// Bytes between buffers, never written.
+    const GAP: usize = 8;
+    /// What a READ's local buffer holds until the READ executes (never in
+    /// a pattern).
+    const UNREAD: u8 = 0xff;
+    /// READs per case: the responder owes at most this many read answers,
+    /// well within its answer queue.
+    const MAX_READS: usize = 4;
+    /// The longest any wait may take before it fails the test.
+    const DEADLINE: Duration = Duration::from_secs(10);
+    /// `min_rnr_timer` with a finite `rnr_retry` (2.56 ms: time enough to
+    /// post a receive between two NAKs); with 7 it is 10 µs.
+    const FINITE_TIMER: u8 = 16;
+
+    /// A generated request's operation.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Kind {
+        Send,
+        SendImm,
+        Write,
+        WriteImm,
+        Read,
+    }
+
+    impl Kind {
+        /// It consumes one of the responder's receives.
+        fn consumes(self) -> bool {
+            matches!(self, Kind::Send | Kind::SendImm | Kind::WriteImm)
+        }
+        /// It writes the responder's memory by rkey.
+        fn writes(self) -> bool {
+            matches!(self, Kind::Write | Kind::WriteImm)
+        }
+    }
+
+    /// A generated work request.
+    #[derive(Debug, Clone)]
+    struct Req {
+        kind: Kind,
+        len: u32,
+        signaled: bool,
+        /// A zero-length request carries no SGE at all.
+        bare: bool,
+        imm: u32,
+        /// A READ's source: its own bytes (`None`) or the target of write
+        /// number `s` modulo the writes before it.
+        from: Option<u8>,
+        /// A consumer's receive: bytes beyond the message; `None` posts a
+        /// zero-length receive where the message allows it.
+        slack: Option<u8>,
+    }
+
+    /// When the responder posts the receive of a consumer (receives are
+    /// posted in consumer order, so never before the previous one).
+    #[derive(Debug, Clone, Copy)]
+    enum Post {
+        /// Once this many requests are posted.
+        At(u8),
+        /// Once this many requests are posted and the consumer has been
+        /// refused at least this many RNR NAKs.
+        Stall(u8, u8),
+        /// Never: the consumer runs out of RNR retries.
+        Never,
+    }
+
+    /// One generated scenario.
+    #[derive(Debug, Clone)]
+    struct Case {
+        reqs: Vec<Req>,
+        /// One per consumer, in order.
+        posts: Vec<Post>,
+        rnr_retry: u8,
+        /// Receives the requester posts first (nothing consumes them:
+        /// they are flushed when it fails).
+        a_recvs: u8,
+        delay_us: u32,
+        seed: u64,
+    }
+
+    /// Where a request's bytes are.
+    #[derive(Debug, Clone, Copy, Default)]
+    struct Place {
+        /// Offset of the local SGE in `a`'s buffer.
+        local: usize,
+        /// Bytes moved.
+        len: usize,
+        /// Offset in `b`'s buffer: a WRITE's target, a READ's source.
+        remote: usize,
+        /// A consumer's receive: its offset in `b`'s buffer and length
+        /// (`None`: zero length, no SGE).
+        recv: Option<(usize, Option<usize>)>,
+    }
+
+    /// Both sides' buffers before anything ran, and where everything is.
+    struct World {
+        places: Vec<Place>,
+        /// Request index of each consumer, in order.
+        cons: Vec<usize>,
+        a0: Vec<u8>,
+        b0: Vec<u8>,
+    }
+
+    /// Byte `k` of stream `s` (never 0, never `UNREAD`).
+    fn pattern(s: usize, k: usize) -> u8 {
+        1 + ((s * 37 + k * 11 + 5) % 251) as u8
+    }
+
+    /// Lays the requests' buffers out, each between gaps: write targets,
+    /// READ sources and receives in `b`'s buffer, local SGEs in `a`'s.
+    fn world(reqs: &[Req]) -> World {
+        let (mut a0, mut b0) = (vec![0u8; GAP], vec![0u8; GAP]);
+        let mut places = vec![Place::default(); reqs.len()];
+        let writes: Vec<usize> = (0..reqs.len()).filter(|&i| reqs[i].kind.writes()).collect();
+        for &i in &writes {
+            places[i].remote = b0.len();
+            b0.resize(b0.len() + reqs[i].len as usize + GAP, 0);
+        }
+        let mut cons = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            let mut len = r.len as usize;
+            if r.kind == Kind::Read {
+                // Only earlier writes: InfiniBand lets a READ's answer
+                // reflect WRITEs posted after it (its relaxed read
+                // ordering, what a fence is for), and so does this NIC.
+                let before = writes.iter().take_while(|&&w| w < i).count();
+                places[i].remote = match r.from.filter(|_| before > 0) {
+                    Some(s) => {
+                        let w = writes[s as usize % before];
+                        len = len.min(reqs[w].len as usize);
+                        places[w].remote
+                    }
+                    None => {
+                        let off = b0.len();
+                        b0.extend((0..len).map(|k| pattern(10_000 + i, k)));
+                        b0.extend([0; GAP]);
+                        off
+                    }
+                };
+            }
+            let p = &mut places[i];
+            p.local = a0.len();
+            if r.kind == Kind::Read {
+                a0.extend(std::iter::repeat_n(UNREAD, len));
+            } else {
+                a0.extend((0..len).map(|k| pattern(i, k)));
+            }
+            a0.extend([0; GAP]);
+            p.len = len;
+            if r.kind.consumes() {
+                cons.push(i);
+                let rlen = match (r.kind, r.slack) {
+                    (Kind::WriteImm, s) => s.map(usize::from),
+                    (_, None) if len == 0 => None,
+                    (_, s) => Some(len + s.map_or(0, usize::from)),
+                };
+                p.recv = Some((b0.len(), rlen));
+                b0.resize(b0.len() + rlen.unwrap_or(0) + GAP, 0);
+            }
+        }
+        World {
+            places,
+            cons,
+            a0,
+            b0,
+        }
+    }
+
+    /// Both buffers once requests `..e` executed, one after the other in
+    /// posting order (RC semantics), and nothing else.
+    fn model(reqs: &[Req], w: &World, e: usize) -> (Vec<u8>, Vec<u8>) {
+        let (mut a, mut b) = (w.a0.clone(), w.b0.clone());
+        for (r, p) in reqs.iter().zip(&w.places).take(e) {
+            let n = p.len;
+            match r.kind {
+                Kind::Read => a[p.local..p.local + n].copy_from_slice(&b[p.remote..p.remote + n]),
+                Kind::Write | Kind::WriteImm => {
+                    b[p.remote..p.remote + n].copy_from_slice(&a[p.local..p.local + n])
+                }
+                Kind::Send | Kind::SendImm => {
+                    let (off, _) = p.recv.expect("a consumer has a receive");
+                    b[off..off + n].copy_from_slice(&a[p.local..p.local + n]);
+                }
+            }
+        }
+        (a, b)
+    }
+
+    /// `len` bytes at `p`, read as a NIC's DMA would see them.
+    fn snap(p: *const u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                // SAFETY: the callers pass a range inside a buffer the test
+                // keeps alive; a NIC writes it concurrently only if it
+                // breaks the RC ordering the test checks.
+                unsafe { std::ptr::read_volatile(p.add(i)) }
+            })
+            .collect()
+    }
+
+    /// What identifies a send completion (`byte_len` means nothing there).
+    fn key(w: &Wc) -> (u64, WcStatus, WcOpcode, Option<u32>) {
+        (w.wr_id, w.status, w.opcode, w.imm)
+    }
+
+    /// The send completion's opcode of a request.
+    fn op_of(k: Kind) -> WcOpcode {
+        match k {
+            Kind::Send | Kind::SendImm => WcOpcode::Send,
+            Kind::Write | Kind::WriteImm => WcOpcode::Write,
+            Kind::Read => WcOpcode::Read,
+        }
+    }
+
+    /// A connected pair, both sides with attributes `at`.
+    fn pair_opts(at: RcAttrs, opts: SoftOptions) -> (SoftQp, SoftQp) {
+        let (wa, wb) = Wire::pair().unwrap();
+        let mut a = SoftQp::new(wa, CAPS, opts).unwrap();
+        let mut b = SoftQp::new(wb, CAPS, opts).unwrap();
+        let (aa, ba) = (a.local_addr(), b.local_addr());
+        for (q, peer) in [(&mut a, ba), (&mut b, aa)] {
+            q.modify(Modify::Init).unwrap();
+            q.modify(Modify::Rtr(peer, at)).unwrap();
+            q.modify(Modify::Rts(at)).unwrap();
+        }
+        (a, b)
+    }
+
+    /// One case being run: the queue pairs, what they completed so far,
+    /// and how far the schedule got.
+    struct Rig<'c> {
+        c: &'c Case,
+        w: World,
+        a: SoftQp,
+        b: SoftQp,
+        ap: *mut u8,
+        bp: *mut u8,
+        ka: MrKeys,
+        kb: MrKeys,
+        send: Vec<Wc>,
+        recv: Vec<Wc>,
+        /// `a`'s receive completions.
+        a_recv: Vec<Wc>,
+        /// Requests posted.
+        posted: usize,
+        /// RNR NAKs `b` had sent just before and just after posting each
+        /// receive.
+        bounds: Vec<(u64, u64)>,
+        /// Requests posted when each receive was posted, and when (just
+        /// before).
+        recv_step: Vec<(usize, Instant)>,
+        start: Instant,
+        /// When the first failed completion was seen.
+        failed_seen: Option<Instant>,
+    }
+
+    impl Rig<'_> {
+        /// `rnr_retry` is not 7: a consumer may run out of retries.
+        fn finite(&self) -> bool {
+            self.c.rnr_retry < 7
+        }
+
+        /// The work request of request `i`.
+        fn wr(&self, i: usize) -> SendWr {
+            let (r, p) = (&self.c.reqs[i], self.w.places[i]);
+            let sge = (!(r.bare && p.len == 0)).then_some(Sge {
+                addr: self.ap as u64 + p.local as u64,
+                len: p.len as u32,
+                lkey: self.ka.lkey,
+            });
+            let rem = Remote {
+                addr: self.bp as u64 + p.remote as u64,
+                rkey: self.kb.rkey,
+            };
+            let op = match r.kind {
+                Kind::Send => Opcode::Send,
+                Kind::SendImm => Opcode::SendImm(r.imm),
+                Kind::Write => Opcode::Write(rem),
+                Kind::WriteImm => Opcode::WriteImm(rem, r.imm),
+                Kind::Read => Opcode::Read(rem),
+            };
+            SendWr {
+                wr_id: WR0 + i as u64,
+                op,
+                sge,
+                signaled: r.signaled,
+            }
+        }
+
+        /// The request whose completion failed first.
+        fn failed_at(&self) -> Option<usize> {
+            self.send
+                .iter()
+                .find(|w| w.status != WcStatus::Success)
+                .map(|w| (w.wr_id - WR0) as usize)
+        }
+
+        /// The send completions of the posted requests when request `f`
+        /// (if any) ran out of RNR retries.
+        fn expected_send(&self, f: Option<usize>) -> Vec<Wc> {
+            let mut v = Vec::new();
+            for (i, r) in self.c.reqs.iter().enumerate().take(self.posted) {
+                let id = WR0 + i as u64;
+                let op = op_of(r.kind);
+                match f {
+                    Some(f) if i == f => v.push(Wc::failed(id, op, WcStatus::RnrRetryExceeded)),
+                    Some(f) if i > f => v.push(Wc::failed(id, op, WcStatus::Flushed)),
+                    _ if r.signaled => v.push(Wc {
+                        wr_id: id,
+                        status: WcStatus::Success,
+                        opcode: op,
+                        byte_len: 0,
+                        imm: None,
+                    }),
+                    _ => {}
+                }
+            }
+            v
+        }
+
+        /// The receive completions of every consumer, in order.
+        fn expected_recv(&self) -> Vec<Wc> {
+            (self.w.cons.iter().enumerate())
+                .map(|(j, &i)| {
+                    let r = &self.c.reqs[i];
+                    Wc {
+                        wr_id: RID0 + j as u64,
+                        status: WcStatus::Success,
+                        opcode: if r.kind == Kind::WriteImm {
+                            WcOpcode::RecvWriteImm
+                        } else {
+                            WcOpcode::Recv
+                        },
+                        byte_len: self.w.places[i].len as u32,
+                        imm: (r.kind != Kind::Send).then_some(r.imm),
+                    }
+                })
+                .collect()
+        }
+
+        /// Takes every completion there is and checks that each side's
+        /// completions so far are a prefix of what RC allows.
+        fn poll(&mut self) {
+            let mut buf = [Wc::EMPTY; 16];
+            // `a`'s receives first: they are flushed after its sends, so
+            // any seen here come with the send failures.
+            let k = self.a.poll_recv(&mut buf).unwrap();
+            self.a_recv.extend_from_slice(&buf[..k]);
+            loop {
+                let k = self.a.poll_send(&mut buf).unwrap();
+                self.send.extend_from_slice(&buf[..k]);
+                let m = self.b.poll_recv(&mut buf).unwrap();
+                self.recv.extend_from_slice(&buf[..m]);
+                if k + m == 0 {
+                    break;
+                }
+            }
+            assert_eq!(self.b.poll_send(&mut buf), Ok(0), "no send on b");
+            let f = self.failed_at();
+            if f.is_some() && self.failed_seen.is_none() {
+                self.failed_seen = Some(Instant::now());
+            }
+            assert!(
+                self.finite() || f.is_none(),
+                "a request failed with rnr_retry 7 after {:?}: {:?}; a {:?}, b {:?}, \
+                 peer gone {}",
+                self.start.elapsed(),
+                self.send,
+                self.a.state(),
+                self.b.state(),
+                self.a.peer_gone()
+            );
+            let exp = self.expected_send(f);
+            let (got, want): (Vec<_>, Vec<_>) = (
+                self.send.iter().map(key).collect(),
+                exp.iter().map(key).collect(),
+            );
+            assert!(
+                got.len() <= want.len() && got == want[..got.len()],
+                "send completions {got:?}, expected a prefix of {want:?}"
+            );
+            let flushed: Vec<Wc> = (0..self.c.a_recvs as u64)
+                .map(|k| Wc::failed(ARID0 + k, WcOpcode::Recv, WcStatus::Flushed))
+                .filter(|_| f.is_some())
+                .collect();
+            assert!(
+                self.a_recv.len() <= flushed.len() && self.a_recv == flushed[..self.a_recv.len()],
+                "a's receive completions {:?}, expected a prefix of {flushed:?}",
+                self.a_recv
+            );
+            let mut exp = self.expected_recv();
+            if let Some(f) = f {
+                exp.truncate(self.w.cons.iter().filter(|&&i| i < f).count());
+            }
+            assert!(
+                self.recv.len() <= exp.len() && self.recv == exp[..self.recv.len()],
+                "receive completions {:?}, expected a prefix of {exp:?}",
+                self.recv
+            );
+        }
+
+        /// Polls until `done` holds (`true`), or until a request failed
+        /// (`false`, only if `stop_on_failure`); fails the test after
+        /// `DEADLINE`.
+        fn until(
+            &mut self,
+            what: &str,
+            stop_on_failure: bool,
+            done: impl Fn(&Self) -> bool,
+        ) -> bool {
+            let end = Instant::now() + DEADLINE;
+            loop {
+                self.poll();
+                if done(self) {
+                    return true;
+                }
+                if stop_on_failure && self.failed_at().is_some() {
+                    return false;
+                }
+                assert!(
+                    Instant::now() < end,
+                    "timed out waiting for {what}: {} posted, sends {:?}, receives {:?}, \
+                     a {:?} (rnr {}), b {:?} (rnr {})",
+                    self.posted,
+                    self.send,
+                    self.recv,
+                    self.a.state(),
+                    self.a.rnr_events(),
+                    self.b.state(),
+                    self.b.rnr_events()
+                );
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+
+        /// Consumer `j` has just been refused: nothing at or behind it has
+        /// taken effect, everything before it has.
+        fn check_stalled(&mut self, j: usize) {
+            self.poll();
+            let c = self.w.cons[j];
+            assert_eq!(
+                self.recv.len(),
+                j,
+                "consumer {j} (request {c}) refused: exactly the receives before it consumed"
+            );
+            if self.failed_at().is_none() {
+                assert!(
+                    self.send.iter().all(|w| w.wr_id < WR0 + c as u64),
+                    "consumer {j} (request {c}) refused, yet completions {:?}",
+                    self.send
+                );
+            }
+            let (_, b) = model(&self.c.reqs, &self.w, c);
+            let got = snap(self.bp, b.len());
+            if let Some(k) = (0..b.len()).find(|&k| got[k] != b[k]) {
+                panic!(
+                    "consumer {j} (request {c}) refused: b's byte {k} is {}, the model says {} \
+                     (requests {:?}, places {:?})",
+                    got[k], b[k], self.c.reqs, self.w.places
+                );
+            }
+            for i in c..self.posted {
+                let p = self.w.places[i];
+                if self.c.reqs[i].kind == Kind::Read {
+                    // SAFETY: inside `a`'s buffer.
+                    let s = snap(unsafe { self.ap.add(p.local) }, p.len);
+                    assert!(
+                        s.iter().all(|&x| x == UNREAD),
+                        "READ {i} behind refused consumer {j} (request {c}) already placed"
+                    );
+                }
+            }
+        }
+
+        /// Posts the receive of consumer `j` (in the requests-posted step
+        /// `step`), counting `b`'s RNR NAKs around it.
+        fn post_recv(&mut self, j: usize, step: usize) {
+            let (off, len) = self.w.places[self.w.cons[j]].recv.expect("consumer");
+            let sge = len.map(|n| Sge {
+                addr: self.bp as u64 + off as u64,
+                len: n as u32,
+                lkey: self.kb.lkey,
+            });
+            let (t, before) = (Instant::now(), self.b.rnr_events());
+            self.b.post_recv(RID0 + j as u64, sge).unwrap();
+            let after = self.b.rnr_events();
+            self.bounds.push((before, after));
+            self.recv_step.push((step, t));
+        }
+    }
+
+    /// Runs one case and checks it against the RC oracle.
+    fn run_case(c: &Case) {
+        let w = world(&c.reqs);
+        let mut abuf = w.a0.clone();
+        let mut bbuf = w.b0.clone();
+        let (ap, bp) = (abuf.as_mut_ptr(), bbuf.as_mut_ptr());
+        let finite = c.rnr_retry < 7;
+        let opts = SoftOptions {
+            max_delay_us: c.delay_us,
+            seed: c.seed,
+        };
+        let at = RcAttrs {
+            rnr_retry: c.rnr_retry,
+            min_rnr_timer: if finite { FINITE_TIMER } else { 1 },
+            ..RcAttrs::default()
+        };
+        let (mut a, mut b) = pair_opts(at, opts);
+        // SAFETY: the buffers outlive the queue pairs (the rig, declared
+        // after them, is dropped first, joining the NIC threads).
+        let ka = unsafe { a.register(ap as u64, abuf.len(), Access::ALL) }.unwrap();
+        // SAFETY: as above.
+        let kb = unsafe { b.register(bp as u64, bbuf.len(), Access::ALL) }.unwrap();
+        let mut r = Rig {
+            c,
+            w,
+            a,
+            b,
+            ap,
+            bp,
+            ka,
+            kb,
+            send: Vec::new(),
+            recv: Vec::new(),
+            a_recv: Vec::new(),
+            posted: 0,
+            bounds: Vec::new(),
+            recv_step: Vec::new(),
+            start: Instant::now(),
+            failed_seen: None,
+        };
+        for k in 0..c.a_recvs as u64 {
+            r.a.post_recv(ARID0 + k, None).unwrap();
+        }
+        let n = c.reqs.len();
+        let ncons = r.w.cons.len();
+        let mut next = 0;
+        for step in 0..=n {
+            while next < ncons && r.failed_at().is_none() {
+                let ready = match c.posts[next] {
+                    Post::At(t) => step >= t as usize,
+                    Post::Stall(t, _) => step > r.w.cons[next] && step >= t as usize,
+                    Post::Never => false,
+                };
+                if !ready {
+                    break;
+                }
+                if let Post::Stall(_, naks) = c.posts[next] {
+                    // NAKs after the previous receive went in are all for
+                    // this consumer.
+                    let base = r.bounds.last().map_or(0, |b| b.1) + naks as u64;
+                    let what = format!("{naks} RNR NAKs of consumer {next}");
+                    if !r.until(&what, true, |r| r.b.rnr_events() >= base) {
+                        break;
+                    }
+                    r.check_stalled(next);
+                }
+                r.post_recv(next, step);
+                next += 1;
+            }
+            if step < n {
+                let wr = r.wr(step);
+                r.a.post_send(&wr).unwrap();
+                r.posted += 1;
+            }
+            r.poll();
+        }
+        let e = if finite {
+            r.until("a request to run out of RNR retries", false, |r| {
+                r.failed_at()
+                    .is_some_and(|f| r.send.len() == r.expected_send(Some(f)).len())
+            });
+            // `a`'s receives are flushed with its sends (so a second is
+            // plenty: no need to wait out the deadline if they are not).
+            let end = Instant::now() + Duration::from_secs(1);
+            while r.a_recv.len() < c.a_recvs as usize && Instant::now() < end {
+                std::thread::sleep(Duration::from_micros(20));
+                r.poll();
+            }
+            assert_eq!(r.a_recv.len(), c.a_recvs as usize, "a's receives flushed");
+            r.failed_at().unwrap()
+        } else {
+            let want = r.expected_send(None).len();
+            r.until("every completion", false, |r| {
+                r.send.len() == want && r.recv.len() == ncons
+            });
+            n
+        };
+        // Completions: exactly those RC allows, nothing more to come.
+        r.poll();
+        let (got, want): (Vec<_>, Vec<_>) = (
+            r.send.iter().map(key).collect(),
+            r.expected_send(finite.then_some(e))
+                .iter()
+                .map(key)
+                .collect(),
+        );
+        assert_eq!(got, want, "send completions");
+        let done = r.w.cons.iter().filter(|&&i| i < e).count();
+        assert_eq!(r.recv, r.expected_recv()[..done], "receive completions");
+        if finite {
+            let fk = c.reqs[e].kind;
+            assert!(fk.consumes(), "request {e} ({fk:?}) cannot be refused");
+            assert_eq!(r.a.state(), QpState::Error);
+            assert_eq!(
+                r.b.state(),
+                QpState::Rts,
+                "an RNR failure is the requester's"
+            );
+            // Everything posted later is flushed too, sends and receives.
+            let wr = SendWr {
+                wr_id: 1,
+                ..r.wr(0)
+            };
+            r.a.post_send(&wr).unwrap();
+            r.a.post_recv(2, None).unwrap();
+            let mut buf = [Wc::EMPTY; 4];
+            assert_eq!(r.a.poll_send(&mut buf), Ok(1));
+            assert_eq!(
+                buf[0],
+                Wc::failed(1, op_of(c.reqs[0].kind), WcStatus::Flushed)
+            );
+            assert_eq!(r.a.poll_recv(&mut buf), Ok(1));
+            assert_eq!(buf[0], Wc::failed(2, WcOpcode::Recv, WcStatus::Flushed));
+        } else {
+            assert_eq!((r.a.state(), r.b.state()), (QpState::Rts, QpState::Rts));
+            assert_eq!(r.a_recv, [], "a's receives stay posted");
+        }
+        // Memory: byte-exact, as if requests ..e ran one by one, in order.
+        let (ma, mb) = model(&c.reqs, &r.w, e);
+        for (side, p, m) in [("a", r.ap, &ma), ("b", r.bp, &mb)] {
+            let got = snap(p, m.len());
+            if let Some(k) = (0..m.len()).find(|&k| got[k] != m[k]) {
+                panic!(
+                    "{side}'s byte {k} is {}, the model says {} (executed ..{e}; places {:?})",
+                    got[k], m[k], r.w.places
+                );
+            }
+        }
+        // RNR NAKs: every one sent was received; NAKs between posting the
+        // receives of consumers j-1 and j were all for consumer j.
+        let total = r.b.rnr_events();
+        assert_eq!(r.a.rnr_events(), total, "NAKs sent and received");
+        let at = |j: usize| r.bounds.get(j).copied().unwrap_or((total, total));
+        let prev = |j: usize| if j == 0 { (0, 0) } else { at(j - 1) };
+        for j in 0..ncons {
+            let lo = at(j).0 - prev(j).1;
+            let hi = at(j).1 - prev(j).0;
+            let i = r.w.cons[j];
+            if r.recv_step.get(j).is_some_and(|s| s.0 <= i) {
+                assert_eq!(lo, 0, "consumer {j}'s receive was there before it: no NAK");
+            }
+            if finite && i < e {
+                assert!(
+                    lo <= c.rnr_retry as u64,
+                    "consumer {j} succeeded after {lo}+ NAKs"
+                );
+            }
+            if finite && i == e {
+                let want = c.rnr_retry as u64 + 1;
+                assert!(
+                    lo <= want && want <= hi,
+                    "consumer {j} failed after {lo}..={hi} NAKs, not rnr_retry + 1 = {want}"
+                );
+                // Its first NAK came after the previous receive went in;
+                // each retry waited min_rnr_timer.
+                if j == r.recv_step.len() {
+                    let since = j.checked_sub(1).map_or(r.start, |k| r.recv_step[k].1);
+                    let took = r.failed_seen.expect("failed") - since;
+                    let min =
+                        Duration::from_micros(rnr_timer_us(FINITE_TIMER)) * c.rnr_retry as u32;
+                    assert!(
+                        took >= min,
+                        "consumer {j} failed {took:?} after its first NAK could come, \
+                         under rnr_retry x min_rnr_timer = {min:?}"
+                    );
+                }
+            }
+        }
+        drop(r);
+        drop((abuf, bbuf));
+    }
+
+    /// Any request; lengths mostly small, some past the bounce buffer.
+    fn req() -> impl Strategy<Value = Req> {
+        let kind = prop_oneof![
+            Just(Kind::Send),
+            Just(Kind::SendImm),
+            Just(Kind::Write),
+            Just(Kind::WriteImm),
+            Just(Kind::Read),
+        ];
+        let len = prop_oneof![
+            5 => 0u32..48,
+            2 => 48u32..1500,
+            1 => Just(0u32),
+            1 => 65_000u32..70_000,
+        ];
+        (
+            kind,
+            len,
+            any::<bool>(),
+            any::<bool>(),
+            any::<u32>(),
+            proptest::option::of(any::<u8>()),
+            proptest::option::of(0u8..12),
+        )
+            .prop_map(|(kind, len, signaled, bare, imm, from, slack)| Req {
+                kind,
+                len,
+                signaled,
+                bare,
+                imm,
+                from,
+                slack,
+            })
+    }
+
+    /// Requests with at least one consumer that has requests behind it,
+    /// at most `MAX_READS` READs, the last one signaled. Also the forced
+    /// consumer's number.
+    fn reqs() -> impl Strategy<Value = (Vec<Req>, usize)> {
+        let consumer = prop_oneof![Just(Kind::Send), Just(Kind::SendImm), Just(Kind::WriteImm)];
+        (
+            proptest::collection::vec(req(), 2..=14),
+            any::<proptest::sample::Index>(),
+            consumer,
+        )
+            .prop_map(|(mut v, at, k)| {
+                let p = at.index(v.len() - 1);
+                if !v[p].kind.consumes() {
+                    v[p].kind = k;
+                }
+                let mut reads = 0;
+                for r in v.iter_mut().filter(|r| r.kind == Kind::Read) {
+                    reads += 1;
+                    if reads > MAX_READS {
+                        r.kind = Kind::Write;
+                    }
+                }
+                v.last_mut().expect("two or more").signaled = true;
+                let j = v[..p].iter().filter(|r| r.kind.consumes()).count();
+                (v, j)
+            })
+    }
+
+    /// Cases with `rnr_retry` 7 (retry forever), and at least one receive
+    /// posted only after its consumer was refused with requests behind it.
+    fn forever() -> impl Strategy<Value = Case> {
+        (
+            reqs(),
+            0u8..=2,
+            prop_oneof![Just(0u32), Just(40)],
+            any::<u64>(),
+        )
+            .prop_flat_map(|((reqs, forced), a_recvs, delay_us, seed)| {
+                let n = reqs.len() as u8;
+                let ncons = reqs.iter().filter(|r| r.kind.consumes()).count();
+                let post = prop_oneof![
+                    (0..=n).prop_map(Post::At),
+                    (0..=n, 1u8..=16).prop_map(|(t, k)| Post::Stall(t, k)),
+                ];
+                (
+                    proptest::collection::vec(post, ncons),
+                    (forced as u8 + 1..=n, 1u8..=16),
+                )
+                    .prop_map(move |(mut posts, (t, k))| {
+                        if !matches!(posts[forced], Post::Stall(..)) {
+                            posts[forced] = Post::Stall(t, k);
+                        }
+                        Case {
+                            reqs: reqs.clone(),
+                            posts,
+                            rnr_retry: 7,
+                            a_recvs,
+                            delay_us,
+                            seed,
+                        }
+                    })
+            })
+    }
+
+    /// Cases with `rnr_retry` 1..=4: the receives of the first `k`
+    /// consumers are posted (some after NAKs), consumer `k` never gets one.
+    fn finite() -> impl Strategy<Value = Case> {
+        (
+            reqs(),
+            1u8..=4,
+            0u8..=2,
+            prop_oneof![Just(0u32), Just(40)],
+            any::<u64>(),
+        )
+            .prop_flat_map(|((reqs, _), rnr_retry, a_recvs, delay_us, seed)| {
+                let n = reqs.len() as u8;
+                let ncons = reqs.iter().filter(|r| r.kind.consumes()).count();
+                let post = prop_oneof![
+                    1 => (0..=n).prop_map(Post::At),
+                    2 => (0..=n, 1..=rnr_retry).prop_map(|(t, k)| Post::Stall(t, k)),
+                ];
+                (
+                    proptest::collection::vec(post, ncons),
+                    prop_oneof![2 => Just(ncons - 1), 1 => 0..ncons],
+                )
+                    .prop_map(move |(mut posts, k)| {
+                        for p in &mut posts[k..] {
+                            *p = Post::Never;
+                        }
+                        Case {
+                            reqs: reqs.clone(),
+                            posts,
+                            rnr_retry,
+                            a_recvs,
+                            delay_us,
+                            seed,
+                        }
+                    })
+            })
+    }
+
+    /// `cases` cases per test.
+    fn config(cases: u32) -> ProptestConfig {
+        ProptestConfig {
+            cases,
+            // A failure shrinks briefly and leaves no file in the source tree.
+            max_shrink_iters: 16,
+            max_shrink_time: 15_000,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(40))]
+
+        /// With rnr_retry 7, pipelined SEND, SEND_WITH_IMM, WRITE,
+        /// WRITE_WITH_IMM and READ requests all execute exactly once and in
+        /// posting order however late the receives come: a refused request
+        /// is retried with everything behind it, nothing behind it takes
+        /// effect before it is accepted (checked while it is refused: the
+        /// responder's memory, READs behind it, completions), receive
+        /// completions carry the right ids, lengths and immediates, memory
+        /// ends byte-exact, unsignaled requests complete silently, and a
+        /// consumer whose receive was posted in time is never refused.
+        #[test]
+        fn pipelined_requests_retry_forever_after_rnr_naks_in_order(c in forever()) {
+            run_case(&c);
+        }
+
+        /// With rnr_retry 1..=4, a consumer that never gets a receive is
+        /// refused exactly rnr_retry + 1 times, then completes with
+        /// RnrRetryExceeded while everything behind it is flushed (signaled
+        /// or not), the requester is in the error state (later requests
+        /// flush) and the responder is not; everything before it executed
+        /// once, in order, byte-exact; the NAK budget starts afresh for each
+        /// consumer, and nothing behind a refused request took effect.
+        #[test]
+        fn pipelined_requests_behind_an_rnr_exhausted_one_are_flushed(c in finite()) {
+            run_case(&c);
+        }
+    }
+
+    /// A READ that completes as the last outstanding request leaves no
+    /// ACK-timeout clock running: after an idle pause longer than the ACK
+    /// timeout, the next request still succeeds (it used to fail at once
+    /// with RetryExceeded, timed from the READ's transmission).
+    #[test]
+    fn an_idle_pause_after_a_read_is_not_an_ack_timeout() {
+        // ACK timeout 250 ms (one attempt of at least 250 ms).
+        let at = RcAttrs {
+            retry_cnt: 0,
+            ..attrs(0)
+        };
+        let (mut a, mut b) = pair_opts(at, SoftOptions::default());
+        let mut here = [0u8; 16];
+        let mut there = [7u8; 16];
+        let kh = reg(&mut a, &mut here, Access::ALL);
+        let kt = reg(&mut b, &mut there, Access::ALL);
+        let r = Remote {
+            addr: there.as_ptr() as u64,
+            rkey: kt.rkey,
+        };
+        a.post_send(&send(1, Opcode::Read(r), sge(&here, kh)))
+            .unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::Success);
+        std::thread::sleep(ack_timeout(&at) + Duration::from_millis(100));
+        a.post_send(&send(2, Opcode::Write(r), sge(&here, kh)))
+            .unwrap();
+        let w = wait(&mut a, true, 1)[0];
+        assert_eq!((w.wr_id, w.status), (2, WcStatus::Success));
+        assert_eq!(a.state(), QpState::Rts);
     }
 }
