@@ -1316,6 +1316,57 @@ mod tests {
         }
     }
 
+    /// The connection hello's bytes are a wire format: ranks built from
+    /// different commits of this layout must read each other's, so its
+    /// length and every field's offset are pinned here, byte for byte.
+    #[test]
+    fn the_hello_wire_format_is_pinned() {
+        let h = Hello {
+            qp: QpAddr {
+                lid: 0x0201,
+                gid: core::array::from_fn(|i| 0x10 + i as u8),
+                qpn: 0x2423_2221,
+                psn: 0x2827_2625,
+                mtu: 4096,
+            },
+            inbox: Remote {
+                addr: 0x3837_3635_3433_3231,
+                rkey: 0x3c3b_3a39,
+            },
+            credit: Remote {
+                addr: 0x4847_4645_4443_4241,
+                rkey: 0x4c4b_4a49,
+            },
+            ring: 0x5857_5655_5453_5251,
+            recvs: 0x5c5b_5a59,
+        };
+        let b = h.encode();
+        assert_eq!(b.len(), 70);
+        let mut want = Vec::from(*b"1rdt");
+        want.extend([1, 2]);
+        want.extend(0x10..0x20);
+        want.extend([0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28]);
+        want.extend(4096u32.to_le_bytes());
+        want.extend(0x31..=0x3c);
+        want.extend(0x41..=0x4c);
+        want.extend(0x51..=0x5c);
+        assert_eq!(&b[..], &want[..]);
+        assert_eq!(Hello::decode(&b), Some(h));
+        let mut bad = b;
+        bad[0] ^= 1;
+        assert_eq!(Hello::decode(&bad), None, "a wrong magic is no hello");
+    }
+
+    /// A link's `Debug` names its peer and fabric (what hang reports and
+    /// test failures print).
+    #[test]
+    fn a_link_debug_names_its_peer_and_fabric() {
+        let (a, _b) = pair(64, Rendezvous::Write);
+        let s = format!("{a:?}");
+        assert!(s.starts_with("RdmaLink") && s.contains("peer: 1"), "{s}");
+        assert!(s.contains("failed: None"), "{s}");
+    }
+
     #[test]
     fn messages_cross_in_order_and_wrap_the_ring() {
         let (mut a, mut b) = pair(8192, Rendezvous::Write);
