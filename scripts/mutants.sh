@@ -104,9 +104,21 @@ for row in "${table[@]}"; do
     if [ -n "${ITERATE:-}" ]; then
         args+=(--iterate)
     fi
-    printf '\n==> %s: %s cargo mutants %s -- %s\n' "$name" "$settings" "${args[*]}" "$tests"
+    # The target selection (--lib, --test X) also goes to cargo-mutants'
+    # build step (-C), which otherwise builds every test binary and example
+    # of the crate for each mutant; the name filters go to the test run only.
+    filters=()
+    read -ra words <<< "$tests"
+    for ((i = 0; i < ${#words[@]}; i++)); do
+        case ${words[i]} in
+            --lib) args+=(-C --lib) ;;
+            --test) args+=(-C --test -C "${words[i + 1]}"); i=$((i + 1)) ;;
+            *) filters+=("${words[i]}") ;;
+        esac
+    done
+    printf '\n==> %s: %s cargo mutants %s -- %s\n' "$name" "$settings" "${args[*]}" "${filters[*]}"
     # cargo-mutants exits non-zero when a mutant is missed: keep going.
     # shellcheck disable=SC2086
-    env $settings cargo mutants "${args[@]}" -o "$out" -- $tests || true
+    env $settings cargo mutants "${args[@]}" -o "$out" -- "${filters[@]}" || true
 done
 summary
