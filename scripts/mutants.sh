@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# name | files (cargo-mutants --file globs, space-separated) | test
+# name | package | files (cargo-mutants --file globs, space-separated) | test
 # timeout in seconds (a mutant that hangs the tests counts as caught;
 # about three times the unmutated command's time on two cores, since
 # timeouts are most of a run's time) |
@@ -32,14 +32,14 @@ cd "$(dirname "$0")/.."
 # after --lib would apply to every test binary named, so a file checked by
 # integration tests names whole binaries instead.
 table=(
-    "auth|driver/src/bootstrap/auth.rs|30||--lib bootstrap::auth"
-    "persistent|driver/src/comm/persistent.rs|60||--test persistent"
-    "tcp|driver/src/transport/tcp.rs|15||--lib transport::tcp"
-    "soft|driver/src/transport/fabric/soft.rs|15||--lib fabric::soft"
-    "rdma|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--lib --test soft_rdma_props --test faults --test conformance"
-    "shm|driver/src/transport/shm/*.rs|60|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"
-    "coll|driver/src/coll/*.rs driver/src/coll/**/*.rs|40||--test coll_props --test collectives"
-    "collective|driver/src/comm/collective.rs|40||--test coll_props --test collectives"
+    "auth|tandem-driver|driver/src/bootstrap/auth.rs|30||--lib bootstrap::auth"
+    "persistent|tandem-driver|driver/src/comm/persistent.rs|60||--test persistent"
+    "tcp|tandem-driver|driver/src/transport/tcp.rs|15||--lib transport::tcp"
+    "soft|tandem-fabric|fabric/src/soft.rs|15||--lib soft"
+    "rdma|tandem-driver|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--lib --test soft_rdma_props --test faults --test conformance"
+    "shm|tandem-driver|driver/src/transport/shm/*.rs|60|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"
+    "coll|tandem-driver|driver/src/coll/*.rs driver/src/coll/**/*.rs|40||--test coll_props --test collectives"
+    "collective|tandem-driver|driver/src/comm/collective.rs|40||--test coll_props --test collectives"
 )
 
 summary() {
@@ -89,11 +89,11 @@ fi
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 want=("$@")
 for row in "${table[@]}"; do
-    IFS='|' read -r name files timeout settings tests <<< "$row"
+    IFS='|' read -r name package files timeout settings tests <<< "$row"
     if [ ${#want[@]} -gt 0 ] && ! printf '%s\n' "${want[@]}" | grep -qx "$name"; then
         continue
     fi
-    args=(-p tandem-driver -j1 --timeout "$timeout" --baseline skip)
+    args=(-p "$package" -j1 --timeout "$timeout" --baseline skip)
     for f in $files; do args+=(-f "$f"); done
     out="target/mutants/$name"
     if [ -n "${SHARD:-}" ]; then

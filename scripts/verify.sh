@@ -59,8 +59,10 @@ else
 fi
 
 printf '\n==> the driver'"'"'s property tests below the API\n'
-cargo test -q --release -p tandem-driver --lib -- transport::tcp fabric::soft prop 2>&1 \
+cargo test -q --release -p tandem-driver --lib -- transport::tcp prop 2>&1 \
     | grep -E '^test result|FAILED|panicked' | sed 's/^/driver props (lib): /' | tee -a "$log"
+cargo test -q --release -p tandem-fabric --lib -- soft 2>&1 \
+    | grep -E '^test result|FAILED|panicked' | sed 's/^/soft NIC props: /' | tee -a "$log"
 cargo test -q --release -p tandem-driver --test coll_props --test persistent 2>&1 \
     | grep -E '^test result|FAILED|panicked' | sed 's/^/driver props: /' | tee -a "$log"
 

@@ -18,11 +18,9 @@
 //! ```
 
 use std::time::{Duration, Instant};
-use tandem_driver::transport::fabric::soft::{rnr_events_total, SoftOptions, SoftQp, Wire};
-use tandem_driver::transport::fabric::{
-    Access, Caps, Modify, Opcode, QueuePair, RcAttrs, SendWr, Sge, Wc, WcStatus,
-};
 use tandem_driver::{Comm, Config, Layout, Links, WaitPolicy};
+use tandem_fabric::soft::{rnr_events_total, SoftOptions, SoftQp, Wire};
+use tandem_fabric::{Access, Caps, Modify, Opcode, QueuePair, RcAttrs, SendWr, Sge, Wc, WcStatus};
 
 const SIZE: usize = 256;
 

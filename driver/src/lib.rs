@@ -13,7 +13,8 @@
 //!             reduction kernels
 //! progress    drives core::proto for every transport: user buffers,
 //!             post / take / withdraw, dispatch of the engine's actions
-//! transport   per peer: shm (line + slot rings, CMA, pidfd) | tcp
+//! transport   per peer: shm (line + slot rings, CMA, pidfd) | tcp |
+//!             rdma (over the tandem-fabric crate: soft NIC, verbs)
 //! bootstrap   launcher detection, meeting, secret, parameter agreement,
 //!             routing (shm on one host, tcp between hosts)
 //! launch      tandem-run: local ranks, and remote hosts via an exec command

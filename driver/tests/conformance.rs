@@ -184,7 +184,7 @@ fn run_cases(
     .into_iter()
     .filter(|(name, _)| only.is_empty() || only.split(',').any(|o| o == *name))
     .collect();
-    let rnr_before = tandem_driver::transport::fabric::soft::rnr_events_total();
+    let rnr_before = tandem_fabric::soft::rnr_events_total();
     for (case, (tname, links)) in cases
         .iter()
         .flat_map(|c| transports.iter().map(move |t| (c, t)))
@@ -239,7 +239,7 @@ fn run_cases(
     // Receiver-not-ready events anywhere in this process while the suite
     // ran (other tests of this binary run alongside, so this counts theirs
     // too; any at all is a bug).
-    let rnr = tandem_driver::transport::fabric::soft::rnr_events_total() - rnr_before;
+    let rnr = tandem_fabric::soft::rnr_events_total() - rnr_before;
     eprintln!("{test}: receiver-not-ready events on the soft RDMA fabric: {rnr}");
     assert_eq!(
         rnr, 0,

@@ -106,9 +106,9 @@ fn receiver_killed_mid_transfer_over_soft_rdma() {
 /// with rank 2 goes on unharmed.
 #[test]
 fn a_queue_pair_forced_to_error_fails_only_its_connection() {
-    use tandem_driver::transport::fabric::soft::force_error;
     use tandem_driver::transport::Route;
     use tandem_driver::{Config, Layout, Links, WaitPolicy};
+    use tandem_fabric::soft::force_error;
     let cfg = Config::default()
         .wait(WaitPolicy::SHARED_CORES)
         .timeout(Duration::from_secs(20));
@@ -202,9 +202,9 @@ fn a_queue_pair_forced_to_error_fails_only_its_connection() {
 #[test]
 fn a_passive_receiver_learns_its_peers_queue_pair_failed() {
     use std::sync::Barrier;
-    use tandem_driver::transport::fabric::soft::force_error;
     use tandem_driver::transport::Route;
     use tandem_driver::{Config, Layout, Links, WaitPolicy};
+    use tandem_fabric::soft::force_error;
     let cfg = Config::default()
         .wait(WaitPolicy::SHARED_CORES)
         .timeout(Duration::from_secs(30));

@@ -3,8 +3,8 @@
 //! (Its own test binary: it counts the soft NIC's registrations
 //! process-wide.)
 
-use tandem_driver::transport::fabric::soft::registrations_total;
 use tandem_driver::{Comm, Config, Layout, Links, WaitPolicy};
+use tandem_fabric::soft::registrations_total;
 
 #[test]
 fn registered_buffers_are_not_registered_again() {

@@ -8,10 +8,10 @@
 
 use proptest::prelude::*;
 use std::time::Duration;
-use tandem_driver::transport::fabric::soft::rnr_events_total;
 use tandem_driver::{
     Comm, Config, Layout, Links, Request, Result, Tag, WaitPolicy, ANY_SOURCE, ANY_TAG,
 };
+use tandem_fabric::soft::rnr_events_total;
 
 /// Bytes every receive buffer has beyond the largest message, filled with
 /// `GUARD`: a write there is a write outside the message.

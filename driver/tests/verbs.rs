@@ -4,9 +4,9 @@
 //! exchange over it.
 
 mod common;
-use tandem_driver::transport::fabric::verbs;
 use tandem_driver::transport::Kind;
 use tandem_driver::{Comm, Error};
+use tandem_fabric::verbs;
 
 fn has_device() -> bool {
     cfg!(feature = "verbs") && verbs::probe().is_ok()
@@ -44,7 +44,7 @@ fn an_unknown_device_name_is_refused() {
 #[cfg(feature = "verbs")]
 #[test]
 fn opening_a_missing_device_is_no_device() {
-    use tandem_driver::transport::fabric::{verbs_qp, FabricError};
+    use tandem_fabric::{verbs_qp, FabricError};
     if has_device() {
         return;
     }

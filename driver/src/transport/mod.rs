@@ -22,7 +22,9 @@
 //! link is an enum, so the hot path is statically dispatched and never
 //! allocates.
 
-pub mod fabric;
+/// The fabric interface and its two implementations, the soft RC NIC and
+/// the verbs fabric: the `tandem-fabric` crate, under its old path.
+pub use tandem_fabric as fabric;
 pub mod rdma;
 pub mod shm;
 #[cfg(test)]

@@ -36,8 +36,8 @@
 //! data path allocates: queues have fixed capacity and data moves through
 //! one fixed bounce buffer per thread.
 
-use super::Opcode;
-use super::{
+use crate::Opcode;
+use crate::{
     rnr_timer_us, Access, Caps, FabricError, Modify, MrKeys, QpAddr, QpState, QueuePair, RcAttrs,
     SendWr, Sge, Wc, WcOpcode, WcStatus,
 };
@@ -54,7 +54,9 @@ use tandem_core::sync::{AtomicBool, AtomicU64, Ordering};
 /// pair in this process so far.
 static RNR_EVENTS: AtomicU64 = AtomicU64::new(0);
 
-/// Receiver-not-ready events of every soft queue pair in this process.
+/// Receiver-not-ready events of every soft queue pair in this process
+/// (a test hook: feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
 pub fn rnr_events_total() -> u64 {
     RNR_EVENTS.load(Ordering::Relaxed)
 }
@@ -63,7 +65,9 @@ pub fn rnr_events_total() -> u64 {
 static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Memory registrations made by every soft queue pair in this process so
-/// far (to check that registered buffers are not registered again).
+/// far (to check that registered buffers are not registered again; a test
+/// hook: feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
 pub fn registrations_total() -> u64 {
     REGISTRATIONS.load(Ordering::Relaxed)
 }
@@ -470,11 +474,13 @@ fn ack_timeout(a: &RcAttrs) -> Duration {
 }
 
 /// Live soft queue pairs of this process by number, for [`force_error`].
+#[cfg(feature = "test-hooks")]
 static LIVE: Mutex<Vec<(u32, std::sync::Weak<Shared>)>> = Mutex::new(Vec::new());
 
 /// Puts the soft queue pair numbered `qpn` of this process into the
 /// error state, as a hardware fault would (tests of fault handling);
-/// `false` if there is none.
+/// `false` if there is none. A test hook: feature `test-hooks`.
+#[cfg(feature = "test-hooks")]
 pub fn force_error(qpn: u32) -> bool {
     let live = lock(&LIVE);
     let Some(sh) = live
@@ -556,6 +562,7 @@ impl SoftQp {
             caps,
             opts,
         });
+        #[cfg(feature = "test-hooks")]
         {
             let mut live = lock(&LIVE);
             live.retain(|(_, w)| w.strong_count() > 0);
@@ -1292,8 +1299,8 @@ fn on_read_resp(sh: &Shared, w: &mut Wire, p: &Pkt, bounce: &mut [u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Remote;
     use super::*;
+    use crate::Remote;
 
     const CAPS: Caps = Caps {
         max_send_wr: 64,

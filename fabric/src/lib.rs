@@ -1,5 +1,5 @@
 //! The fabric interface: RDMA reliable-connected (RC) semantics, the
-//! narrow waist under the RDMA transport ([`super::rdma`]).
+//! narrow waist under tandem's RDMA transport (`tandem_driver::transport::rdma`).
 //!
 //! It is the part of the verbs API tandem needs, with verbs' meaning:
 //!

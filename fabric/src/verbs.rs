@@ -6,7 +6,7 @@
 //! (`TANDEM_TRANSPORT=verbs`) fail with that error; `auto` jobs fall back
 //! to TCP.
 
-use super::FabricError;
+use crate::FabricError;
 
 /// Where the kernel lists RDMA devices.
 const SYSFS: &str = "/sys/class/infiniband";

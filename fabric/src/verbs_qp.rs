@@ -40,7 +40,7 @@ use sideway::ibverbs::queue_pair::{
 };
 use sideway::ibverbs::AccessFlags;
 
-use super::{
+use crate::{
     Access, Caps, FabricError, Modify, MrKeys, Opcode, QpAddr, QpState, QueuePair, SendWr, Sge, Wc,
     WcOpcode, WcStatus,
 };
