@@ -56,7 +56,7 @@ static RNR_EVENTS: AtomicU64 = AtomicU64::new(0);
 
 /// Receiver-not-ready events of every soft queue pair in this process
 /// (a test hook: feature `test-hooks`).
-#[cfg(feature = "test-hooks")]
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn rnr_events_total() -> u64 {
     RNR_EVENTS.load(Ordering::Relaxed)
 }
@@ -67,7 +67,7 @@ static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 /// Memory registrations made by every soft queue pair in this process so
 /// far (to check that registered buffers are not registered again; a test
 /// hook: feature `test-hooks`).
-#[cfg(feature = "test-hooks")]
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn registrations_total() -> u64 {
     REGISTRATIONS.load(Ordering::Relaxed)
 }
@@ -474,13 +474,13 @@ fn ack_timeout(a: &RcAttrs) -> Duration {
 }
 
 /// Live soft queue pairs of this process by number, for [`force_error`].
-#[cfg(feature = "test-hooks")]
+#[cfg(any(test, feature = "test-hooks"))]
 static LIVE: Mutex<Vec<(u32, std::sync::Weak<Shared>)>> = Mutex::new(Vec::new());
 
 /// Puts the soft queue pair numbered `qpn` of this process into the
 /// error state, as a hardware fault would (tests of fault handling);
 /// `false` if there is none. A test hook: feature `test-hooks`.
-#[cfg(feature = "test-hooks")]
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn force_error(qpn: u32) -> bool {
     let live = lock(&LIVE);
     let Some(sh) = live
@@ -562,7 +562,7 @@ impl SoftQp {
             caps,
             opts,
         });
-        #[cfg(feature = "test-hooks")]
+        #[cfg(any(test, feature = "test-hooks"))]
         {
             let mut live = lock(&LIVE);
             live.retain(|(_, w)| w.strong_count() > 0);
@@ -1504,6 +1504,112 @@ mod tests {
             assert_eq!(dst, [0u8; 64], "case {case}: nothing written");
             assert_eq!(b.state(), QpState::Error);
         }
+    }
+
+    /// A local SGE must name the key of a region that holds it: an lkey
+    /// that is not the region's fails the request with
+    /// `LocalProtection`, even when the address lies inside a region.
+    #[test]
+    fn a_wrong_lkey_fails_the_request_with_local_protection() {
+        let (mut a, mut b) = pair();
+        let mut src = [3u8; 16];
+        let mut dst = [0u8; 16];
+        let ks = reg(&mut a, &mut src, Access::ALL);
+        let kd = reg(&mut b, &mut dst, Access::ALL);
+        b.post_recv(1, sge(&dst, kd)).unwrap();
+        let mut s = sge(&src, ks);
+        s.as_mut().unwrap().lkey ^= 0x5a5a;
+        a.post_send(&send(1, Opcode::Send, s)).unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::LocalProtection);
+        assert_eq!(dst, [0u8; 16], "nothing was sent");
+    }
+
+    /// Polling into an array shorter than the completions waiting takes
+    /// as many as fit and leaves the rest, in order, for the next poll.
+    #[test]
+    fn a_short_poll_array_takes_what_fits_and_leaves_the_rest() {
+        let (mut a, mut b) = pair();
+        for i in 0..3 {
+            b.post_recv(i, None).unwrap();
+        }
+        for i in 0..3u64 {
+            a.post_send(&send(i, Opcode::SendImm(i as u32), None))
+                .unwrap();
+        }
+        let end = Instant::now() + Duration::from_secs(5);
+        // Let all three completions queue up before polling.
+        while lock(&b.sh.recv_cq.q).len() < 3 {
+            assert!(Instant::now() < end, "three receives never completed");
+            std::thread::yield_now();
+        }
+        let mut two = [Wc::EMPTY; 2];
+        assert_eq!(b.poll_recv(&mut two).unwrap(), 2);
+        assert_eq!((two[0].wr_id, two[1].wr_id), (0, 1));
+        let mut one = [Wc::EMPTY; 1];
+        assert_eq!(b.poll_recv(&mut one).unwrap(), 1);
+        assert_eq!(one[0].wr_id, 2);
+        assert_eq!(b.poll_recv(&mut one).unwrap(), 0);
+    }
+
+    /// `drain` waits until the read responses this side owes have gone
+    /// out, so a queue pair dropped right after it does not fail reads the
+    /// peer had already sent: eight 1 MiB reads, then a send that tells
+    /// the responder they have all arrived (RC keeps request order); the
+    /// responder drains and drops its queue pair; every read succeeds
+    /// with the right bytes.
+    #[test]
+    fn drain_sends_the_read_responses_owed_before_a_close() {
+        const N: usize = 8;
+        const LEN: usize = 1 << 20;
+        let (mut a, mut b) = pair();
+        let mut here = vec![0u8; N * LEN];
+        let mut there: Vec<u8> = (0..N * LEN).map(|i| (i % 251) as u8).collect();
+        let kh = reg(&mut a, &mut here, Access::ALL);
+        let kt = reg(&mut b, &mut there, Access::ALL);
+        b.post_recv(99, None).unwrap();
+        for i in 0..N {
+            let r = Remote {
+                addr: there.as_ptr() as u64 + (i * LEN) as u64,
+                rkey: kt.rkey,
+            };
+            a.post_send(&send(
+                i as u64,
+                Opcode::Read(r),
+                sge(&here[i * LEN..(i + 1) * LEN], kh),
+            ))
+            .unwrap();
+        }
+        a.post_send(&send(100, Opcode::SendImm(7), None)).unwrap();
+        assert_eq!(wait(&mut b, false, 1)[0].wr_id, 99);
+        b.drain(Duration::from_secs(10));
+        drop(b);
+        let w = wait(&mut a, true, N + 1);
+        for wc in &w {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        }
+        assert!(here == there, "the reads' bytes");
+    }
+
+    /// The test hooks: `force_error` finds only live queue pairs of this
+    /// process and fails them as a fault would; the process-wide
+    /// receiver-not-ready count grows with every NAK.
+    #[test]
+    fn the_test_hooks_fail_a_live_queue_pair_and_count_rnr_naks() {
+        assert!(!force_error(u32::MAX), "no such queue pair");
+        let (mut a, _b) = pair();
+        assert!(force_error(a.local_addr().qpn));
+        assert_eq!(a.state(), QpState::Error);
+        a.post_send(&send(1, Opcode::SendImm(1), None)).unwrap();
+        assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::Flushed);
+        let before = rnr_events_total();
+        let (mut c, d) = pair();
+        c.post_send(&send(2, Opcode::SendImm(2), None)).unwrap();
+        assert_eq!(wait(&mut c, true, 1)[0].status, WcStatus::RnrRetryExceeded);
+        assert!(d.rnr_events() >= 1);
+        assert!(
+            rnr_events_total() >= before + 2,
+            "a NAK sent and one received"
+        );
     }
 
     #[test]
