@@ -1313,3 +1313,70 @@ fn shutdown_cuts_the_link() {
         assert_eq!(a.liveness(), Liveness::Lost(Error::PeerLost { rank: 1 }));
     });
 }
+
+/// A read that fills the receive buffer to its very end, cutting a message
+/// in two, moves the cut message to the front before reading on: with
+/// default (large) kernel buffers, the receiver's first read takes a whole
+/// buffer of 1,000-byte messages (whose frames do not divide it), and every
+/// message still arrives, in order.
+#[test]
+fn a_message_cut_by_a_full_receive_buffer_is_moved_up_and_completed() {
+    within(30, || {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let sa = TcpStream::connect(listener.local_addr().expect("address")).expect("connect");
+        let (sb, _) = listener.accept().expect("accept");
+        let mut a = TcpLink::new(sa, 1, 4096).expect("link A");
+        let mut b = TcpLink::new(sb, 0, 4096).expect("link B");
+        let body = bytes(9, 1000);
+        let frame = PREFIX + HEADER_LEN + body.len();
+        let cap = b.rx.len();
+        assert_ne!(cap % frame, 0, "frames must not divide the buffer");
+        // More than a buffer's worth in the kernel before B reads at all.
+        let n = (cap / frame + 1) as u64 * 2;
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut sent = 0u64;
+        while sent < n {
+            assert!(Instant::now() < end, "only {sent} of {n} messages went out");
+            if a.try_send(&header(sent), &body) {
+                sent += 1;
+            } else {
+                a.flush();
+            }
+        }
+        while a.tx_start != a.tx_end {
+            assert!(Instant::now() < end, "the send buffer never emptied");
+            a.flush();
+        }
+        let mut out = [0u8; PEEK_LEN];
+        let mut buf = vec![0u8; body.len()];
+        let mut got = 0u64;
+        let mut filled_to_the_end = false;
+        while got < n {
+            assert!(Instant::now() < end, "{got} of {n} messages, {b:?}");
+            match b.peek(&mut out) {
+                Peek::Header => {
+                    filled_to_the_end |= b.rx_end == cap && b.rx_start > 0;
+                    assert_eq!(out[..HEADER_LEN], header(got), "message {got}");
+                    assert!(b.body_ready(body.len()));
+                    b.consume(&out, body.len(), &mut buf);
+                    assert!(buf == body, "message {got}: body");
+                    got += 1;
+                }
+                Peek::StreamData => panic!("stream data"),
+                Peek::Nothing => assert_alive(&mut b),
+            }
+        }
+        assert!(filled_to_the_end, "no read filled the buffer to its end");
+    });
+}
+
+/// A link's `Debug` names its peer and its failure (what hang reports and
+/// test failures print).
+#[test]
+fn a_link_debug_names_its_peer_and_failure() {
+    let (sa, _sb) = tcp_pair();
+    let mut a = TcpLink::new(sa, 3, 4096).expect("link");
+    assert_eq!(format!("{a:?}"), "TcpLink { peer: 3, failed: None }");
+    a.protocol("test".into());
+    assert!(format!("{a:?}").contains("failed: Some(Protocol"), "{a:?}");
+}
