@@ -1590,6 +1590,39 @@ mod tests {
         assert!(here == there, "the reads' bytes");
     }
 
+    /// `max_delay_us` holds each incoming request back by the seeded
+    /// pseudo-random delay: twenty sends take at least the sum of the
+    /// twenty delays that seed draws (sleeps never end early).
+    #[test]
+    fn request_delays_follow_the_seed() {
+        let opts = SoftOptions {
+            max_delay_us: 4000,
+            seed: 42,
+        };
+        let (wa, wb) = Wire::pair().unwrap();
+        let mut a = SoftQp::new(wa, CAPS, SoftOptions::default()).unwrap();
+        let mut b = SoftQp::new(wb, CAPS, opts).unwrap();
+        let (aa, ba) = (a.local_addr(), b.local_addr());
+        for (q, peer) in [(&mut a, ba), (&mut b, aa)] {
+            q.modify(Modify::Init).unwrap();
+            q.modify(Modify::Rtr(peer, attrs(0))).unwrap();
+            q.modify(Modify::Rts(attrs(0))).unwrap();
+        }
+        let mut d = Delay(opts.seed | 1);
+        let least: Duration = (0..20).map(|_| d.next(opts.max_delay_us)).sum();
+        assert!(least > Duration::from_millis(20), "{least:?}");
+        for i in 0..20 {
+            b.post_recv(i, None).unwrap();
+        }
+        let t = Instant::now();
+        for i in 0..20u64 {
+            a.post_send(&send(i, Opcode::SendImm(i as u32), None))
+                .unwrap();
+        }
+        wait(&mut b, false, 20);
+        assert!(t.elapsed() >= least, "{:?} < {least:?}", t.elapsed());
+    }
+
     /// The test hooks: `force_error` finds only live queue pairs of this
     /// process and fails them as a fault would; the process-wide
     /// receiver-not-ready count grows with every NAK.
