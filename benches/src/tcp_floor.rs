@@ -24,7 +24,7 @@ pub struct TcpFloor {
 }
 
 fn io(e: std::io::Error) -> Error {
-    Error::Io(format!("raw TCP floor: {e}"))
+    Error::from(std::io::Error::other(format!("raw TCP floor: {e}")))
 }
 
 /// A plain TCP connection between ranks 0 and 1, beside tandem's own,

@@ -1,6 +1,7 @@
 //! The one error type of tandem.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which operation an error is about.
@@ -150,8 +151,17 @@ pub enum Error {
     /// lengths disagree with each other or with the communicator size, or
     /// a reduction does not apply to the element type.
     InvalidArgument(String),
-    /// An operating-system call failed.
-    Io(String),
+    /// An operating-system call failed: what tandem was doing, and the
+    /// `std::io::Error` (also [`std::error::Error::source`], with its
+    /// [`std::io::ErrorKind`]).
+    Io(IoError),
+    /// A bug in tandem: an internal invariant did not hold (a schedule step
+    /// beyond its buffer, a collective that stopped without an error).
+    /// Please report it.
+    Internal(String),
+    /// User code panicked inside a rank's closure or a request scope; the
+    /// operations it left were cancelled.
+    Panicked(String),
     /// A rank of a launched job failed.
     RankFailed {
         /// The rank.
@@ -233,16 +243,87 @@ impl fmt::Display for Error {
             ),
             Self::InvalidArgument(e) => write!(f, "invalid argument: {e}"),
             Self::Io(e) => write!(f, "I/O error: {e}"),
+            Self::Internal(e) => write!(f, "internal error (a bug in tandem, please report it): {e}"),
+            Self::Panicked(e) => write!(f, "panicked: {e}"),
             Self::RankFailed { rank, code } => write!(f, "rank {rank} failed with exit code {code}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io(e) => Some(e.get_ref()),
+            _ => None,
+        }
+    }
+}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Self::Io(e.to_string())
+        Self::Io(IoError::new("", e))
+    }
+}
+
+impl Error {
+    /// An [`Error::Io`]: `error` while `context` ("opening /dev/shm/x").
+    pub fn io(context: impl Into<String>, error: std::io::Error) -> Self {
+        Self::Io(IoError::new(context, error))
+    }
+}
+
+/// An operating-system error with what tandem was doing when it happened.
+/// Cloning shares the `std::io::Error`; two are equal when their context,
+/// kind and OS error code are.
+#[derive(Debug, Clone)]
+pub struct IoError {
+    context: String,
+    error: Arc<std::io::Error>,
+}
+
+impl IoError {
+    /// `error`, met while `context`.
+    pub fn new(context: impl Into<String>, error: std::io::Error) -> Self {
+        Self {
+            context: context.into(),
+            error: Arc::new(error),
+        }
+    }
+    /// What tandem was doing (empty when unknown).
+    pub fn context(&self) -> &str {
+        &self.context
+    }
+    /// The error's kind.
+    pub fn kind(&self) -> std::io::ErrorKind {
+        self.error.kind()
+    }
+    /// The operating system's error code, where there is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.error.raw_os_error()
+    }
+    /// The `std::io::Error` itself.
+    pub fn get_ref(&self) -> &std::io::Error {
+        &self.error
+    }
+}
+
+impl PartialEq for IoError {
+    fn eq(&self, other: &Self) -> bool {
+        self.context == other.context
+            && self.kind() == other.kind()
+            && self.raw_os_error() == other.raw_os_error()
+    }
+}
+
+impl Eq for IoError {}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.context.is_empty() {
+            write!(f, "{}", self.error)
+        } else {
+            write!(f, "{}: {}", self.context, self.error)
+        }
     }
 }
 
@@ -313,5 +394,39 @@ mod tests {
         );
         let s = Operation(OpKind::Ssend, 1, 5).to_string();
         assert_eq!(s, "ssend to rank 1 tag 5");
+    }
+
+    /// An OS error keeps its kind and code, is the error's `source()`, and
+    /// reads "context: error".
+    #[test]
+    fn io_errors_keep_the_os_error_as_their_source() {
+        use std::error::Error as _;
+        let e = Error::io(
+            "opening /dev/shm/x",
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        );
+        let Error::Io(io) = &e else { panic!("{e:?}") };
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(io.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(io.context(), "opening /dev/shm/x");
+        assert!(
+            e.to_string()
+                .starts_with("I/O error: opening /dev/shm/x: No such file"),
+            "{e}"
+        );
+        let src = e.source().expect("a source");
+        assert_eq!(
+            src.downcast_ref::<std::io::Error>().map(|x| x.kind()),
+            Some(std::io::ErrorKind::NotFound)
+        );
+        assert_eq!(e.clone(), e);
+        let other = Error::io(
+            "opening /dev/shm/x",
+            std::io::Error::from_raw_os_error(libc::EACCES),
+        );
+        assert_ne!(other, e);
+        let bare = Error::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert_eq!(bare.to_string(), "I/O error: timed out");
+        assert!(Error::Internal("x".into()).source().is_none());
     }
 }

@@ -732,10 +732,10 @@ fn check_world<T: Adv>(w: World) -> Result<(), TestCaseError> {
         comm.barrier()?;
         let seen = entered.load(Ordering::SeqCst);
         if seen != w.n as u64 {
-            return Err(tandem_driver::Error::Io(format!(
+            return Err(tandem_driver::Error::from(std::io::Error::other(format!(
                 "left the barrier after {seen} of {} ranks entered",
                 w.n
-            )));
+            ))));
         }
         let mut outs = Vec::new();
         for (ci, c) in calls(&w).into_iter().enumerate() {

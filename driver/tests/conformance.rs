@@ -206,10 +206,10 @@ fn run_cases(
             let rank = comm.rank();
             match catch_unwind(AssertUnwindSafe(|| f(&comm, case))) {
                 Ok(r) => r,
-                Err(p) => Err(Error::Io(format!(
+                Err(p) => Err(Error::from(std::io::Error::other(format!(
                     "rank {rank} panicked: {}",
                     panic_message(&*p)
-                ))),
+                )))),
             }
         });
         let failed: Vec<String> = out

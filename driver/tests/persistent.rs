@@ -472,7 +472,9 @@ fn finish_send(
                     format!("send {step}: buffer writable while pending")
                 });
                 if t0.elapsed() > TEST_LIMIT {
-                    return Err(Error::Io(format!("send {step}: test never said done")));
+                    return Err(Error::from(std::io::Error::other(format!(
+                        "send {step}: test never said done"
+                    ))));
                 }
                 std::thread::yield_now();
             }
@@ -502,7 +504,9 @@ fn finish_recv(
                             format!("receive {step}: idle or readable while test says pending")
                         });
                         if t0.elapsed() > TEST_LIMIT {
-                            return Err(Error::Io(format!("receive {step}: test never said done")));
+                            return Err(Error::from(std::io::Error::other(format!(
+                                "receive {step}: test never said done"
+                            ))));
                         }
                         std::thread::yield_now();
                     }
@@ -533,9 +537,9 @@ fn sender(comm: &Comm, plan: &Plan) -> tandem_driver::Result<Vec<String>> {
             let r = &mut reqs[st.tx];
             let m = payload(i, plan.send_lens[st.tx]);
             let Some(b) = r.buf_mut() else {
-                return Err(Error::Io(format!(
+                return Err(Error::from(std::io::Error::other(format!(
                     "send {i}: buffer not writable while idle"
-                )));
+                ))));
             };
             b.copy_from_slice(&m);
             bad.expect(r.buf() == &m[..], || {
@@ -657,9 +661,9 @@ fn receiver(comm: &Comm, plan: &Plan) -> tandem_driver::Result<Vec<String>> {
             }
             let r = &mut reqs[st.rx];
             let Some(b) = r.buf_mut() else {
-                return Err(Error::Io(format!(
+                return Err(Error::from(std::io::Error::other(format!(
                     "receive {i}: buffer not writable while idle"
-                )));
+                ))));
             };
             b.fill(GUARD);
             match st.recv {

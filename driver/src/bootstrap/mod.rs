@@ -561,7 +561,7 @@ fn assemble(
         links.push(match (stream, net) {
             (Some(s), Net::Tcp) => Link::Tcp(Box::new(
                 TcpLink::new(s, p, protocol.eager_limit as usize)
-                    .map_err(|e| Error::Io(format!("TCP link to rank {p}: {e}")))?,
+                    .map_err(|e| Error::io(format!("TCP link to rank {p}"), e))?,
             )),
             (Some(s), Net::Verbs) => {
                 let dev = rdma_dev.unwrap_or_default();
@@ -569,7 +569,7 @@ fn assemble(
             }
             (Some(s), Net::Soft(r)) => {
                 let opts = rdma_opts(r)?;
-                let io = |e: std::io::Error| Error::Io(format!("soft RDMA link to rank {p}: {e}"));
+                let io = |e: std::io::Error| Error::io(format!("soft RDMA link to rank {p}"), e);
                 let wire = Wire::Tcp(s.try_clone().map_err(io)?);
                 let qp =
                     SoftQp::new(wire, transport::rdma::caps(), soft_options(rank)?).map_err(io)?;
@@ -602,7 +602,7 @@ fn rdma_connect<Q: transport::fabric::QueuePair>(
     eager: usize,
     opts: RdmaOptions,
 ) -> Result<RdmaLink<Q>> {
-    let io = |e: std::io::Error| Error::Io(format!("RDMA link to rank {p}: {e}"));
+    let io = |e: std::io::Error| Error::io(format!("RDMA link to rank {p}"), e);
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(io)?;
     let ends = s.local_addr().and_then(|l| Ok((l, s.peer_addr()?)));
@@ -622,7 +622,7 @@ fn verbs_link(s: TcpStream, p: usize, dev: &str, eager: usize, opts: RdmaOptions
     let gid: Option<u8> = crate::config::env_num("TANDEM_IB_GID_INDEX")?;
     let mut qp = verbs_qp::open(dev, port, gid, transport::rdma::caps())
         .map_err(|e| Error::Config(format!("RDMA device {dev}: {e}")))?;
-    let io = |e: std::io::Error| Error::Io(format!("verbs link to rank {p}: {e}"));
+    let io = |e: std::io::Error| Error::io(format!("verbs link to rank {p}"), e);
     qp.watch_peer(s.try_clone().map_err(io)?).map_err(io)?;
     Ok(Link::Verbs(Box::new(rdma_connect(qp, s, p, eager, opts)?)))
 }
@@ -692,7 +692,7 @@ impl ThreadPlan {
             addrs.push(l.local_addr()?);
             listeners.push(std::sync::Mutex::new(Some(l)));
         }
-        let (secret, _) = Secret::random().map_err(|e| Error::Io(e.to_string()))?;
+        let (secret, _) = Secret::random().map_err(|e| Error::io("drawing the job secret", e))?;
         Ok(Self {
             host_of,
             maps,
@@ -842,7 +842,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     let made_up = if given.is_none() && rank == 0 {
         Some(
             Secret::random()
-                .map_err(|e| Error::Io(format!("no randomness: {e}")))?
+                .map_err(|e| Error::io("drawing randomness", e))?
                 .1,
         )
     } else {
@@ -944,7 +944,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
                 .read(true)
                 .write(true)
                 .open(&path)
-                .map_err(|e| Error::Io(format!("opening {}: {e}", path.display())))
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))
                 .and_then(|f| JobMap::open(&f, file_job, local.len()))
         }
     };

@@ -265,7 +265,7 @@ impl Table {
     /// The result of `t` once it finished (freeing its entry).
     pub(crate) fn take(&mut self, t: Ticket) -> Option<Result<()>> {
         if self.gens[t.slot] != t.gen {
-            return Some(Err(Error::Io(
+            return Some(Err(Error::InvalidArgument(
                 "collective request already completed".into(),
             )));
         }
@@ -362,7 +362,7 @@ impl Table {
     /// Forgets every collective of `scope` (its scope is unwinding): their
     /// transfers are withdrawn, so no buffer is touched afterwards.
     pub(crate) fn abandon_scope(&mut self, e: &mut Engine, scope: u32) {
-        let why = Error::Io("request scope panicked".into());
+        let why = Error::Panicked("request scope panicked".into());
         while let Some(t) = self.of_scope(scope) {
             self.fail(e, t, why.clone());
             self.take(t);
@@ -450,7 +450,7 @@ impl Views {
             let k = self
                 .call
                 .kernel
-                .ok_or_else(|| Error::Io("internal: a reduction without a kernel".into()))?;
+                .ok_or_else(|| Error::Internal("a reduction without a kernel".into()))?;
             let (o, x, y) = (self.region(out, l)?, self.region(a, l)?, self.region(b, l)?);
             // SAFETY: the regions lie in their buffers (checked just now);
             // `out` is `a`, `b` or disjoint from both, as the kernel
@@ -492,8 +492,8 @@ impl Views {
     /// A schedule bug: a region beyond its buffer.
     #[cold]
     fn beyond(&self, r: Region, cap: usize) -> Error {
-        Error::Io(format!(
-            "internal: {} step touches {r:?} beyond {cap} bytes",
+        Error::Internal(format!(
+            "{} step touches {r:?} beyond {cap} bytes",
             self.call.plan.coll.name()
         ))
     }
@@ -543,10 +543,7 @@ impl Active {
             },
         };
         let step = self.v.call.plan.step(l, lane.k).ok_or_else(|| {
-            Error::Io(format!(
-                "internal: {} lost its step",
-                self.v.call.plan.coll.name()
-            ))
+            Error::Internal(format!("{} lost its step", self.v.call.plan.coll.name()))
         })?;
         if let (Some(r), Some(x)) = (got, step.recv) {
             let want = x.region.len * self.v.call.esize;

@@ -546,7 +546,7 @@ impl Comm {
                                     other => other,
                                 }
                             }
-                            None => Error::Io("collective stalled".into()),
+                            None => Error::Internal("collective stalled without an error".into()),
                         };
                         st.table.fail(&mut e, t, err.clone());
                         st.table.take(t);
@@ -849,7 +849,7 @@ impl CollRequest<'_> {
     pub fn wait(mut self) -> Result<()> {
         match self.ticket.take() {
             Some(t) => self.comm.coll_wait(t),
-            None => Err(Error::Io("request already completed".into())),
+            None => Err(Error::InvalidArgument("request already completed".into())),
         }
     }
 
@@ -859,7 +859,7 @@ impl CollRequest<'_> {
     pub fn test(&mut self) -> Result<Option<()>> {
         let t = self
             .ticket
-            .ok_or_else(|| Error::Io("request already completed".into()))?;
+            .ok_or_else(|| Error::InvalidArgument("request already completed".into()))?;
         let mut e = self.comm.engine();
         let mut st = self.comm.coll.borrow_mut();
         st.table.drive(&mut e);

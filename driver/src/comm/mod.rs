@@ -867,7 +867,7 @@ fn on_threads<R: Send>(
         hs.into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(Error::Io("rank thread panicked".into())))
+                    .unwrap_or_else(|_| Err(Error::Panicked("rank thread panicked".into())))
             })
             .collect()
     })
@@ -1086,7 +1086,7 @@ impl Drop for ScopeGuard<'_> {
         if let Ok(mut st) = self.comm.coll.try_borrow_mut() {
             st.table.abandon_scope(&mut e, self.id);
         }
-        let why = Error::Io("request scope panicked".into());
+        let why = Error::Panicked("request scope panicked".into());
         let mut from = 0;
         while let Some((op, resume)) = e.next_scope_op(self.id, from) {
             e.withdraw(op, &why);
@@ -1181,7 +1181,7 @@ impl<'s> Request<'s> {
 
     fn id(&self) -> Result<OpId> {
         self.id
-            .ok_or_else(|| Error::Io("request already completed".into()))
+            .ok_or_else(|| Error::InvalidArgument("request already completed".into()))
     }
 
     /// Waits for the operation to finish.

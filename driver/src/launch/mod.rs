@@ -171,10 +171,10 @@ fn spawn_ranks(
                     let _ = k.kill();
                     let _ = k.wait();
                 }
-                return Err(Error::Io(format!(
-                    "starting rank {r} ({}): {e}",
-                    program.to_string_lossy()
-                )));
+                return Err(Error::io(
+                    format!("starting rank {r} ({})", program.to_string_lossy()),
+                    e,
+                ));
             }
         };
         if prefix {

@@ -934,7 +934,9 @@ impl Engine {
                     }),
                     Err(OpError::Cancelled) => Err(Error::Cancelled),
                     Err(OpError::PeerLost { peer }) => Err(self.lost(peer as usize)),
-                    Err(OpError::Stale) => Err(Error::Io("request already completed".into())),
+                    Err(OpError::Stale) => {
+                        Err(Error::InvalidArgument("request already completed".into()))
+                    }
                 })
             }
         }

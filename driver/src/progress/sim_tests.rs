@@ -1163,7 +1163,7 @@ impl World {
     fn withdraw(&mut self, r: usize, k: usize, phase: Phase, replace: bool) {
         let op = self.ranks[r].ops.remove(k);
         trace!(self, "rank {r}: withdraw {:?} in {phase:?}", op.what);
-        let why = Error::Io("sim: the wait timed out".into());
+        let why = Error::Internal("sim: the wait timed out".into());
         self.eng[r].withdraw(op.id, &why);
         if self.ranks[r].state == State::Blocked(op.id) {
             self.ranks[r].state = State::Ready;
@@ -1835,7 +1835,7 @@ fn regression_cts_after_withdraw() {
         Phase::Streaming,
         "CTS queued"
     );
-    eng[1].withdraw(r, &Error::Io("timed out".into()));
+    eng[1].withdraw(r, &Error::Internal("timed out".into()));
     lock(&net).hold(1, 0, false);
     settle(&mut eng);
     assert!(eng[0].take(s).unwrap().is_ok());

@@ -150,16 +150,16 @@ impl JobMap {
             .create_new(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| Error::Io(format!("creating {}: {e}", path.display())))?;
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         let guard = Unlink(Some(path.clone()));
         let len = job_len(nranks, layout)?;
         // SAFETY: plain syscall on a descriptor we own.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
         if rc != 0 {
-            return Err(Error::Io(format!(
-                "reserving {len} bytes in /dev/shm for {nranks} ranks: {} (is /dev/shm large enough?)",
-                std::io::Error::from_raw_os_error(rc)
-            )));
+            return Err(Error::io(
+                format!("reserving {len} bytes in /dev/shm for {nranks} ranks (is /dev/shm large enough?)"),
+                std::io::Error::from_raw_os_error(rc),
+            ));
         }
         let map = memmap2::MmapRaw::map_raw(&file)?;
         // SAFETY: the mapping is at least one page long and page aligned,
