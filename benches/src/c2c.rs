@@ -99,6 +99,10 @@ fn forked_round_trips(
 ///
 /// Must be called before this process starts threads (it forks).
 /// `cores`: pin parent and child to these cores.
+///
+/// # Errors
+/// The operating system's error if the shared mapping cannot be made or
+/// the child cannot be forked.
 pub fn cache_line_round_trip(cores: Option<(usize, usize)>, iters: u64) -> std::io::Result<C2c> {
     use tandem_core::sync::AtomicU64;
     use tandem_core::sync::Ordering::{Acquire, Release};
@@ -148,6 +152,9 @@ pub fn cache_line_round_trip(cores: Option<(usize, usize)>, iters: u64) -> std::
 /// no engine, no matching. Returns the median round trip in ns; the gap
 /// between this and [`cache_line_round_trip`] is the ring protocol's cost,
 /// the gap between this and `pingpong` the engine's.
+///
+/// # Errors
+/// As [`cache_line_round_trip`].
 pub fn line_ring_round_trip(cores: Option<(usize, usize)>, iters: u64) -> std::io::Result<f64> {
     use tandem_core::line_ring::{LineConsumer, LineProducer, LineRing};
     const LINES: usize = 1024;
@@ -281,6 +288,9 @@ impl InlineC2c {
     /// Rank 0's side: creates the shared page and exports its descriptor in
     /// `TANDEM_PERF_C2C_FD` for the rank it is about to start. Call before
     /// starting the other rank.
+    ///
+    /// # Errors
+    /// The operating system's error of `memfd_create`, `ftruncate` or `mmap`.
     pub fn create() -> std::io::Result<Self> {
         // SAFETY: plain syscalls on a descriptor we own; the name is a
         // NUL-terminated literal.
@@ -297,6 +307,11 @@ impl InlineC2c {
     }
 
     /// The other rank's side: maps the page rank 0 exported.
+    ///
+    /// # Errors
+    /// An error of kind [`std::io::ErrorKind::Other`] if
+    /// `TANDEM_PERF_C2C_FD` is not set to a number; the operating system's
+    /// error if the page cannot be mapped.
     pub fn open() -> std::io::Result<Self> {
         let fd: i32 = std::env::var("TANDEM_PERF_C2C_FD")
             .ok()

@@ -186,6 +186,10 @@ fn iters_for(bytes: usize, base: u64) -> u64 {
 }
 
 /// Runs the sweep on `comm`; rank 0 gets the rows.
+///
+/// # Errors
+/// The first error of a collective ([`Comm::allreduce`] lists them): every
+/// rank must run the same sweep, with `o` alike.
 pub fn sweep(comm: &Comm, o: &CollOpts, sizes: &[usize]) -> Result<Vec<CollRow>> {
     match o.dtype {
         Dtype::U8 => sweep_t::<u8>(comm, o, sizes),
@@ -310,6 +314,10 @@ pub fn print_json(rows: &[CollRow]) {
 
 /// The reduction kernel (`dst = dst op src`) and memcpy on the same
 /// `bytes`, one thread, in GB/s of output written: `(kernel, memcpy)`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`](tandem_driver::Error::InvalidArgument) if
+/// `op` does not apply to `dtype` (a bitwise operator on a float type).
 pub fn kernel_vs_memcpy(
     dtype: Dtype,
     op: ReduceOp,

@@ -116,11 +116,18 @@ fn other<E: std::fmt::Display>(e: E) -> io::Error {
 /// (ticks at powers of two, labelled `1 B`, `4 KiB`, `1 MiB` ...), both
 /// axes logarithmic, a legend in each panel, reference lines dashed.
 /// A panel without any drawable point still gets its axes.
+///
+/// # Errors
+/// The error of writing `path`, or [`render_svg`]'s.
 pub fn write_svg(path: &Path, fig: &Figure) -> io::Result<()> {
     std::fs::write(path, render_svg(fig)?)
 }
 
 /// The SVG text [`write_svg`] writes.
+///
+/// # Errors
+/// An error of kind [`io::ErrorKind::Other`] with the plotting library's
+/// message if drawing fails.
 pub fn render_svg(fig: &Figure) -> io::Result<String> {
     let mut out = String::new();
     {
@@ -371,6 +378,10 @@ fn panel<DB: DrawingBackend>(
 /// bandwidth in GB/s, `"gbps"` (pingpong, bw) or else `"busbw"`
 /// (collectives, rows `{"size","p50_us","algbw","busbw","wrong"}`). Other
 /// fields are ignored.
+///
+/// # Errors
+/// A message if `text` is not JSON or not an array, or a row has no
+/// numeric `"size"`, `"p50_us"`, or `"gbps"` or `"busbw"`.
 pub fn parse_json_series(text: &str) -> Result<(Points, Points), String> {
     let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let rows = doc
@@ -392,6 +403,10 @@ pub fn parse_json_series(text: &str) -> Result<(Points, Points), String> {
 }
 
 /// [`parse_json_series`] of the file at `path`; errors name the file.
+///
+/// # Errors
+/// The file cannot be read, or [`parse_json_series`] refuses it; the
+/// message starts with the path.
 pub fn read_json_series(path: &Path) -> Result<(Points, Points), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     parse_json_series(&text).map_err(|e| format!("{}: {e}", path.display()))
@@ -399,6 +414,9 @@ pub fn read_json_series(path: &Path) -> Result<(Points, Points), String> {
 
 /// The latency and bandwidth series of an earlier run's `--json` file,
 /// both labelled by the file's stem (`runs/before.json` -> `before`).
+///
+/// # Errors
+/// As [`read_json_series`].
 pub fn json_file_series(path: &Path) -> Result<(Series, Series), String> {
     let (lat, bw) = read_json_series(path)?;
     let label = path
@@ -421,6 +439,9 @@ pub struct PlotOpts {
 impl PlotOpts {
     /// Takes `flag` if it is `--plot` or `--compare`, reading its value
     /// with `value(flag)`; `Ok(false)` (nothing read) for any other flag.
+    ///
+    /// # Errors
+    /// `--plot` given twice, or `value`'s error.
     pub fn take(
         &mut self,
         flag: &str,
@@ -441,6 +462,9 @@ impl PlotOpts {
 
     /// Errors for options that make no sense together: `--compare`
     /// without `--plot`. Reads no file (see [`PlotOpts::compare_series`]).
+    ///
+    /// # Errors
+    /// `--compare` without `--plot`.
     pub fn check(&self) -> Result<(), String> {
         if !self.compare.is_empty() && self.plot.is_none() {
             return Err("--compare needs --plot FILE.svg".into());
@@ -450,6 +474,9 @@ impl PlotOpts {
 
     /// The `--compare` files' series, in order ([`json_file_series`]);
     /// call it early as well to fail before a long run on a bad file.
+    ///
+    /// # Errors
+    /// The first file [`json_file_series`] cannot read.
     pub fn compare_series(&self) -> Result<Vec<(Series, Series)>, String> {
         self.compare.iter().map(|p| json_file_series(p)).collect()
     }
@@ -457,6 +484,11 @@ impl PlotOpts {
     /// With `--plot`: appends the `--compare` series to `fig` (after the
     /// ones already there) and writes it; returns the file written.
     /// Without `--plot`: nothing, `Ok(None)`.
+    ///
+    /// # Errors
+    /// A `--compare` file that cannot be read
+    /// ([`compare_series`](Self::compare_series)), or the SVG cannot be
+    /// written; the message names the file.
     pub fn write(&self, mut fig: Figure) -> Result<Option<&Path>, String> {
         let Some(path) = &self.plot else {
             return Ok(None);

@@ -38,6 +38,12 @@ impl RawTcp {
     /// Connects ranks 0 and 1 of `comm` (both call it) between the
     /// addresses of their tandem connection; `None` when they are not
     /// connected by TCP.
+    ///
+    /// # Errors
+    /// The errors of `comm`'s [`route`](Comm::route) (an
+    /// [`Error::InvalidRank`] if it has one rank) and of the tandem send and
+    /// receive that pass the port; an [`Error::Io`] if listening, accepting or
+    /// connecting fails.
     pub fn connect(comm: &Comm) -> Result<Option<Self>> {
         let me = comm.rank();
         // TCP routes, and RDMA routes that came with a TCP connection (the
@@ -66,6 +72,10 @@ impl RawTcp {
 
     /// Median and p99 half round trip (ns) of `iters` 8-byte round trips,
     /// busy-polling.
+    ///
+    /// # Errors
+    /// An [`Error::Io`] if a socket call fails (the other rank gone, for
+    /// instance).
     pub fn ping(&mut self, iters: u64) -> Result<(f64, f64)> {
         let me = self.me;
         self.sock.set_nonblocking(true).map_err(io)?;
@@ -100,6 +110,10 @@ impl RawTcp {
 
     /// One blocking stream of `bytes` from rank 0 to rank 1 in 1 MiB
     /// writes, closed by a one-byte acknowledgement: GB/s (rank 0's view).
+    ///
+    /// # Errors
+    /// An [`Error::Io`] if a socket call fails (the other rank gone, for
+    /// instance).
     pub fn stream(&mut self, bytes: usize) -> Result<f64> {
         let mut buf = vec![0u8; 1 << 20];
         let t = Instant::now();
@@ -125,6 +139,9 @@ impl RawTcp {
 
 /// Measures the floor between ranks 0 and 1 of `comm` (both call it);
 /// `None` when they are not connected by TCP. Rank 0 gets the numbers.
+///
+/// # Errors
+/// Those of [`RawTcp::connect`], [`RawTcp::ping`] and [`RawTcp::stream`].
 pub fn measure(comm: &Comm, iters: u64, stream_bytes: usize) -> Result<Option<TcpFloor>> {
     let Some(mut raw) = RawTcp::connect(comm)? else {
         return Ok(None);

@@ -90,6 +90,11 @@ impl CreditWindow {
     /// Applies a cumulative grant (`total` credits ever granted). Stale
     /// grants are ignored; a grant that would open the window past its
     /// initial size is a protocol violation.
+    ///
+    /// # Errors
+    /// [`CreditError`] (the grant, the credits used and the window) if
+    /// `total - used` would exceed the window: the receiver granted buffers
+    /// it does not have. The window is then left as it was.
     #[inline]
     pub fn grant(&mut self, total: u64) -> Result<(), CreditError> {
         if total <= self.granted {
@@ -152,6 +157,7 @@ impl CreditReturn {
 
     /// The cumulative grant to send (piggybacked or explicit); afterwards
     /// nothing is owed.
+    #[must_use = "the grant must reach the sender: what it returns now counts as told"]
     pub fn take_grant(&mut self) -> u64 {
         self.returned = self.consumed;
         self.initial + self.consumed

@@ -86,6 +86,10 @@ impl<'a> LineRing<'a> {
     }
 
     /// A ring over `head` and `lines` (`lines.len()` a power of two).
+    ///
+    /// # Errors
+    /// [`LayoutError::Steps`] if `lines` is empty or its length is not a power
+    /// of two.
     pub fn new(head: &'a PaddedCounter, lines: &'a [Line]) -> Result<Self, LayoutError> {
         if lines.is_empty() || !lines.len().is_power_of_two() {
             return Err(LayoutError::Steps(lines.len() as u64));
@@ -99,6 +103,14 @@ impl<'a> LineRing<'a> {
     /// # Safety
     /// `ptr..ptr+len` must stay mapped and readable/writable for `'a` and be
     /// accessed by other agents only through this ring protocol.
+    ///
+    /// # Errors
+    /// * [`LayoutError::Misaligned`]: `ptr` is null or not aligned to
+    ///   [`COUNTER_PAD`] bytes;
+    /// * [`LayoutError::Steps`]: `count` is 0 or not a power of two, or the
+    ///   ring's size overflows `isize`;
+    /// * [`LayoutError::TooSmall`]: `len` is below
+    ///   [`bytes_needed(count)`](Self::bytes_needed).
     pub unsafe fn from_raw(ptr: *mut u8, len: usize, count: usize) -> Result<Self, LayoutError> {
         if ptr.is_null() || (ptr as usize) % COUNTER_PAD != 0 {
             return Err(LayoutError::Misaligned);
@@ -191,6 +203,7 @@ impl LineProducer<'_> {
     /// # Panics
     /// If the message is larger than the whole ring
     /// ([`LineRing::max_message`]) or `prefix` is longer than a line.
+    #[must_use = "`false` means nothing was written: the ring is full"]
     #[inline(always)]
     pub fn try_write(&mut self, prefix: &[u8], payload: &[u8]) -> bool {
         assert!(prefix.len() <= LINE_PAYLOAD, "prefix longer than a line");
@@ -242,6 +255,7 @@ impl LineProducer<'_> {
     /// returns `false` (writing nothing) if the ring is full. The lean form
     /// of [`try_write`](Self::try_write) for a message assembled in
     /// registers: one check, seven stores and the flag.
+    #[must_use = "`false` means nothing was written: the ring is full"]
     #[inline(always)]
     pub fn try_write_words(&mut self, words: &[u64; LINE_WORDS]) -> bool {
         if !self.line_free() {
@@ -391,6 +405,7 @@ impl LineConsumer<'_> {
     ///
     /// Returns `false` forever for a message longer than the ring; callers
     /// validate lengths first.
+    #[must_use = "`false` means nothing was read: the message has not fully arrived"]
     #[inline]
     pub fn try_read(&mut self, prefix_len: usize, payload_len: usize, dst: &mut [u8]) -> bool {
         let total = match prefix_len.checked_add(payload_len) {

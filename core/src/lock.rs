@@ -133,6 +133,7 @@ impl<T> SpinLock<T> {
 }
 
 /// Exclusive access to a [`SpinLock`]'s value; releases it when dropped.
+#[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct SpinGuard<'a, T>(&'a SpinLock<T>);
 
 impl<T> core::ops::Deref for SpinGuard<'_, T> {

@@ -4,10 +4,10 @@
 //! every other build [`active`] is a constant `false` and the mutation
 //! sites compile away.
 //!
-//! One mutant at a time is switched on for the whole process with
-//! [`set`]; tests that use it must not run concurrently with tests that
-//! assume the correct code (`tandem-verify` keeps them in one test binary
-//! with a single test).
+//! One mutant at a time is switched on for the whole process with `set`
+//! (which exists only with the feature); tests that use it must not run
+//! concurrently with tests that assume the correct code (`tandem-verify`
+//! keeps them in one test binary with a single test).
 
 /// The broken variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -653,6 +653,13 @@ where
     /// (at least `nranks * envelopes`), `peers` (at least `nranks`) and
     /// `bufs` (at least `nranks * credits`; buffer `i` is the driver's
     /// `i`-th `eager_limit`-byte buffer).
+    ///
+    /// # Errors
+    /// [`ProtoError::Setup`], saying which, if the parameters or the storage do
+    /// not fit: `credits` of 0, `envelopes` not above `credits` or not below
+    /// 32768, `rank` not below `nranks` (or `nranks` equal to [`ANY_SOURCE`]),
+    /// fewer than `nranks` peers, `nranks * envelopes` entries or
+    /// `nranks * credits` buffers, or no operation slot.
     pub fn new(p: Params, mut ops: O, mut entries: E, mut peers: P, mut bufs: B) -> R<Self> {
         if p.credits == 0 || p.envelopes <= p.credits || p.envelopes >= 1 << 15 {
             return Err(ProtoError::Setup("need 1 <= credits < envelopes < 32768"));
@@ -928,6 +935,14 @@ where
     // ---- posting ----
 
     /// Posts a send of `len` bytes to `peer` (synchronous if `sync`).
+    ///
+    /// # Errors
+    /// * [`ProtoError::InvalidRank`]: `peer` is not below `nranks`;
+    /// * [`ProtoError::InvalidTag`]: `tag` is [`ANY_TAG`] (other tags above
+    ///   [`TAG_UB`] pass: refusing them is the driver's part);
+    /// * [`ProtoError::PeerLost`]: `peer` was failed with
+    ///   [`fail_peer`](Self::fail_peer);
+    /// * [`ProtoError::TooManyOps`]: every operation slot is in use.
     pub fn post_send(&mut self, peer: u32, ctx: u16, tag: u32, len: u64, sync: bool) -> R<Handle> {
         self.check_rank(peer)?;
         if tag == ANY_TAG {
@@ -954,6 +969,13 @@ where
     /// with `tag` (or [`ANY_TAG`]). If an eager message that already arrived
     /// matches, the receive is complete and the returned [`SlotCopy`] says
     /// where its payload is: copy it before the next engine call.
+    ///
+    /// # Errors
+    /// [`ProtoError::InvalidRank`] for a `src` neither below `nranks` nor
+    /// [`ANY_SOURCE`]; [`ProtoError::TooManyOps`] when every operation slot is
+    /// in use. `tag` is not checked. A receive from a peer failed with
+    /// [`fail_peer`](Self::fail_peer) that no arrived message matches is not
+    /// refused either: it finishes at once with [`OpError::PeerLost`].
     pub fn post_recv(
         &mut self,
         src: u32,
@@ -1240,6 +1262,10 @@ where
     /// receive is posted ahead of it and nothing that arrived earlier
     /// matches), consumes it and returns `true`: the caller copies the
     /// payload straight into its buffer. `false`: take the general path.
+    ///
+    /// # Errors
+    /// As [`eager_recv_matched`](Self::eager_recv_matched), for a header this
+    /// receive takes.
     #[inline]
     pub fn eager_recv_now(&mut self, peer: u32, ctx: u16, tag: u32, h: &Header) -> R<bool> {
         if h.kind() != Kind::Eager || h.context != ctx || (tag != ANY_TAG && tag != h.tag) {
@@ -1256,6 +1282,12 @@ where
     /// `Some(owed)`: consumed, and `owed` says an explicit credit return to
     /// `peer` is now due ([`credit_owed`](Self::credit_owed)). `None`: take
     /// the general path.
+    ///
+    /// # Errors
+    /// The peer broke the protocol (stop reading from it):
+    /// [`ProtoError::BadCredit`] if the header's freed counts return credit
+    /// this rank never used, [`ProtoError::CreditOverrun`] if the peer sent the
+    /// message with no receive entry or eager buffer free for it.
     #[inline(always)]
     pub fn eager_recv_matched(
         &mut self,
@@ -1299,6 +1331,18 @@ where
     /// RTS; ignored for other kinds). Copies for held-back messages released by this one go
     /// to `copy`; what to do with this message's own payload is returned.
     /// An error means the peer broke the protocol: stop reading from it.
+    ///
+    /// # Errors
+    /// The peer broke the protocol; stop reading from it:
+    /// * [`ProtoError::InvalidRank`]: `peer` is not below `nranks`;
+    /// * [`ProtoError::BadCredit`]: the header returns credit this rank never
+    ///   used;
+    /// * [`ProtoError::BadToken`]: a CTS, FIN or ACK whose token names no send
+    ///   to `peer` waiting for it;
+    /// * [`ProtoError::CreditOverrun`]: a matching message with no receive
+    ///   entry (or, if eager, no buffer) free for it;
+    /// * [`ProtoError::BadSeq`]: a sequence number outside the window that
+    ///   starts at the one expected next.
     pub fn on_message(
         &mut self,
         peer: u32,
@@ -1767,6 +1811,13 @@ where
     /// entry and eager buffer is either on its free list or in use, never
     /// both and never twice; the operation count matches the table. For
     /// model checkers and tests.
+    ///
+    /// # Errors
+    /// `Err` naming the first inconsistency found: a corrupt receive-entry or
+    /// eager-buffer free list (an entry of another peer or in use, or one
+    /// longer than the window), entries or buffers lost or counted twice, a
+    /// buffer both free and in use, or an operation count that disagrees with
+    /// the table.
     pub fn audit(&self) -> Result<(), &'static str> {
         let (c, k) = (self.p.envelopes as u32, self.p.credits as u32);
         for peer in 0..self.p.nranks {

@@ -56,7 +56,9 @@ pub struct SlotRingCtrl {
 /// Why a ring layout was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayoutError {
-    /// `steps` must be a power of two, at least 1.
+    /// `steps` (a line ring's line count) must be a power of two, at least
+    /// 1 (for a slot ring at most `u32::MAX`), and the ring's size must
+    /// fit in `isize`.
     Steps(u64),
     /// Slot or line sizes must be non-zero multiples of 64 bytes.
     SlotBytes(usize),
@@ -112,6 +114,13 @@ impl<'a> SlotRing<'a> {
 
     /// A ring over `ctrl` and `blocks`; `steps` a power of two, `slot_bytes`
     /// a multiple of 64, `blocks` at least `steps * slot_bytes / 64` long.
+    ///
+    /// # Errors
+    /// * [`LayoutError::Steps`]: `steps` is 0, not a power of two or above
+    ///   `u32::MAX`, or `steps * slot_bytes / 64` overflows `usize`;
+    /// * [`LayoutError::SlotBytes`]: `slot_bytes` is 0 or not a multiple of 64;
+    /// * [`LayoutError::TooSmall`]: `blocks` holds fewer than
+    ///   `steps * slot_bytes / 64` blocks.
     pub fn new(
         ctrl: &'a SlotRingCtrl,
         blocks: &'a [Block],
@@ -149,6 +158,15 @@ impl<'a> SlotRing<'a> {
     /// `ptr..ptr+len` must stay mapped and readable/writable for `'a`, be
     /// accessed by other agents only through this ring protocol, and the
     /// bytes must be valid for `AtomicU64` (any bit pattern is).
+    ///
+    /// # Errors
+    /// * [`LayoutError::Misaligned`]: `ptr` is null or not aligned to
+    ///   [`COUNTER_PAD`] bytes;
+    /// * [`LayoutError::Steps`]: `steps` is 0, not a power of two or above
+    ///   `u32::MAX`, or the ring's size overflows `isize`;
+    /// * [`LayoutError::SlotBytes`]: `slot_bytes` is 0 or not a multiple of 64;
+    /// * [`LayoutError::TooSmall`]: `len` is below
+    ///   [`bytes_needed(steps, slot_bytes)`](Self::bytes_needed).
     pub unsafe fn from_raw(
         ptr: *mut u8,
         len: usize,
@@ -263,6 +281,7 @@ impl SlotProducer<'_> {
     ///
     /// # Panics
     /// If `src` is longer than a slot (callers cut messages into chunks).
+    #[must_use = "`false` means nothing was written: every slot is still full"]
     #[inline]
     pub fn try_push(&mut self, src: &[u8]) -> bool {
         assert!(
@@ -321,6 +340,7 @@ impl SlotConsumer<'_> {
     ///
     /// # Panics
     /// If `dst` is longer than a slot.
+    #[must_use = "`false` means nothing was read: no slot is published yet"]
     #[inline]
     pub fn try_pop(&mut self, dst: &mut [u8]) -> bool {
         assert!(
@@ -337,6 +357,7 @@ impl SlotConsumer<'_> {
 
     /// Returns the next slot without reading it (used to drain the rest of
     /// a truncated message), or `false` if nothing is published yet.
+    #[must_use = "`false` means nothing was skipped: no slot is published yet"]
     #[inline]
     pub fn try_skip(&mut self) -> bool {
         if self.available() == 0 {

@@ -52,6 +52,10 @@ macro_rules! atomic {
                 self.0.swap(v, o)
             }
             /// Stores `new` if the value is `current`.
+            ///
+            /// # Errors
+            /// `Err(v)`, `v` the value found, when it is not `current`; nothing is
+            /// stored then.
             #[inline(always)]
             pub fn compare_exchange(&self, current: $t, new: $t, ok: Ordering, fail: Ordering) -> Result<$t, $t> {
                 self.0.compare_exchange(current, new, ok, fail)

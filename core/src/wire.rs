@@ -331,6 +331,16 @@ impl Header {
     }
 
     /// Parses and validates a header; never panics.
+    ///
+    /// # Errors
+    /// The first check that fails, in this order: [`WireError::Short`] (fewer
+    /// than [`HEADER_LEN`] bytes), [`WireError::BadMagic`] (the first byte is
+    /// not [`MAGIC`]), [`WireError::BadKind`] (no [`Kind`] has the second
+    /// byte), [`WireError::BadContext`] (a context not below
+    /// `limits.contexts`), [`WireError::TooLong`] (a length above
+    /// `limits.msg_max`), [`WireError::EagerTooLong`] (an eager kind longer
+    /// than `limits.eager_max`), [`WireError::Reserved`] (a reserved byte that
+    /// is not zero).
     #[inline]
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, WireError> {
         let b: &[u8; HEADER_LEN] = bytes

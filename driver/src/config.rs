@@ -123,41 +123,49 @@ impl Layout {
     }
 
     /// Sets `lines`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn lines(mut self, v: u32) -> Self {
         self.lines = v;
         self
     }
     /// Sets `slot_steps`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn slot_steps(mut self, v: u32) -> Self {
         self.slot_steps = v;
         self
     }
     /// Sets `slot_bytes`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn slot_bytes(mut self, v: u32) -> Self {
         self.slot_bytes = v;
         self
     }
     /// Sets `eager_limit`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn eager_limit(mut self, v: u32) -> Self {
         self.eager_limit = v;
         self
     }
     /// Sets `cells`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn cells(mut self, v: u32) -> Self {
         self.cells = v;
         self
     }
     /// Sets `cell_min`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn cell_min(mut self, v: u32) -> Self {
         self.cell_min = v;
         self
     }
     /// Sets `credits`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn credits(mut self, v: u32) -> Self {
         self.credits = v;
         self
     }
     /// Sets `envelopes`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn envelopes(mut self, v: u32) -> Self {
         self.envelopes = v;
         self
@@ -166,6 +174,10 @@ impl Layout {
 
 impl Layout {
     /// The default layout with `TANDEM_*` overrides applied.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a variable that is not a number, or a layout
+    /// [`validate`](Self::validate) refuses.
     pub fn from_env() -> Result<Self> {
         let d = Self::default();
         let l = Self {
@@ -183,6 +195,16 @@ impl Layout {
     }
 
     /// Checks the invariants the rings need.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first field out of range, in this order:
+    /// `lines` not a power of two of at least 4; a layout too large (`lines`
+    /// above 2^24, `slot_steps` above 2^16 or `slot_bytes` above 2^30);
+    /// `slot_steps` not a power of two; `slot_bytes` not a non-zero multiple
+    /// of 64; `cells` neither 0 nor a power of two up to 4096; `cell_min`
+    /// below 64; `credits` outside 1..=16384; `envelopes` not above `credits`
+    /// or above 16384; `eager_limit` more than a message in the line ring can
+    /// carry (`lines * 56 - 32` bytes).
     pub fn validate(&self) -> Result<()> {
         if !self.lines.is_power_of_two() || self.lines < 4 {
             return Err(Error::Config(format!(
@@ -290,6 +312,10 @@ impl Default for Config {
 
 impl Config {
     /// Defaults with `TANDEM_*` overrides applied.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a `TANDEM_TIMEOUT` that is not a positive number
+    /// of seconds, or another variable that is not a number of its type.
     pub fn from_env() -> Result<Self> {
         let d = Self::default();
         let mut c = Self {
@@ -319,18 +345,21 @@ impl Config {
     }
 
     /// Sets the no-progress timeout.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
     }
 
     /// Sets the wait policy.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn wait(mut self, w: WaitPolicy) -> Self {
         self.wait = w;
         self
     }
 
     /// Sets the most operations pending at once.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn max_requests(mut self, n: usize) -> Self {
         self.max_requests = n;
         self
@@ -338,24 +367,28 @@ impl Config {
 
     /// Enables or disables single-copy rendezvous through cross-memory
     /// attach.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn cma(mut self, on: bool) -> Self {
         self.cma = on;
         self
     }
 
     /// Sets the smallest rendezvous payload pulled single-copy.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn cma_min(mut self, bytes: usize) -> Self {
         self.cma_min = bytes;
         self
     }
 
     /// Runs a progress thread pinned to `core`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn proxy_core(mut self, core: Option<usize>) -> Self {
         self.proxy_core = core;
         self
     }
 
     /// Pins the creating thread to `core`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn pin_core(mut self, core: Option<usize>) -> Self {
         self.pin_core = core;
         self

@@ -388,6 +388,14 @@ pub trait QueuePair: Send {
     fn local_addr(&self) -> QpAddr;
 
     /// Changes state.
+    ///
+    /// # Errors
+    /// * [`FabricError::BadState`]: a change other than RESET → INIT,
+    ///   INIT → RTR, RTR → RTS, or → ERROR (allowed from any state);
+    /// * [`FabricError::Invalid`]: at RTS, an `rnr_retry` or `retry_cnt` above
+    ///   7; or the fabric refused the change (verbs: `ibv_modify_qp` failed,
+    ///   with its reason; the soft NIC: at RTR, the threads that run the queue
+    ///   pair could not start on its stream).
     fn modify(&mut self, m: Modify) -> Result<(), FabricError>;
 
     /// The current state.
@@ -399,6 +407,12 @@ pub trait QueuePair: Send {
     /// The memory must stay valid until [`deregister`](Self::deregister)
     /// returns; with `local_write` or `remote_write` the NIC may write it
     /// at any time until then.
+    ///
+    /// # Errors
+    /// [`FabricError::Invalid`] if the region is refused: the soft NIC refuses
+    /// one that wraps around the address space; verbs says why `ibv_reg_mr`
+    /// failed (for instance out of registration resources, or over the
+    /// locked-memory limit).
     unsafe fn register(
         &mut self,
         addr: u64,
@@ -411,15 +425,38 @@ pub trait QueuePair: Send {
     fn deregister(&mut self, lkey: u32);
 
     /// Posts a receive (`sge: None` for a zero-length one).
+    ///
+    /// # Errors
+    /// [`FabricError::BadState`] in RESET; [`FabricError::QueueFull`] with
+    /// `max_recv_wr` receives outstanding; [`FabricError::Invalid`] for another
+    /// refusal by the device (verbs). In the error state a receive is accepted
+    /// and completes [`WcStatus::Flushed`].
     fn post_recv(&mut self, wr_id: u64, sge: Option<Sge>) -> Result<(), FabricError>;
 
     /// Posts a send-queue work request.
+    ///
+    /// # Errors
+    /// [`FabricError::BadState`] in any state but RTS and ERROR (where the
+    /// request is accepted and completes [`WcStatus::Flushed`]);
+    /// [`FabricError::QueueFull`] with `max_send_wr` requests outstanding;
+    /// [`FabricError::Invalid`] for another refusal by the device (verbs).
     fn post_send(&mut self, wr: &SendWr) -> Result<(), FabricError>;
 
     /// Takes send-queue completions into `out`; returns how many.
+    ///
+    /// # Errors
+    /// [`FabricError::CqOverrun`] once the completion queue overflowed (the
+    /// soft NIC reports it when the completions it kept have been taken; the
+    /// queue pair is then in the error state; verbs sizes its queues so that
+    /// it cannot happen); [`FabricError::Invalid`] if the device cannot be
+    /// polled (verbs). A failed work request is not an error here: it comes
+    /// back as a completion with its [`WcStatus`].
     fn poll_send(&mut self, out: &mut [Wc]) -> Result<usize, FabricError>;
 
     /// Takes receive-queue completions into `out`; returns how many.
+    ///
+    /// # Errors
+    /// As [`poll_send`](Self::poll_send).
     fn poll_recv(&mut self, out: &mut [Wc]) -> Result<usize, FabricError>;
 
     /// Waits, at most `timeout`, until the answers this side's NIC owes

@@ -83,6 +83,10 @@ pub enum Wire {
 
 impl Wire {
     /// A connected pair inside this process.
+    ///
+    /// # Errors
+    /// The `std::io::Error` of `socketpair(2)` (out of file descriptors, for
+    /// instance).
     pub fn pair() -> std::io::Result<(Wire, Wire)> {
         let (a, b) = UnixStream::pair()?;
         Ok((Wire::Unix(a), Wire::Unix(b)))
@@ -529,6 +533,11 @@ static NEXT_QPN: AtomicU64 = AtomicU64::new(1);
 impl SoftQp {
     /// A queue pair in the RESET state over `wire`, whose other end is the
     /// peer's soft queue pair.
+    ///
+    /// # Errors
+    /// None today: `wire` is not touched until [`Modify::Rtr`], and what can
+    /// fail there (making the stream blocking, cloning it, starting the NIC's
+    /// threads) [`QueuePair::modify`] reports as [`FabricError::Invalid`].
     pub fn new(wire: Wire, caps: Caps, opts: SoftOptions) -> std::io::Result<Self> {
         let qpn = (NEXT_QPN.fetch_add(1, Ordering::Relaxed) as u32 ^ std::process::id() << 8)
             & 0x00ff_ffff;

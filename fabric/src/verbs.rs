@@ -33,6 +33,9 @@ fn port_active(dev: &str, port: u32) -> bool {
 
 /// The device to use: `TANDEM_IB_DEV` if set, else the first with an
 /// active port 1; an error naming what is missing otherwise.
+///
+/// # Errors
+/// As [`probe_named`], with `TANDEM_IB_DEV` (unset or empty: `None`).
 pub fn probe() -> Result<String, FabricError> {
     let want = std::env::var("TANDEM_IB_DEV")
         .ok()
@@ -41,6 +44,11 @@ pub fn probe() -> Result<String, FabricError> {
 }
 
 /// As [`probe`], for device `want` (`None`: the first usable one).
+///
+/// # Errors
+/// [`FabricError::NoDevice`], saying what is missing: the kernel lists no
+/// RDMA device, `want` is not among them or its port 1 is not ACTIVE, or
+/// (`want` `None`) no device has an ACTIVE port 1.
 pub fn probe_named(want: Option<&str>) -> Result<String, FabricError> {
     let all = devices();
     let want = want.map(str::to_string);

@@ -120,6 +120,15 @@ fn random_psn() -> u32 {
 /// `gid_index`: the source GID index. `None` on InfiniBand means LID
 /// routing (no GRH); `None` on RoCE picks the port's first RoCE v2 GID that
 /// is not link-local (else the first RoCE v2 one, else index 0).
+///
+/// # Errors
+/// * [`FabricError::NoDevice`]: libibverbs is missing (every call then
+///   fails with `EOPNOTSUPP`), there is no device `dev`, it cannot be
+///   opened or its port queried, or `port` is not ACTIVE;
+/// * [`FabricError::Invalid`]: `caps.max_rd_atomic` exceeds the device's
+///   limit, or the device could not be queried or refused the protection
+///   domain, a completion queue or the queue pair (with libibverbs'
+///   reason).
 pub fn open(
     dev: &str,
     port: u8,
@@ -256,6 +265,10 @@ impl VerbsQp {
     /// Watches the bootstrap's connection `s` to the peer (nothing more is
     /// sent on it): when it ends, the peer is gone ([`QueuePair::peer_gone`]),
     /// which a queue pair alone could only tell from retries timing out.
+    ///
+    /// # Errors
+    /// The `std::io::Error` of cloning `s`, clearing its read timeout or
+    /// starting the watcher thread; nothing is watched then.
     pub fn watch_peer(&mut self, s: std::net::TcpStream) -> std::io::Result<()> {
         use std::io::Read;
         let flag = Arc::clone(&self.peer_gone);

@@ -37,6 +37,10 @@ use tandem_core::wire::{Header, Kind, Limits, MemDesc, DESC_LEN, HEADER_LEN};
 pub type FuzzResult = Result<(), String>;
 
 /// Header and descriptor decoding: no panic, and a round trip.
+///
+/// # Errors
+/// A description of the failure if a decoded header does not decode again
+/// to itself, or a descriptor changes in a round trip.
 pub fn header(data: &[u8]) -> FuzzResult {
     let limits = Limits {
         eager_max: 64,
@@ -655,6 +659,12 @@ impl World {
 }
 
 /// Two engines driven by an arbitrary call sequence (see the module docs).
+///
+/// # Errors
+/// A description of the first property that failed (see the module
+/// documentation): an engine refused parameters the input chose, an audit
+/// failed, an engine call answered what the reference matcher rules out,
+/// or an operation was still pending after the wires drained.
 pub fn engine(data: &[u8]) -> FuzzResult {
     let mut u = Unstructured::new(data);
     let mut w = match World::new(&mut u) {

@@ -89,8 +89,10 @@ impl Secret {
     ///
     /// Any non-empty string is accepted: it is hashed with SHA-256, byte for
     /// byte and without trimming, into the 32-byte key, so hex, base64 or a
-    /// passphrase all work. An empty string is an error of kind
-    /// [`io::ErrorKind::InvalidInput`].
+    /// passphrase all work.
+    ///
+    /// # Errors
+    /// An error of kind [`io::ErrorKind::InvalidInput`] for an empty string.
     pub fn from_text(s: &str) -> io::Result<Secret> {
         if s.is_empty() {
             return Err(io::Error::new(
@@ -111,7 +113,11 @@ impl Secret {
     /// characters of the random bytes, to be handed to the other ranks (for
     /// example as `TANDEM_SECRET`). The secret is
     /// `Secret::from_text(&text)`, so a rank that only has the text gets an
-    /// equal secret. Fails if `/dev/urandom` cannot be read.
+    /// equal secret.
+    ///
+    /// # Errors
+    /// The error of opening or reading `/dev/urandom` (its kind kept, the
+    /// message saying what the bytes were for).
     pub fn random() -> io::Result<(Secret, String)> {
         let mut bytes = [0u8; 32];
         fill_random(&mut bytes, "a new job secret")?;
@@ -180,7 +186,7 @@ impl Role {
 /// `b"data"`); both sides must pass the same bytes. `role` says which end
 /// of the connection we are; the two ends must pass different roles.
 ///
-/// Errors:
+/// # Errors
 /// * [`io::ErrorKind::InvalidData`]: the peer's greeting is not tandem's
 ///   (or names another handshake version), or the peer echoed our own
 ///   greeting back.

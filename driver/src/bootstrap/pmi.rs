@@ -181,10 +181,19 @@ impl Pmi {
     /// Returns `Ok(None)` if `PMI_FD` is not set. Otherwise takes
     /// ownership of the descriptor (setting `FD_CLOEXEC` on it, so that
     /// programs this process starts do not inherit it) and runs the
-    /// opening exchange of [`Pmi::from_stream`]. Errors name the variable
-    /// or the command that failed and, for the latter, the line the server
-    /// sent. The descriptor can be taken only once per process; a second
-    /// call is an error.
+    /// opening exchange of [`Pmi::from_stream`]. The descriptor can be
+    /// taken only once per process.
+    ///
+    /// # Errors
+    /// Errors name the variable or the command that failed and, for the
+    /// latter, the line the server sent:
+    /// * [`io::ErrorKind::InvalidInput`]: `PMI_FD` is not a descriptor
+    ///   number, not open, or neither a Unix nor a TCP socket; `PMI_RANK`
+    ///   or `PMI_SIZE` is missing or not a number; the rank is not below
+    ///   the size;
+    /// * [`io::ErrorKind::AlreadyExists`]: an earlier call took the
+    ///   descriptor;
+    /// * the errors of [`Pmi::from_stream`]'s exchange.
     pub fn from_env() -> io::Result<Option<Pmi>> {
         let fd_text = match env::var("PMI_FD") {
             Ok(text) => text,
@@ -223,6 +232,18 @@ impl Pmi {
     /// `rank` and `size` are this process's rank and the job's size, which
     /// PMI-1 hands over in the environment rather than on the wire;
     /// `rank < size` is required.
+    ///
+    /// # Errors
+    /// * [`io::ErrorKind::InvalidInput`]: `rank` is not below `size`;
+    /// * [`io::ErrorKind::Other`], with the server's `msg`: a non-zero `rc`
+    ///   in an answer;
+    /// * [`io::ErrorKind::InvalidData`]: an answer to another command, a
+    ///   field missing or not a number, an unusable `kvsname`, or a line
+    ///   longer than 64 KiB or not UTF-8;
+    /// * [`io::ErrorKind::UnexpectedEof`]: the server closed the
+    ///   connection;
+    /// * the stream's own errors, their kind kept and the command added to
+    ///   the message.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn from_stream<S: Read + Write + Send + 'static>(
         stream: S,
@@ -307,8 +328,14 @@ impl Pmi {
     ///
     /// `key` must be non-empty, without whitespace or `=`, and at most
     /// [`Pmi::max_key`] bytes; `value` without whitespace and at most
-    /// [`Pmi::max_value`] bytes (errors of kind
-    /// [`io::ErrorKind::InvalidInput`]).
+    /// [`Pmi::max_value`] bytes.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for a key or value that breaks these
+    /// rules (nothing is sent); [`io::ErrorKind::Other`] with the server's
+    /// `msg` if it refuses the put; [`io::ErrorKind::NotConnected`] after
+    /// [`finalize`](Self::finalize); the errors of talking to the server,
+    /// as in [`from_stream`](Self::from_stream).
     pub fn put(&mut self, key: &str, value: &str) -> io::Result<()> {
         self.check_key(key)?;
         if value.len() > self.max_value() {
@@ -340,14 +367,27 @@ impl Pmi {
 
     /// Waits until every rank of the job has entered the barrier. Puts made
     /// before it are visible to every rank's gets after it.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::Other`] with the server's `msg` if it answers with
+    /// a non-zero `rc`; [`io::ErrorKind::NotConnected`] after
+    /// [`finalize`](Self::finalize); the errors of talking to the server,
+    /// as in [`from_stream`](Self::from_stream).
     pub fn barrier(&mut self) -> io::Result<()> {
         let reply = self.request("cmd=barrier_in", "barrier", "barrier_out")?;
         reply.check_rc("barrier", io::ErrorKind::Other)
     }
 
-    /// Gets the value stored under `key` in the job's KVS. A key that is
-    /// not there (or any other refusal by the server) is an error of kind
-    /// [`io::ErrorKind::NotFound`] carrying the server's message.
+    /// Gets the value stored under `key` in the job's KVS.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::NotFound`] with the server's `msg` for a key that is
+    /// not there (or any other refusal by the server);
+    /// [`io::ErrorKind::InvalidInput`] for a key that breaks
+    /// [`put`](Self::put)'s rules; [`io::ErrorKind::InvalidData`] for an
+    /// answer without a `value`; [`io::ErrorKind::NotConnected`] after
+    /// [`finalize`](Self::finalize); the errors of talking to the server,
+    /// as in [`from_stream`](Self::from_stream).
     pub fn get(&mut self, key: &str) -> io::Result<String> {
         self.check_key(key)?;
         let line = format!("cmd=get kvsname={} key={key}", self.kvsname);
@@ -374,6 +414,15 @@ impl Pmi {
     /// other rank, each a round trip to the server. An error on one rank
     /// after others reached the barrier leaves them waiting there, so a
     /// failed allgather should end the job.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for a `prefix` that is empty or not
+    /// one word, or too long for the server's `keylen_max` with this many
+    /// ranks, or a `vallen_max` too small to hold a piece (checked alike on
+    /// every rank before anything is put); [`io::ErrorKind::InvalidData`]
+    /// for another rank's data that does not decode; and the errors of
+    /// [`put`](Self::put), [`barrier`](Self::barrier) and
+    /// [`get`](Self::get).
     pub fn allgather(&mut self, prefix: &str, mine: &[u8]) -> io::Result<Vec<Vec<u8>>> {
         if prefix.is_empty() || prefix.contains(|c: char| c == '=' || c.is_whitespace()) {
             return Err(io::Error::new(
@@ -476,6 +525,11 @@ impl Pmi {
     /// error, if any, is returned, but the connection is finished either
     /// way). Calling it again does nothing; every other call after it
     /// fails.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::Other`] with the server's `msg` if it refuses, or
+    /// the errors of talking to the server, as in
+    /// [`from_stream`](Self::from_stream).
     pub fn finalize(&mut self) -> io::Result<()> {
         if self.finalized {
             return Ok(());

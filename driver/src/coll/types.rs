@@ -319,8 +319,7 @@ half_kernels!(bf16, Bf16);
 
 /// `dst = op(dst, src)` element-wise on typed slices: the reduction kernel
 /// the collectives run, exposed for measuring it (every collective
-/// `tandem-perf` run prints its GB/s beside memcpy's) and for tests. Errors if `op` does not apply to `T` or the lengths
-/// differ.
+/// `tandem-perf` run prints its GB/s beside memcpy's) and for tests.
 ///
 /// ```
 /// use tandem_driver::{reduce_local, ReduceOp};
@@ -328,6 +327,11 @@ half_kernels!(bf16, Bf16);
 /// reduce_local(&mut acc, &[10.0, 20.0, 30.0], ReduceOp::Sum).unwrap();
 /// assert_eq!(acc, [11.0, 22.0, 33.0]);
 /// ```
+///
+/// # Errors
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `op` does
+/// not apply to `T` (a bitwise operator on a float type) or the lengths
+/// differ; `dst` is then unchanged.
 pub fn reduce_local<T: Element>(dst: &mut [T], src: &[T], op: ReduceOp) -> crate::Result<()> {
     let k = T::kernel(op).ok_or_else(|| not_applicable(T::DTYPE, op))?;
     if dst.len() != src.len() {

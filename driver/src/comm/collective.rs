@@ -580,6 +580,10 @@ impl Comm {
     /// transfer of the pipelined algorithms and `lanes` (1 to 8)
     /// concurrent pipelines, overriding `TANDEM_COLL_CHUNK` and
     /// `TANDEM_COLL_LANES`. Must be the same on every rank.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `chunk` is 0 or `lanes` is not in 1..=8;
+    /// the settings are then unchanged.
     pub fn set_pipeline(&self, chunk: usize, lanes: usize) -> Result<()> {
         self.coll.borrow_mut().tun.pipeline(chunk, lanes)
     }
@@ -619,6 +623,27 @@ impl Comm {
     /// });
     /// assert!(out.iter().all(|r| r.as_ref().unwrap() == &[3.0, 3.0]));
     /// ```
+    ///
+    /// # Errors
+    /// The collectives share these errors; the others' sections refer here.
+    ///
+    /// * Refused at the call, on this rank alone, before anything is sent:
+    ///   [`Error::InvalidArgument`] when the buffer lengths disagree with each
+    ///   other or with `size()`, or `op` does not apply to `T` (a bitwise
+    ///   operator on a float type); [`Error::InvalidRank`] for a `root` not
+    ///   below `size()`. The other ranks then wait for this one until their
+    ///   timeout.
+    /// * [`Error::TooManyRequests`] when 16 collectives are in flight on this
+    ///   communicator already, or a transfer finds more operations pending
+    ///   than [`Config::max_requests`](field@crate::Config::max_requests).
+    /// * [`Error::Mismatch`] when a peer's message at some step has another
+    ///   length than this rank expects: the ranks passed different counts.
+    /// * [`Error::PeerLost`], [`Error::ChannelBroken`] or [`Error::Protocol`]
+    ///   when the link to a rank this one exchanges with fails (see [`Comm`]).
+    /// * [`Error::Timeout`] after the timeout without progress, naming the
+    ///   collective, its number, its algorithm and the transfer it waits for;
+    ///   or [`Error::Deadlock`].
+    /// * [`Error::Internal`]: a bug in a schedule.
     pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         check_same("allreduce", send.len(), recv.len())?;
         if let Some(r) = self.allreduce_small(send.as_ptr(), recv, op, false) {
@@ -631,6 +656,9 @@ impl Comm {
     }
 
     /// [`allreduce`](Self::allreduce) with `buf` as both input and output.
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce).
     pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         if let Some(r) = self.allreduce_small(buf.as_ptr(), buf, op, true) {
             return r;
@@ -645,6 +673,11 @@ impl Comm {
     /// Every rank's `send` reduced with `op` into `recv` on `root` (MPI's
     /// `MPI_Reduce`). `recv` has `send`'s length on the root; elsewhere it
     /// is not touched and may be empty.
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce): [`Error::InvalidRank`] for `root`
+    /// not below `size()`, and on the root [`Error::InvalidArgument`] if `recv`
+    /// is not as long as `send`.
     pub fn reduce<T: Element>(
         &self,
         send: &[T],
@@ -668,6 +701,10 @@ impl Comm {
 
     /// [`reduce`](Self::reduce) in place: on `root`, `buf` is replaced by
     /// the result; elsewhere it is only read.
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce); [`Error::InvalidRank`] for `root`
+    /// not below `size()`.
     pub fn reduce_in_place<T: Element>(
         &self,
         buf: &mut [T],
@@ -686,6 +723,10 @@ impl Comm {
     }
 
     /// `root`'s `buf` into every rank's `buf` (MPI's `MPI_Bcast`).
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce); [`Error::InvalidRank`] for `root`
+    /// not below `size()`.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         if let Some(r) = self.broadcast_small(buf, root) {
             return r;
@@ -699,6 +740,10 @@ impl Comm {
 
     /// Every rank's `send` into block `rank` of every rank's `recv`, which
     /// holds `size()` blocks of `send.len()` (MPI's `MPI_Allgather`).
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce); [`Error::InvalidArgument`] unless
+    /// `recv.len()` is `size() * send.len()`.
     pub fn allgather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         self.check_blocks("allgather", send.len(), recv.len())?;
         self.coll_blocking::<T>(
@@ -709,6 +754,10 @@ impl Comm {
 
     /// [`allgather`](Self::allgather) in place: each rank's own block is
     /// already at block `rank` of `buf` (NCCL's in-place convention).
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce); [`Error::InvalidArgument`] unless
+    /// `buf.len()` is a multiple of `size()`.
     pub fn allgather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
         let m = self.block_of("allgather_in_place", buf.len())?;
         self.coll_blocking::<T>(
@@ -720,6 +769,10 @@ impl Comm {
     /// Block `rank` of the reduction of every rank's `send` (`size()`
     /// blocks of `recv.len()`) into `recv` (MPI's
     /// `MPI_Reduce_scatter_block`, NCCL's `ncclReduceScatter`).
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce); [`Error::InvalidArgument`] unless
+    /// `send.len()` is `size() * recv.len()`.
     pub fn reduce_scatter<T: Element>(
         &self,
         send: &[T],
@@ -736,6 +789,10 @@ impl Comm {
     /// [`reduce_scatter`](Self::reduce_scatter) in place: the result lands
     /// in block `rank` of `buf` (NCCL's in-place convention); the other
     /// blocks are left as they were.
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce); [`Error::InvalidArgument`] unless
+    /// `buf.len()` is a multiple of `size()`.
     pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let m = self.block_of("reduce_scatter_in_place", buf.len())?;
         self.coll_blocking::<T>(
@@ -746,6 +803,10 @@ impl Comm {
 
     /// Block `r` of every rank's `send` into block `rank` of rank `r`'s
     /// `recv`; both hold `size()` blocks (MPI's `MPI_Alltoall`).
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce); [`Error::InvalidArgument`] unless
+    /// `send` and `recv` have the same length, a multiple of `size()`.
     pub fn alltoall<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         check_same("alltoall", send.len(), recv.len())?;
         let m = self.block_of("alltoall", send.len())?;
@@ -757,6 +818,10 @@ impl Comm {
 
     /// Returns once every rank has entered the barrier (MPI's
     /// `MPI_Barrier`).
+    ///
+    /// # Errors
+    /// As [`allreduce`](Self::allreduce), from the second point on: a barrier
+    /// has no argument to refuse.
     pub fn barrier(&self) -> Result<()> {
         if let Some(r) = self.barrier_small() {
             return r;
@@ -830,7 +895,7 @@ fn check_same(what: &str, send: usize, recv: usize) -> Result<()> {
 /// [`Scope::iallreduce`] and its siblings). Dropping it unwaited is
 /// allowed: the collective still completes, and the end of the scope
 /// waits for it and reports its error.
-#[must_use = "a request should be waited for (its scope waits otherwise)"]
+#[must_use = "dropping a collective request does not cancel it: its scope's end waits for it"]
 pub struct CollRequest<'s> {
     comm: &'s Comm,
     ticket: Option<Ticket>,
@@ -846,6 +911,12 @@ impl std::fmt::Debug for CollRequest<'_> {
 
 impl CollRequest<'_> {
     /// Waits for the collective to finish.
+    ///
+    /// # Errors
+    /// The collective's error, as the blocking call reports it (see
+    /// [`Comm::allreduce`]) after the refusals at its start;
+    /// [`Error::InvalidArgument`] if [`test`](Self::test) already returned the
+    /// result.
     pub fn wait(mut self) -> Result<()> {
         match self.ticket.take() {
             Some(t) => self.comm.coll_wait(t),
@@ -856,6 +927,11 @@ impl CollRequest<'_> {
     /// `Some(())` once the collective finished (the request is then spent),
     /// `None` while it runs. Advances it (and every other operation of the
     /// communicator) once.
+    ///
+    /// # Errors
+    /// The collective's error once it finished with one (the request is then
+    /// spent); no timeout applies here. [`Error::InvalidArgument`] on a spent
+    /// request.
     pub fn test(&mut self) -> Result<Option<()>> {
         let t = self
             .ticket
@@ -884,6 +960,12 @@ impl<'s, 'env> Scope<'s, 'env> {
 
     /// Starts an [`allreduce`](Comm::allreduce); the buffers stay borrowed
     /// until the scope ends.
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`allreduce`](Comm::allreduce), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn iallreduce<T: Element>(
         &'s self,
         send: &'env [T],
@@ -898,6 +980,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts an [`allreduce_in_place`](Comm::allreduce_in_place).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`allreduce_in_place`](Comm::allreduce_in_place), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn iallreduce_in_place<T: Element>(
         &'s self,
         buf: &'env mut [T],
@@ -911,6 +999,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts a [`reduce`](Comm::reduce).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`reduce`](Comm::reduce), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn ireduce<T: Element>(
         &'s self,
         send: &'env [T],
@@ -929,6 +1023,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts a [`broadcast`](Comm::broadcast).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`broadcast`](Comm::broadcast), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn ibroadcast<T: Element>(
         &'s self,
         buf: &'env mut [T],
@@ -942,6 +1042,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts a [`reduce_in_place`](Comm::reduce_in_place).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`reduce_in_place`](Comm::reduce_in_place), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn ireduce_in_place<T: Element>(
         &'s self,
         buf: &'env mut [T],
@@ -956,6 +1062,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts an [`allgather_in_place`](Comm::allgather_in_place).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`allgather_in_place`](Comm::allgather_in_place), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn iallgather_in_place<T: Element>(
         &'s self,
         buf: &'env mut [T],
@@ -968,6 +1080,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts a [`reduce_scatter_in_place`](Comm::reduce_scatter_in_place).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`reduce_scatter_in_place`](Comm::reduce_scatter_in_place), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn ireduce_scatter_in_place<T: Element>(
         &'s self,
         buf: &'env mut [T],
@@ -981,6 +1099,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts an [`allgather`](Comm::allgather).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`allgather`](Comm::allgather), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn iallgather<T: Element>(
         &'s self,
         send: &'env [T],
@@ -995,6 +1119,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts a [`reduce_scatter`](Comm::reduce_scatter).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`reduce_scatter`](Comm::reduce_scatter), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn ireduce_scatter<T: Element>(
         &'s self,
         send: &'env [T],
@@ -1010,6 +1140,12 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts an [`alltoall`](Comm::alltoall).
+    ///
+    /// # Errors
+    /// Refused at once, nothing started: the refusals of
+    /// [`alltoall`](Comm::alltoall), and
+    /// [`Error::TooManyRequests`] with 16 collectives in flight on the
+    /// communicator. Everything else comes from [`CollRequest::wait`].
     pub fn ialltoall<T: Element>(
         &'s self,
         send: &'env [T],
@@ -1024,6 +1160,10 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// Starts a [`barrier`](Comm::barrier).
+    ///
+    /// # Errors
+    /// [`Error::TooManyRequests`] at once with 16 collectives in flight on the
+    /// communicator; everything else comes from [`CollRequest::wait`].
     pub fn ibarrier(&'s self) -> Result<CollRequest<'s>> {
         let none: &mut [u8] = &mut [];
         self.coll::<u8>(

@@ -63,6 +63,33 @@ struct Shared {
 /// assert_eq!(&got, b"hello");
 /// # Ok::<(), tandem_driver::Error>(())
 /// ```
+///
+/// # Errors
+/// The point-to-point calls share these errors; each call's own section
+/// names those that apply to it.
+///
+/// * Refused at the call, with nothing posted: [`Error::InvalidRank`] (a
+///   rank outside `0..size()`; [`ANY_SOURCE`] only on receives),
+///   [`Error::InvalidTag`] (a tag above [`TAG_UB`]; [`ANY_TAG`] only on
+///   receives), [`Error::MessageTooLarge`] (a send longer than
+///   [`MAX_MESSAGE`](crate::MAX_MESSAGE)), [`Error::TooManyRequests`]
+///   (more operations pending than
+///   [`Config::max_requests`](field@Config::max_requests)).
+/// * The link to the peer failed: [`Error::PeerLost`] (the peer exited, or
+///   closed or reset its connection), [`Error::Protocol`] (it sent a
+///   corrupt header) or [`Error::ChannelBroken`] (any other failure of the
+///   link, or a rendezvous send to that peer abandoned part-way). Every
+///   operation with that peer fails with that same error from then on,
+///   those posted later at once; eager messages that arrived before stay
+///   receivable.
+/// * No progress for [`Config::timeout`](field@Config::timeout):
+///   [`Error::Deadlock`] when the ranks it waits for (as far as this host
+///   can see) wait for this rank in a cycle, else [`Error::Timeout`] (with
+///   what this rank can see of why). The operation is withdrawn; a
+///   rendezvous send withdrawn that way leaves its channel broken.
+/// * A receive: [`Error::Truncated`] when the message is longer than the
+///   buffer (its first bytes are delivered), [`Error::Cancelled`] after
+///   [`Request::cancel`].
 pub struct Comm {
     sh: Arc<Shared>,
     /// This communicator's context: its traffic never matches another's.
@@ -89,11 +116,34 @@ impl std::fmt::Debug for Comm {
 impl Comm {
     /// Joins the job this process was started in by `tandem-run` (or by
     /// [`Comm::local`]), with configuration from `TANDEM_*` variables.
+    ///
+    /// # Errors
+    /// * [`Error::Config`]: a `TANDEM_*` variable that does not parse or is out
+    ///   of range ([`Config::from_env`], [`Layout::from_env`], the transport,
+    ///   collective and bootstrap settings), `TANDEM_TRANSPORT=verbs` without a
+    ///   usable RDMA device, or pinning to
+    ///   [`Config::pin_core`](field@Config::pin_core) failed;
+    /// * [`Error::NotLaunched`]: the environment names no launcher tandem
+    ///   knows, or its variables are incomplete or malformed;
+    /// * [`Error::InvalidRank`]: the launcher's rank is not below its size;
+    /// * [`Error::JobMismatch`]: the inherited shared-memory file belongs to
+    ///   another job;
+    /// * [`Error::Bootstrap`]: the ranks could not meet: one never came before
+    ///   the bootstrap deadline (`TANDEM_BOOT_TIMEOUT`), could not be reached,
+    ///   sent a bad record or failed the secret check;
+    /// * [`Error::Mismatch`]: ranks disagree on the eager limit, the credits,
+    ///   the envelopes or the transport;
+    /// * [`Error::Io`]: an operating-system call failed (mapping the job file,
+    ///   a socket, starting the proxy thread).
     pub fn from_env() -> Result<Self> {
         Self::from_env_with(Config::from_env()?)
     }
 
     /// Like [`from_env`](Self::from_env) with an explicit configuration.
+    ///
+    /// # Errors
+    /// As [`from_env`](Self::from_env); the variables `cfg` stands for are not
+    /// read.
     pub fn from_env_with(cfg: Config) -> Result<Self> {
         let j = crate::bootstrap::join(&cfg)?;
         Self::start(j, cfg)
@@ -110,11 +160,26 @@ impl Comm {
     /// `n` ranks.
     ///
     /// Call it before starting threads whose work the copies must not redo.
+    ///
+    /// # Errors
+    /// As [`local_with`](Self::local_with), and [`Error::Config`] for a
+    /// variable [`Config::from_env`] refuses.
     pub fn local(n: usize) -> Result<Self> {
         Self::local_with(n, Config::from_env()?)
     }
 
     /// [`local`](Self::local) with an explicit configuration.
+    ///
+    /// # Errors
+    /// * Under a launcher: as [`from_env_with`](Self::from_env_with), and
+    ///   [`Error::JobMismatch`] if the launched job does not have `n` ranks.
+    /// * Otherwise: [`Error::Config`] for `n` of 0 or above
+    ///   [`MAX_RANKS`](crate::transport::shm::map::MAX_RANKS), a layout
+    ///   [`Layout::from_env`] refuses, a job file over 1 TiB or an invalid
+    ///   `TANDEM_TRANSPORT`; [`Error::Io`] if the program cannot be found or
+    ///   started again, or the job file cannot be made (`/dev/shm` full); then
+    ///   the errors of joining, as for [`from_env`](Self::from_env), here and
+    ///   in each copy.
     pub fn local_with(n: usize, cfg: Config) -> Result<Self> {
         if crate::bootstrap::launcher::present() {
             let c = Self::from_env_with(cfg)?;
@@ -144,6 +209,14 @@ impl Comm {
     /// of its rank, over anonymous shared memory; returns their results in
     /// rank order. Handy for tests and examples; for separate processes use
     /// [`Comm::local`] or `tandem-run`.
+    ///
+    /// A rank's entry is `Err` with `f`'s error, with [`Error::Panicked`] if
+    /// its thread panicked, or with what kept its communicator from being
+    /// made: [`Error::Config`] or [`Error::Io`] from the shared memory
+    /// ([`JobMap::anon`]; then every entry holds it, a single one for `n`
+    /// of 0), or [`Error::Config`] from `cfg` (a
+    /// [`pin_core`](field@Config::pin_core) that cannot be pinned) or a
+    /// `TANDEM_COLL_*` variable.
     ///
     /// ```
     /// use tandem_driver::{Comm, Config, Layout};
@@ -181,6 +254,10 @@ impl Comm {
     /// shared memory, TCP over the loopback, or a mix as if the ranks were
     /// spread over several hosts. The transport-generic test suites use it
     /// to run every scenario over every transport in one process.
+    ///
+    /// Entries are `Err` as for [`Comm::threads`]; setting the ranks up
+    /// may also fail with [`Error::Io`] (a loopback socket) or
+    /// [`Error::Bootstrap`] (a connection between two ranks).
     ///
     /// ```
     /// use tandem_driver::{Comm, Config, Layout, Links};
@@ -360,6 +437,12 @@ impl Comm {
     /// });
     /// assert_eq!(out[1].as_ref().unwrap(), b"lib");
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] past 512 communicators on this rank (the world and its
+    /// duplicates: each takes two of the [`MAX_CONTEXTS`](crate::MAX_CONTEXTS)
+    /// contexts), or for a `TANDEM_COLL_*` or `TANDEM_ALGO` variable that does
+    /// not parse (read again for the duplicate).
     pub fn dup(&self) -> Result<Comm> {
         // The duplicate may be moved to another thread: from now on the
         // engine is locked atomically (we are its only user right now).
@@ -445,6 +528,14 @@ impl Comm {
     /// into the channel right away (if the receiver has credit for it), a
     /// larger one is handed over once the receiver matched it and copied it
     /// out.
+    ///
+    /// # Errors
+    /// Refused at the call: [`Error::InvalidTag`], [`Error::InvalidRank`],
+    /// [`Error::MessageTooLarge`], [`Error::TooManyRequests`]. Then
+    /// [`Error::PeerLost`], [`Error::ChannelBroken`] or [`Error::Protocol`] if
+    /// the link to `dst` fails (or had failed) before `buf` is handed over, and
+    /// [`Error::Timeout`] or [`Error::Deadlock`] after the timeout without
+    /// progress. See [`Comm`] for each.
     pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
         Self::check_send_tag(tag)?;
         self.send_valid_tag(buf, dst, tag)
@@ -472,6 +563,9 @@ impl Comm {
     /// to each other before receiving deadlock; tandem reports that as
     /// [`Error::Deadlock`] when the timeout expires. Put both in a
     /// [`group`](Self::group) instead.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send), up to the receiver's match.
     pub fn ssend(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
         let id = self.post_send(buf, dst, tag, true, 0)?;
         self.wait_one(id, OpKind::Ssend).map(|_| ())
@@ -482,6 +576,15 @@ impl Comm {
     /// received in the order they were sent. A message longer than `buf`
     /// fills it and fails with [`Error::Truncated`]; the next message is
     /// unaffected.
+    ///
+    /// # Errors
+    /// Refused at the call: [`Error::InvalidTag`] (above [`TAG_UB`] and not
+    /// [`ANY_TAG`]), [`Error::InvalidRank`] (neither below `size()` nor
+    /// [`ANY_SOURCE`]), [`Error::TooManyRequests`]. Then [`Error::Truncated`]
+    /// for a message longer than `buf`; [`Error::PeerLost`],
+    /// [`Error::ChannelBroken`] or [`Error::Protocol`] if the link to `src`
+    /// fails with no message for this receive; [`Error::Timeout`] or
+    /// [`Error::Deadlock`] after the timeout without progress. See [`Comm`].
     pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
         self.recv_valid_tag(buf, src, tag)
@@ -537,6 +640,13 @@ impl Comm {
     /// Sends `sbuf` to `dst` and receives into `rbuf` from `src` at once,
     /// so two ranks exchanging with each other never deadlock, whatever the
     /// sizes (MPI's `MPI_Sendrecv`). Returns the receive's status.
+    ///
+    /// # Errors
+    /// The ranks and tags of both halves are checked before either is posted
+    /// ([`Error::InvalidRank`], [`Error::InvalidTag`]); then the errors of
+    /// [`send`](Self::send) and [`recv`](Self::recv). If one half fails the
+    /// call still waits for the other; if both fail, the send's error is
+    /// returned.
     pub fn sendrecv(
         &self,
         sbuf: &[u8],
@@ -563,6 +673,12 @@ impl Comm {
     /// Waits until a message from `src` (or [`ANY_SOURCE`]) with `tag` (or
     /// [`ANY_TAG`]) has arrived and returns its source, tag and length
     /// without receiving it (MPI's `MPI_Probe`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidTag`] or [`Error::InvalidRank`] at the call;
+    /// [`Error::PeerLost`] once the link to `src` (not [`ANY_SOURCE`]) has
+    /// failed, whatever the cause, with no such message arrived;
+    /// [`Error::Timeout`] or [`Error::Deadlock`] after the timeout.
     pub fn probe(&self, src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
         let s = self.source(src)?;
@@ -600,6 +716,10 @@ impl Comm {
 
     /// The status of a message from `src` with `tag` that has arrived, if
     /// any, without receiving it (MPI's `MPI_Iprobe`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidTag`] or [`Error::InvalidRank`] only; a failed peer is
+    /// not reported (nothing more arrives from it).
     pub fn iprobe(&self, src: usize, tag: Tag) -> Result<Option<Status>> {
         Self::check_recv_tag(tag)?;
         let s = self.source(src)?;
@@ -614,6 +734,13 @@ impl Comm {
     /// included); if that wait fails, the error is returned instead of
     /// `f`'s result. If `f` panics, the scope's operations are withdrawn
     /// before the panic continues, so no buffer is touched afterwards.
+    ///
+    /// # Errors
+    /// The first error of an operation started in the scope that `f` did not
+    /// collect (a dropped [`Request`] or [`CollRequest`], a persistent request
+    /// dropped while started), failing as the call that started it
+    /// describes. `f`'s own result, an error included, comes back inside
+    /// `Ok`.
     pub fn scope<'env, R>(
         &'env self,
         f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R,
@@ -652,6 +779,11 @@ impl Comm {
     /// });
     /// assert_eq!(*out[0].as_ref().unwrap(), 1);
     /// ```
+    ///
+    /// # Errors
+    /// `f`'s error if a call in it was refused (its receives that have not
+    /// matched are then cancelled, and what was started still completes);
+    /// otherwise the first error of an operation of the group (see [`Comm`]).
     pub fn group<'env>(
         &'env self,
         f: impl for<'s> FnOnce(&mut Group<'s, 'env>) -> Result<()>,
@@ -762,6 +894,11 @@ impl Comm {
 
     /// Waits for rank 0's copies started by [`Comm::local`] and reports the
     /// first that failed. A no-op on other ranks.
+    ///
+    /// # Errors
+    /// [`Error::RankFailed`] with the first copy seen exiting with a non-zero
+    /// code (128 + the signal number if it was killed); the others get
+    /// `TANDEM_KILL_GRACE` to exit, then are killed.
     pub fn finish(self) -> Result<()> {
         let children = self
             .sh
@@ -779,6 +916,7 @@ impl Comm {
 
 /// A buffer registered with a communicator's RDMA connections
 /// ([`Comm::register`]); derefs to the buffer. Dropping it deregisters.
+#[must_use = "dropping the handle deregisters the buffer at once"]
 pub struct Registered<'a> {
     comm: &'a Comm,
     buf: &'a mut [u8],
@@ -1109,12 +1247,22 @@ pub struct Scope<'s, 'env: 's> {
 impl<'s, 'env> Scope<'s, 'env> {
     /// Starts sending `buf` to `dst`; `buf` stays borrowed until the scope
     /// ends.
+    ///
+    /// # Errors
+    /// Refused at once, nothing posted: [`Error::InvalidTag`],
+    /// [`Error::InvalidRank`], [`Error::MessageTooLarge`],
+    /// [`Error::TooManyRequests`], or the error of the link to `dst` if it has
+    /// failed already. Later failures come from [`Request::wait`] (see
+    /// [`Comm`]).
     pub fn isend(&'s self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<Request<'s>> {
         let id = self.comm.post_send(buf, dst, tag, false, self.id)?;
         Ok(Request::new(self.comm, id, OpKind::Send))
     }
 
     /// Starts a synchronous send (completes once the receiver matched).
+    ///
+    /// # Errors
+    /// As [`isend`](Self::isend).
     pub fn issend(&'s self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<Request<'s>> {
         let id = self.comm.post_send(buf, dst, tag, true, self.id)?;
         Ok(Request::new(self.comm, id, OpKind::Ssend))
@@ -1122,6 +1270,12 @@ impl<'s, 'env> Scope<'s, 'env> {
 
     /// Starts receiving from `src` (or [`ANY_SOURCE`]) with `tag` (or
     /// [`ANY_TAG`]) into `buf`; `buf` stays borrowed until the scope ends.
+    ///
+    /// # Errors
+    /// Refused at once, nothing posted: [`Error::InvalidTag`],
+    /// [`Error::InvalidRank`] (neither below `size()` nor [`ANY_SOURCE`]),
+    /// [`Error::TooManyRequests`]. Everything else, a truncated message
+    /// included, comes from [`Request::wait`].
     pub fn irecv(&'s self, buf: &'env mut [u8], src: usize, tag: Tag) -> Result<Request<'s>> {
         let id = self.comm.post_recv(buf, src, tag, self.id)?;
         Ok(Request::new(self.comm, id, OpKind::Recv))
@@ -1141,18 +1295,30 @@ pub struct Group<'s, 'env: 's> {
 
 impl<'s, 'env> Group<'s, 'env> {
     /// Adds a send of `buf` to `dst`.
+    ///
+    /// # Errors
+    /// The refusals of [`Scope::isend`]; the send's own errors come at the end
+    /// of the group.
     pub fn send(&mut self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<()> {
         drop(self.scope.isend(buf, dst, tag)?);
         Ok(())
     }
 
     /// Adds a synchronous send of `buf` to `dst`.
+    ///
+    /// # Errors
+    /// The refusals of [`Scope::issend`]; the send's own errors come at the end
+    /// of the group.
     pub fn ssend(&mut self, buf: &'env [u8], dst: usize, tag: Tag) -> Result<()> {
         drop(self.scope.issend(buf, dst, tag)?);
         Ok(())
     }
 
     /// Adds a receive into `buf` from `src` with `tag` (wildcards allowed).
+    ///
+    /// # Errors
+    /// The refusals of [`Scope::irecv`]; the receive's own errors come at the
+    /// end of the group.
     pub fn recv(&mut self, buf: &'env mut [u8], src: usize, tag: Tag) -> Result<()> {
         drop(self.scope.irecv(buf, src, tag)?);
         Ok(())
@@ -1163,7 +1329,7 @@ impl<'s, 'env> Group<'s, 'env> {
 ///
 /// Dropping (or leaking) it without waiting is allowed: the operation still
 /// completes, and the end of its scope waits for it and reports its error.
-#[must_use = "a request should be waited for (its scope waits otherwise)"]
+#[must_use = "dropping a request does not cancel it: the end of its scope waits for it"]
 pub struct Request<'s> {
     comm: &'s Comm,
     id: Option<OpId>,
@@ -1185,6 +1351,14 @@ impl<'s> Request<'s> {
     }
 
     /// Waits for the operation to finish.
+    ///
+    /// # Errors
+    /// What the operation ended with (see [`Comm`]): [`Error::PeerLost`],
+    /// [`Error::ChannelBroken`] or [`Error::Protocol`] if its link failed,
+    /// [`Error::Timeout`] or [`Error::Deadlock`] after the timeout without
+    /// progress (the operation is then withdrawn), and for a receive
+    /// [`Error::Truncated`] or [`Error::Cancelled`]. [`Error::InvalidArgument`]
+    /// if [`test`](Self::test) already returned the result.
     pub fn wait(mut self) -> Result<Status> {
         let id = self.id()?;
         self.id = None;
@@ -1194,6 +1368,11 @@ impl<'s> Request<'s> {
     /// `Some(status)` if the operation finished (the request is then
     /// spent: further calls return an error), `None` if still pending.
     /// Drives progress once.
+    ///
+    /// # Errors
+    /// The operation's error, as [`wait`](Self::wait) would return it, once it
+    /// finished with one (the request is then spent); no timeout applies here.
+    /// [`Error::InvalidArgument`] on a spent request.
     pub fn test(&mut self) -> Result<Option<Status>> {
         let id = self.id()?;
         match self.comm.test_op(id) {
@@ -1209,6 +1388,9 @@ impl<'s> Request<'s> {
     /// `MPI_Cancel`): returns `true` and the request is spent (waiting on
     /// it reports [`Error::Cancelled`]); `false` if a message already
     /// matched it (or it is a send) and it completes normally.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a spent request, only.
     pub fn cancel(&mut self) -> Result<bool> {
         let id = self.id()?;
         Ok(self.comm.engine().cancel_recv(id))
@@ -1216,7 +1398,9 @@ impl<'s> Request<'s> {
 
     /// Waits until one of the pending requests in `reqs` finishes; returns
     /// its index and result, and leaves `None` in its place (MPI's
-    /// `MPI_Waitany`). `None` if every entry is already spent.
+    /// `MPI_Waitany`). `None` if every entry is already spent. The result
+    /// is what [`wait`](Self::wait) on that request returns; the timeout
+    /// applies to the first request still pending.
     pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Result<Status>)> {
         let comm = reqs.iter().flatten().next()?.comm;
         let mut w = Waiter::new(&comm.sh.cfg);
@@ -1260,6 +1444,11 @@ impl<'s> Request<'s> {
     /// returns their statuses in order (or the first error); otherwise
     /// `None` and nothing is collected (MPI's `MPI_Testall`). Drives
     /// progress once.
+    ///
+    /// # Errors
+    /// The first error among the requests, once all have finished (all are
+    /// then collected); [`Error::InvalidArgument`] if one of them is spent
+    /// (then nothing is collected).
     pub fn test_all(reqs: &mut [Request<'_>]) -> Result<Option<Vec<Status>>> {
         let Some(first) = reqs.first() else {
             return Ok(Some(Vec::new()));
@@ -1294,6 +1483,10 @@ impl<'s> Request<'s> {
 
     /// Waits for every request; returns their statuses in order, or the
     /// first error (after all of them finished).
+    ///
+    /// # Errors
+    /// The first error, in order, of [`wait`](Self::wait) on each request,
+    /// returned once all of them finished.
     pub fn wait_all<const N: usize>(reqs: [Request<'_>; N]) -> Result<[Status; N]> {
         let mut out = [Status {
             source: 0,
@@ -1304,6 +1497,9 @@ impl<'s> Request<'s> {
     }
 
     /// [`wait_all`](Self::wait_all) for a dynamic number of requests.
+    ///
+    /// # Errors
+    /// As [`wait_all`](Self::wait_all).
     pub fn wait_all_vec(reqs: Vec<Request<'_>>) -> Result<Vec<Status>> {
         let mut out = Vec::with_capacity(reqs.len());
         wait_each(reqs, |_, s| out.push(s)).map(|_| out)

@@ -75,6 +75,7 @@ fn misuse(what: &str) -> Error {
 /// });
 /// assert_eq!(*out[0].as_ref().unwrap(), 99);
 /// ```
+#[must_use = "a persistent send does nothing until it is started"]
 pub struct PersistentSend<'s, 'env> {
     comm: &'env Comm,
     scope: u32,
@@ -95,6 +96,7 @@ pub struct PersistentSend<'s, 'env> {
 ///
 /// [`ANY_SOURCE`]: crate::ANY_SOURCE
 /// [`ANY_TAG`]: crate::ANY_TAG
+#[must_use = "a persistent receive does nothing until it is started"]
 pub struct PersistentRecv<'s, 'env> {
     comm: &'env Comm,
     scope: u32,
@@ -109,7 +111,12 @@ pub struct PersistentRecv<'s, 'env> {
 
 impl<'s, 'env> Scope<'s, 'env> {
     /// A persistent send of `buf` to `dst` with `tag`, not started yet.
-    /// Fails with [`Error::InvalidRank`] or [`Error::InvalidTag`] at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`] for `dst` not below `size()`,
+    /// [`Error::InvalidTag`] for a tag above [`TAG_UB`](crate::TAG_UB)
+    /// (or [`ANY_TAG`](crate::ANY_TAG)). The length is checked at each
+    /// start.
     pub fn send_init(
         &'s self,
         buf: &'env mut [u8],
@@ -130,8 +137,13 @@ impl<'s, 'env> Scope<'s, 'env> {
 
     /// A persistent receive into `buf` from `src` (or
     /// [`ANY_SOURCE`](crate::ANY_SOURCE)) with `tag` (or
-    /// [`ANY_TAG`](crate::ANY_TAG)), not started yet. Fails with
-    /// [`Error::InvalidRank`] or [`Error::InvalidTag`] at once.
+    /// [`ANY_TAG`](crate::ANY_TAG)), not started yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRank`] for `src` neither below `size()` nor
+    /// [`ANY_SOURCE`](crate::ANY_SOURCE), [`Error::InvalidTag`] for a tag
+    /// above [`TAG_UB`](crate::TAG_UB) other than
+    /// [`ANY_TAG`](crate::ANY_TAG).
     pub fn recv_init(
         &'s self,
         buf: &'env mut [u8],
@@ -156,8 +168,13 @@ impl<'s, 'env> Scope<'s, 'env> {
 impl PersistentSend<'_, '_> {
     /// Starts the send (MPI's `MPI_Start`). An eager message that the
     /// receiver has credit for goes out at once; anything else is posted
-    /// and progresses in later calls. Fails with
-    /// [`Error::InvalidArgument`] if it is started already.
+    /// and progresses in later calls.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is started already; when posting,
+    /// [`Error::MessageTooLarge`], [`Error::TooManyRequests`], or the error
+    /// of the link to the destination if it has failed already (see
+    /// [`Comm`]). The send's later errors come from [`wait`](Self::wait).
     pub fn start(&mut self) -> Result<()> {
         if self.state != State::Idle {
             return Err(misuse("persistent send started twice; wait for it first"));
@@ -173,7 +190,12 @@ impl PersistentSend<'_, '_> {
     }
 
     /// Waits for the started send to finish; the request is then idle and
-    /// may be started again. [`Error::InvalidArgument`] if not started.
+    /// may be started again.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is not started; otherwise the
+    /// send's errors, as [`Request::wait`](crate::Request::wait) reports
+    /// them.
     pub fn wait(&mut self) -> Result<()> {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Idle => Err(misuse("wait on a persistent send that was not started")),
@@ -184,7 +206,11 @@ impl PersistentSend<'_, '_> {
 
     /// `true` (and the request is idle again) if the started send has
     /// finished, `false` if it is still pending; drives progress once.
-    /// [`Error::InvalidArgument`] if not started.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is not started; the send's error
+    /// once it finished with one (the request is then idle). No timeout
+    /// applies here.
     pub fn test(&mut self) -> Result<bool> {
         match self.state {
             State::Idle => Err(misuse("test on a persistent send that was not started")),
@@ -204,7 +230,10 @@ impl PersistentSend<'_, '_> {
 
     /// Starts the send and waits for it: [`Comm::send`]'s blocking
     /// semantics, with the arguments checked once at binding.
-    /// [`Error::InvalidArgument`] if it is started already.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is started already; otherwise those
+    /// of [`Comm::send`] after its rank and tag checks.
     #[inline]
     pub fn send(&mut self) -> Result<()> {
         if self.state != State::Idle {
@@ -231,8 +260,12 @@ impl PersistentSend<'_, '_> {
 
 impl PersistentRecv<'_, '_> {
     /// Starts the receive (MPI's `MPI_Start`): it is posted now and takes
-    /// the first matching message in MPI's order. Fails with
-    /// [`Error::InvalidArgument`] if it is started already.
+    /// the first matching message in MPI's order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is started already;
+    /// [`Error::TooManyRequests`] if the operation table is full. The
+    /// receive's own errors come from [`wait`](Self::wait).
     pub fn start(&mut self) -> Result<()> {
         if self.state != State::Idle {
             return Err(misuse(
@@ -249,7 +282,12 @@ impl PersistentRecv<'_, '_> {
     /// Waits for the started receive; the request is then idle and its
     /// message readable through [`data`](Self::data). A message longer than
     /// the buffer fills it and fails with [`Error::Truncated`], as
-    /// [`Comm::recv`] does. [`Error::InvalidArgument`] if not started.
+    /// [`Comm::recv`] does.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is not started; otherwise the
+    /// receive's errors, as [`Request::wait`](crate::Request::wait) reports
+    /// them ([`Error::Truncated`] included).
     pub fn wait(&mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Posted(id) => self.finished(self.comm.wait_one(id, OpKind::Recv)),
@@ -259,7 +297,12 @@ impl PersistentRecv<'_, '_> {
 
     /// `Some(status)` (and the request is idle again) if the started
     /// receive has finished, `None` if it is still pending; drives progress
-    /// once. [`Error::InvalidArgument`] if not started.
+    /// once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is not started; the receive's error
+    /// once it finished with one (the request is then idle). No timeout
+    /// applies here.
     pub fn test(&mut self) -> Result<Option<Status>> {
         let State::Posted(id) = self.state else {
             return Err(misuse("test on a persistent receive that was not started"));
@@ -276,8 +319,11 @@ impl PersistentRecv<'_, '_> {
     /// Starts the receive and waits for it: [`Comm::recv`]'s blocking
     /// semantics (and its shortcut: with no receive posted ahead, the link
     /// is polled without recording an operation), with the arguments
-    /// checked once at binding. [`Error::InvalidArgument`] if it is
-    /// started already.
+    /// checked once at binding.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it is started already; otherwise those
+    /// of [`Comm::recv`] after its rank and tag checks.
     #[inline]
     pub fn recv(&mut self) -> Result<Status> {
         if self.state != State::Idle {

@@ -24,11 +24,17 @@ impl Comm {
     /// });
     /// assert_eq!(out[1].as_ref().unwrap(), &[1.5, 2.5, 3.5]);
     /// ```
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
     pub fn send_typed<T: Pod>(&self, buf: &[T], dst: usize, tag: Tag) -> Result<()> {
         self.send(bytemuck::cast_slice(buf), dst, tag)
     }
 
     /// [`ssend`](Self::ssend) of a typed slice.
+    ///
+    /// # Errors
+    /// As [`ssend`](Self::ssend).
     pub fn ssend_typed<T: Pod>(&self, buf: &[T], dst: usize, tag: Tag) -> Result<()> {
         self.ssend(bytemuck::cast_slice(buf), dst, tag)
     }
@@ -36,6 +42,9 @@ impl Comm {
     /// [`recv`](Self::recv) into a typed slice; the status's `len` is in
     /// bytes. A message whose length is not a whole number of elements
     /// leaves the last element partly written.
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv).
     pub fn recv_typed<T: Pod>(&self, buf: &mut [T], src: usize, tag: Tag) -> Result<Status> {
         self.recv(bytemuck::cast_slice_mut(buf), src, tag)
     }
@@ -43,6 +52,9 @@ impl Comm {
 
 impl<'s, 'env> Scope<'s, 'env> {
     /// [`isend`](Self::isend) of a typed slice.
+    ///
+    /// # Errors
+    /// As [`isend`](Self::isend).
     pub fn isend_typed<T: Pod>(
         &'s self,
         buf: &'env [T],
@@ -53,6 +65,9 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 
     /// [`irecv`](Self::irecv) into a typed slice (the status counts bytes).
+    ///
+    /// # Errors
+    /// As [`irecv`](Self::irecv).
     pub fn irecv_typed<T: Pod>(
         &'s self,
         buf: &'env mut [T],

@@ -220,6 +220,10 @@ pub struct Children {
 impl Children {
     /// Waits for every rank; the first failure is an error. Once one rank
     /// fails the others get `grace` to notice and exit, then are killed.
+    ///
+    /// # Errors
+    /// [`Error::RankFailed`] with the first rank seen exiting with a non-zero
+    /// code (128 + the signal number if it was killed).
     pub fn wait(mut self) -> Result<()> {
         let o = supervise(&mut self.ranks, self.grace);
         for h in self.fwd.drain(..) {
@@ -361,6 +365,7 @@ impl Launcher {
     /// command, instead of on this machine. The ranks then meet at
     /// [`root`](Self::root) and authenticate with a secret this launcher
     /// made up for the job.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn hosts<I: IntoIterator<Item = S>, S: Into<String>>(mut self, hosts: I) -> Self {
         self.hosts = hosts.into_iter().map(Into::into).collect();
         self
@@ -371,6 +376,7 @@ impl Launcher {
     /// the host, `{env}` the rank's `KEY=VALUE` settings (without `{env}`
     /// they travel in the command's environment, as `ip netns exec` or
     /// `sudo -E` pass it on), and the program and its arguments follow.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn exec(mut self, template: impl Into<String>) -> Self {
         self.exec = template.into();
         self
@@ -378,36 +384,42 @@ impl Launcher {
 
     /// Where rank 0 listens for the others at start (`host:port`; default:
     /// the first host at a port derived from the job id).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn root(mut self, addr: impl Into<String>) -> Self {
         self.root = Some(addr.into());
         self
     }
 
     /// Appends an argument.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn arg(mut self, a: impl Into<OsString>) -> Self {
         self.args.push(a.into());
         self
     }
 
     /// Appends arguments.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, a: I) -> Self {
         self.args.extend(a.into_iter().map(Into::into));
         self
     }
 
     /// Sets an environment variable for every rank.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn env(mut self, k: impl Into<OsString>, v: impl Into<OsString>) -> Self {
         self.envs.push((k.into(), v.into()));
         self
     }
 
     /// Channel layout (default: [`Layout::from_env`]).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn layout(mut self, l: Layout) -> Self {
         self.layout = Some(l);
         self
     }
 
     /// Prefix each output line with `[rank] ` (default on).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn prefix_output(mut self, on: bool) -> Self {
         self.prefix = on;
         self
@@ -415,6 +427,7 @@ impl Launcher {
 
     /// How long the other ranks get to exit after one fails (default 3 s,
     /// `TANDEM_KILL_GRACE`).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn kill_grace(mut self, d: Duration) -> Self {
         self.grace = d;
         self
@@ -426,6 +439,18 @@ impl Launcher {
     }
 
     /// Starts the ranks and waits for all of them.
+    ///
+    /// # Errors
+    /// Only a job that could not start is an error (ranks that fail are in the
+    /// [`Outcome`]):
+    /// * [`Error::Config`] for `n` of 0 or a `TANDEM_*` layout variable
+    ///   [`Layout::from_env`] refuses; on this host, for more than
+    ///   [`MAX_RANKS`](crate::transport::shm::map::MAX_RANKS) ranks or a
+    ///   layout [`Layout::validate`] refuses; with [`hosts`](Self::hosts),
+    ///   for an empty [`exec`](Self::exec) command;
+    /// * [`Error::Io`] if the job file cannot be created or its memory
+    ///   reserved (`/dev/shm` full), or a rank cannot be started (the ranks
+    ///   started before it are killed).
     pub fn run(self) -> Result<Outcome> {
         if self.n == 0 {
             return Err(Error::Config("a job needs at least one rank".into()));

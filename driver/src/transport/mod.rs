@@ -198,6 +198,12 @@ pub trait Transport {
     /// Registers `buf` for as long as the user holds it registered
     /// ([`crate::Comm::register`]): rendezvous operations on any part of it
     /// then reuse this registration instead of making their own.
+    ///
+    /// # Errors
+    /// The default, for shared memory and TCP, never fails. The RDMA link
+    /// returns [`Error::ChannelBroken`] with the fabric's reason when the
+    /// queue pair refuses the registration (the link itself stays usable);
+    /// nothing stays registered then.
     fn pin(&mut self, _buf: &mut [u8]) -> Result<(), Error> {
         Ok(())
     }

@@ -115,6 +115,10 @@ pub struct RdmaOptions {
 impl RdmaOptions {
     /// The options for messages of at most `eager_limit` bytes of body,
     /// from the environment (`TANDEM_RNR_RETRY`, `TANDEM_RDMA_RNDV`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a `TANDEM_RNR_RETRY` that is not a number in
+    /// 0..=7, or a `TANDEM_RDMA_RNDV` other than `write` or `read`.
     pub fn from_env(eager_limit: usize) -> Result<Self, Error> {
         let rnr: u8 = crate::config::env_num("TANDEM_RNR_RETRY")?.unwrap_or(0);
         if rnr > 7 {
@@ -365,6 +369,13 @@ impl<Q: QueuePair> RdmaLink<Q> {
     /// Connects `qp` (in RESET) to rank `peer`'s queue pair, exchanging
     /// addresses over `oob` (the bootstrap's authenticated connection),
     /// for messages of at most `eager_limit` bytes of body.
+    ///
+    /// # Errors
+    /// * [`Error::ChannelBroken`] if the queue pair refuses a registration, a
+    ///   state change or a receive, with the fabric's reason;
+    /// * [`Error::Bootstrap`] if the exchange over `oob` fails (an I/O error,
+    ///   or the peer sent no valid hello), or the peer's inbox ring differs
+    ///   from this rank's (another `TANDEM_EAGER_LIMIT`).
     pub fn connect(
         mut qp: Q,
         oob: &mut (impl Read + Write),

@@ -76,6 +76,10 @@ impl TcpLink {
     /// Wraps an authenticated connection to rank `peer`; messages carry at
     /// most `eager_limit` bytes of body. Makes it non-blocking with
     /// `TCP_NODELAY`.
+    ///
+    /// # Errors
+    /// The `std::io::Error` of setting `TCP_NODELAY` or non-blocking mode on
+    /// `sock`.
     pub fn new(sock: TcpStream, peer: usize, eager_limit: usize) -> std::io::Result<Self> {
         sock.set_nodelay(true)?;
         sock.set_nonblocking(true)?;

@@ -93,6 +93,9 @@ fn chan_len(l: &Layout) -> usize {
 
 /// Total bytes of the job file for `nranks` ranks, or an error if that is
 /// absurdly large (more than 1 TiB).
+///
+/// # Errors
+/// [`Error::Config`] above 1 TiB (or if the size overflows `usize`).
 pub fn job_len(nranks: usize, l: &Layout) -> Result<usize> {
     nranks
         .checked_mul(nranks)
@@ -139,6 +142,13 @@ fn check_ranks(nranks: usize) -> Result<()> {
 impl JobMap {
     /// Creates the job file for `nranks` ranks and returns it open, with its
     /// path (the caller unlinks it once every rank holds the descriptor).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for `nranks` outside 1..=[`MAX_RANKS`], a layout
+    /// [`Layout::validate`] refuses, or a file over 1 TiB; [`Error::Io`] if the
+    /// file cannot be created (it exists already, no permission), its memory
+    /// cannot be reserved (`/dev/shm` too small) or it cannot be mapped. A file
+    /// that was created is removed again.
     pub fn create_file(job: u64, nranks: usize, layout: &Layout) -> Result<(File, PathBuf)> {
         use std::os::unix::fs::OpenOptionsExt;
         check_ranks(nranks)?;
@@ -184,6 +194,13 @@ impl JobMap {
     }
 
     /// Maps a job file and checks it belongs to `job` with `nranks` ranks.
+    ///
+    /// # Errors
+    /// [`Error::JobMismatch`] if it is not a job file of this version (shorter
+    /// than a page, another magic or version), belongs to another job or
+    /// number of ranks, or its length disagrees with its header; [`Error::Config`]
+    /// if the layout in its header is invalid or `nranks` is out of range;
+    /// [`Error::Io`] if it cannot be inspected or mapped.
     pub fn open(file: &File, job: u64, nranks: usize) -> Result<Self> {
         let flen = file.metadata()?.len() as usize;
         if flen < PAGE {
@@ -239,6 +256,10 @@ impl JobMap {
     }
 
     /// Anonymous shared memory for a world of threads in one process.
+    ///
+    /// # Errors
+    /// [`Error::Config`] as for [`create_file`](Self::create_file);
+    /// [`Error::Io`] if the memory cannot be mapped.
     pub fn anon(nranks: usize, layout: &Layout) -> Result<Self> {
         check_ranks(nranks)?;
         layout.validate()?;
