@@ -2,23 +2,30 @@
 //!
 //! Transports, progress and the [`Comm`] API of tandem, over the
 //! `no_std` protocol core in `tandem-core`. The crate is layered; each
-//! module belongs to one layer and depends only on those below it:
+//! module belongs to one layer and imports only the layers below it
+//! (`tests/architecture.rs` checks the order below against the `crate::`
+//! paths of every module; a name re-exported at the crate root counts as
+//! pointing up):
 //!
 //! ```text
-//! comm        Comm / Scope / Group / Request / CollRequest: no
-//!             transport names
+//! comm        Comm / Scope / Group / Request / CollRequest: the API, with
+//!             no transport names
+//! bootstrap   turns an environment into a running job: launcher
+//!             detection, meeting (PMI-1, root, local socket), secret,
+//!             parameter agreement, routing and the links to every peer
+//! launch      tandem-run: local ranks, and remote hosts via an exec command
 //! coll        collectives: fixed schedules (ring, chain, recursive
 //!             doubling, trees) run over progress's point-to-point
 //!             operations in a context of their own; element types and
 //!             reduction kernels
 //! progress    drives core::proto for every transport: user buffers,
 //!             post / take / withdraw, dispatch of the engine's actions
-//! transport   per peer: shm (line + slot rings, CMA, pidfd) | tcp |
-//!             rdma (over the tandem-fabric crate: soft NIC, verbs)
-//! bootstrap   launcher detection, meeting, secret, parameter agreement,
-//!             routing (shm on one host, tcp between hosts)
-//! launch      tandem-run: local ranks, and remote hosts via an exec command
+//! transport   per peer: shm (line ring, eager cells, slot ring, CMA,
+//!             pidfd; the job file) | tcp | rdma (over the tandem-fabric
+//!             crate: the soft NIC, verbs)
 //! sys         the operating-system calls that need unsafe
+//! config      settings
+//! error       the error type
 //! ```
 //!
 //! ```

@@ -329,13 +329,17 @@ half_kernels!(bf16, Bf16);
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `op` does
+/// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) if `op` does
 /// not apply to `T` (a bitwise operator on a float type) or the lengths
 /// differ; `dst` is then unchanged.
-pub fn reduce_local<T: Element>(dst: &mut [T], src: &[T], op: ReduceOp) -> crate::Result<()> {
+pub fn reduce_local<T: Element>(
+    dst: &mut [T],
+    src: &[T],
+    op: ReduceOp,
+) -> crate::error::Result<()> {
     let k = T::kernel(op).ok_or_else(|| not_applicable(T::DTYPE, op))?;
     if dst.len() != src.len() {
-        return Err(crate::Error::InvalidArgument(format!(
+        return Err(crate::error::Error::InvalidArgument(format!(
             "reduce_local: {} destination elements but {} source elements",
             dst.len(),
             src.len()
@@ -349,8 +353,8 @@ pub fn reduce_local<T: Element>(dst: &mut [T], src: &[T], op: ReduceOp) -> crate
 }
 
 /// The error for an operator that does not apply to a type.
-pub(crate) fn not_applicable(d: Dtype, op: ReduceOp) -> crate::Error {
-    crate::Error::InvalidArgument(format!(
+pub(crate) fn not_applicable(d: Dtype, op: ReduceOp) -> crate::error::Error {
+    crate::error::Error::InvalidArgument(format!(
         "reduction {op} does not apply to {d} (bitwise operators are for integer types)"
     ))
 }
@@ -394,7 +398,7 @@ mod tests {
         let mut x = [1.0f32];
         assert!(matches!(
             reduce_local(&mut x, &[1.0], ReduceOp::BitXor),
-            Err(crate::Error::InvalidArgument(_))
+            Err(crate::error::Error::InvalidArgument(_))
         ));
         let mut y = [1u8, 2];
         assert!(reduce_local(&mut y, &[1], ReduceOp::Sum).is_err());

@@ -1,0 +1,180 @@
+//! The architecture, checked against the code: the driver's modules import
+//! only the layers below them (the order `lib.rs`'s diagram declares), and
+//! `docs/UNSAFE.md`'s inventory of `unsafe` matches the sources.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The code of a file without its comments and without its unit-test
+/// module (tests may reach across layers).
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(l) = lines.next() {
+        let t = l.trim_start();
+        if t == "#[cfg(test)]"
+            && lines
+                .peek()
+                .is_some_and(|n| n.trim_start().starts_with("mod tests"))
+        {
+            break;
+        }
+        if t.starts_with("//") {
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+/// The layers `driver/src/lib.rs` declares, top first: the first word of
+/// each line of its `text` diagram that names a module.
+fn declared_layers() -> Vec<String> {
+    let lib = std::fs::read_to_string(root().join("driver/src/lib.rs")).expect("lib.rs");
+    let mut in_diagram = false;
+    let mut layers = Vec::new();
+    for l in lib.lines() {
+        let Some(doc) = l.strip_prefix("//!") else {
+            continue;
+        };
+        let doc = doc.strip_prefix(' ').unwrap_or(doc);
+        if doc.starts_with("```text") {
+            in_diagram = true;
+            continue;
+        }
+        if in_diagram && doc.starts_with("```") {
+            break;
+        }
+        if in_diagram && !doc.starts_with(' ') && !doc.is_empty() {
+            let name = doc.split_whitespace().next().expect("a word");
+            layers.push(name.to_string());
+        }
+    }
+    layers
+}
+
+#[test]
+fn every_driver_module_imports_only_the_layers_below_it() {
+    let layers = declared_layers();
+    assert!(layers.len() >= 8, "the diagram in lib.rs lists {layers:?}");
+    let src = root().join("driver/src");
+    // Every module the crate root declares is in the diagram.
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+    for l in lib.lines() {
+        let l = l
+            .trim_start_matches("pub ")
+            .trim_start_matches("pub(crate) ");
+        if let Some(m) = l.strip_prefix("mod ").and_then(|m| m.strip_suffix(';')) {
+            assert!(
+                layers.iter().any(|x| x == m),
+                "module {m} is not in lib.rs's diagram {layers:?}"
+            );
+        }
+    }
+    let mut wrong = Vec::new();
+    for (i, layer) in layers.iter().enumerate() {
+        let mut files = Vec::new();
+        let dir = src.join(layer);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        }
+        let file = src.join(format!("{layer}.rs"));
+        if file.is_file() {
+            files.push(file);
+        }
+        assert!(!files.is_empty(), "layer {layer} has no sources");
+        for f in files {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name == "tests.rs" || name.ends_with("_tests.rs") {
+                continue;
+            }
+            let c = code(&f);
+            for (at, _) in c.match_indices("crate::") {
+                let rest = &c[at + "crate::".len()..];
+                let word: String = rest
+                    .chars()
+                    .take_while(|ch| ch.is_alphanumeric() || *ch == '_')
+                    .collect();
+                let below = layers[i + 1..].contains(&word);
+                if word != *layer && !below {
+                    wrong.push(format!(
+                        "{}: crate::{word}",
+                        f.strip_prefix(&src).unwrap_or(&f).display()
+                    ));
+                }
+            }
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "imports that do not point down the layers {layers:?} (a name re-exported at the crate root counts as pointing up):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_unsafe_inventory_matches_the_code() {
+    let doc = std::fs::read_to_string(root().join("docs/UNSAFE.md")).expect("docs/UNSAFE.md");
+    let mut listed = BTreeMap::new();
+    for l in doc.lines() {
+        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+        if cells.len() >= 4 && cells[1].starts_with('`') {
+            let file = cells[1].trim_matches('`').to_string();
+            let n: usize = cells[2].parse().unwrap_or_else(|_| panic!("count in {l}"));
+            assert!(!cells[3].is_empty(), "{file}: say what it views");
+            listed.insert(file, n);
+        }
+    }
+    let mut found = BTreeMap::new();
+    for krate in ["core/src", "fabric/src", "driver/src"] {
+        let mut files = Vec::new();
+        rust_files(&root().join(krate), &mut files);
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("source");
+            let n: usize = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .map(|l| {
+                    l.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .filter(|w| *w == "unsafe")
+                        .count()
+                })
+                .sum();
+            if n > 0 {
+                let rel = f
+                    .strip_prefix(root())
+                    .unwrap_or(&f)
+                    .to_string_lossy()
+                    .replace("/../", "/");
+                found.insert(rel.trim_start_matches("./").to_string(), n);
+            }
+        }
+    }
+    assert_eq!(
+        listed, found,
+        "docs/UNSAFE.md (left) against the code (right)"
+    );
+}
