@@ -319,16 +319,7 @@ impl Config {
     pub fn from_env() -> Result<Self> {
         let d = Self::default();
         let mut c = Self {
-            timeout: match std::env::var("TANDEM_TIMEOUT") {
-                Ok(v) => Duration::from_secs_f64(
-                    v.parse::<f64>().ok().filter(|s| *s > 0.0).ok_or_else(|| {
-                        Error::Config(format!(
-                            "TANDEM_TIMEOUT must be positive seconds, got {v:?}"
-                        ))
-                    })?,
-                ),
-                Err(_) => d.timeout,
-            },
+            timeout: env_secs("TANDEM_TIMEOUT", false)?.unwrap_or(d.timeout),
             wait: d.wait,
             max_requests: env_num("TANDEM_MAX_REQUESTS")?.unwrap_or(d.max_requests),
             cma: env_num::<u8>("TANDEM_CMA")?.map_or(d.cma, |v| v != 0),
@@ -408,6 +399,40 @@ pub(crate) fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
     }
 }
 
+/// A number of seconds from the environment (`None` if unset); see
+/// [`secs`].
+///
+/// # Errors
+/// As [`secs`].
+pub(crate) fn env_secs(name: &str, zero_ok: bool) -> Result<Option<Duration>> {
+    match std::env::var(name) {
+        Ok(v) => secs(name, &v, zero_ok).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// `value` of variable `name` as a duration: finite seconds, positive (or
+/// zero where `zero_ok`), within what a `Duration` holds.
+///
+/// # Errors
+/// [`Error::Config`] naming the variable for anything else (`inf`, `NaN`,
+/// `1e20`, a negative number, not a number).
+pub(crate) fn secs(name: &str, value: &str, zero_ok: bool) -> Result<Duration> {
+    let s = value.trim().parse::<f64>().ok();
+    let ok = |s: f64| s > 0.0 || (zero_ok && s == 0.0);
+    match s.filter(|s| ok(*s)).map(Duration::try_from_secs_f64) {
+        Some(Ok(d)) => Ok(d),
+        _ => Err(Error::Config(format!(
+            "{name} must be {} seconds (at most about 1.8e19), got {value:?}",
+            if zero_ok {
+                "zero or positive"
+            } else {
+                "positive"
+            }
+        ))),
+    }
+}
+
 /// Debug output level from `TANDEM_DEBUG` (WARN, INFO, TRACE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DebugLevel {
@@ -432,5 +457,27 @@ pub fn debug_level() -> DebugLevel {
         "INFO" => DebugLevel::Info,
         "TRACE" => DebugLevel::Trace,
         _ => DebugLevel::Off,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seconds from the environment: numbers a `Duration` holds are taken;
+    /// infinity, NaN, overflow, negatives and words are a `Config` error
+    /// naming the variable, never a panic.
+    #[test]
+    fn seconds_out_of_range_are_config_errors_not_panics() {
+        assert_eq!(secs("T", "2.5", false), Ok(Duration::from_millis(2500)));
+        assert_eq!(secs("T", " 0 ", true), Ok(Duration::ZERO));
+        for bad in ["0", "-1", "inf", "-inf", "NaN", "1e20", "1e400", "ten", ""] {
+            match secs("TANDEM_X", bad, false) {
+                Err(Error::Config(m)) => assert!(m.contains("TANDEM_X"), "{m}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert!(secs("T", "-0.5", true).is_err());
+        assert!(secs("T", "inf", true).is_err());
     }
 }

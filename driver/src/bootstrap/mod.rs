@@ -176,13 +176,7 @@ pub(crate) enum Net {
 
 /// Seconds the whole bootstrap may take (`TANDEM_BOOT_TIMEOUT`, default 60).
 fn boot_timeout() -> Result<Duration> {
-    let s: f64 = crate::config::env_num("TANDEM_BOOT_TIMEOUT")?.unwrap_or(60.0);
-    if !(s > 0.0 && s.is_finite()) {
-        return Err(Error::Config(format!(
-            "TANDEM_BOOT_TIMEOUT must be positive seconds, got {s}"
-        )));
-    }
-    Ok(Duration::from_secs_f64(s))
+    Ok(crate::config::env_secs("TANDEM_BOOT_TIMEOUT", false)?.unwrap_or(Duration::from_secs(60)))
 }
 
 /// An identity shared by exactly the processes that can share memory and

@@ -274,13 +274,9 @@ fn supervise(ranks: &mut [Rank], grace: Duration) -> Outcome {
     }
 }
 
-fn kill_grace() -> Duration {
-    crate::config::env_num::<f64>("TANDEM_KILL_GRACE")
-        .ok()
-        .flatten()
-        .filter(|s| *s >= 0.0)
-        .map(Duration::from_secs_f64)
-        .unwrap_or(Duration::from_secs(3))
+/// `TANDEM_KILL_GRACE` (default 3 s).
+fn kill_grace() -> Result<Duration> {
+    Ok(crate::config::env_secs("TANDEM_KILL_GRACE", true)?.unwrap_or(Duration::from_secs(3)))
 }
 
 /// Rank 0's side of [`crate::Comm::local`]: creates the job, starts ranks
@@ -312,7 +308,7 @@ pub(crate) fn spawn_world(
         Children {
             ranks,
             fwd,
-            grace: kill_grace(),
+            grace: kill_grace()?,
         },
     ))
 }
@@ -351,7 +347,8 @@ impl Launcher {
             envs: Vec::new(),
             layout: None,
             prefix: true,
-            grace: kill_grace(),
+            // An invalid value is refused by `run`.
+            grace: kill_grace().unwrap_or(Duration::from_secs(3)),
             job: new_job_id(),
             hosts: Vec::new(),
             exec: "ssh {host} env {env}".into(),
@@ -443,7 +440,8 @@ impl Launcher {
     /// # Errors
     /// Only a job that could not start is an error (ranks that fail are in the
     /// [`Outcome`]):
-    /// * [`Error::Config`] for `n` of 0 or a `TANDEM_*` layout variable
+    /// * [`Error::Config`] for `n` of 0, a `TANDEM_KILL_GRACE` that is not
+    ///   zero or positive seconds, or a `TANDEM_*` layout variable
     ///   [`Layout::from_env`] refuses; on this host, for more than
     ///   [`MAX_RANKS`](crate::transport::shm::map::MAX_RANKS) ranks or a
     ///   layout [`Layout::validate`] refuses; with [`hosts`](Self::hosts),
@@ -455,6 +453,7 @@ impl Launcher {
         if self.n == 0 {
             return Err(Error::Config("a job needs at least one rank".into()));
         }
+        kill_grace()?;
         let layout = match self.layout {
             Some(l) => l,
             None => Layout::from_env()?,
