@@ -143,3 +143,59 @@ fn a_failing_group_leaves_its_unmatched_messages_receivable() {
         assert!(o.is_ok(), "rank {r}: {o:?}");
     }
 }
+
+/// A `sendrecv` that can post only one of its halves (here: room for two
+/// operations, and a receive already pending) fails without
+/// consuming the message its receive half would have matched: a later
+/// `recv` still gets it. (The receive used to be posted first and took the
+/// message before the send half failed.)
+#[test]
+fn a_sendrecv_whose_send_is_refused_consumes_no_message() {
+    for links in [Links::Shm, Links::Tcp] {
+        let out = Comm::threads_on(
+            2,
+            links,
+            &Layout::default(),
+            cfg().max_requests(2),
+            |comm| {
+                if comm.rank() == 1 {
+                    comm.send(b"keep me", 0, 5)?;
+                    // Stay until rank 0 is done (a TCP link closing would
+                    // fail its pending receive).
+                    comm.recv(&mut [0u8; 4], 0, 7)?;
+                    return Ok(());
+                }
+                // The message is here before the call.
+                comm.probe(1, 5)?;
+                let mut other = [0u8; 4];
+                let mut got = [0u8; 7];
+                let mut refused = None;
+                let scope = comm.scope(|s| {
+                    // One of the two requests goes to a receive nobody answers.
+                    let mut pending = s.irecv(&mut other, 1, 99)?;
+                    refused = Some(s.comm().sendrecv(b"x", 1, 6, &mut got, 1, 5));
+                    assert!(pending.cancel()?, "the pending receive is cancelled");
+                    Ok(())
+                });
+                assert!(
+                    matches!(
+                        scope,
+                        Ok(Ok(())) | Ok(Err(Error::Cancelled)) | Err(Error::Cancelled)
+                    ),
+                    "{links:?}: {scope:?}"
+                );
+                match refused {
+                    Some(Err(Error::TooManyRequests { capacity: 2 })) => {}
+                    other => panic!("{links:?}: {other:?}"),
+                }
+                let st = comm.recv(&mut got, 1, 5)?;
+                assert_eq!((&got, st.len), (b"keep me", 7), "{links:?}");
+                comm.send(b"done", 1, 7)?;
+                Ok(())
+            },
+        );
+        for r in out {
+            r.unwrap_or_else(|e| panic!("{links:?}: {e}"));
+        }
+    }
+}

@@ -644,9 +644,12 @@ impl Comm {
     /// # Errors
     /// The ranks and tags of both halves are checked before either is posted
     /// ([`Error::InvalidRank`], [`Error::InvalidTag`]); then the errors of
-    /// [`send`](Self::send) and [`recv`](Self::recv). If one half fails the
-    /// call still waits for the other; if both fail, the send's error is
-    /// returned.
+    /// [`send`](Self::send) and [`recv`](Self::recv). The send is posted
+    /// first: if posting it fails ([`Error::MessageTooLarge`],
+    /// [`Error::TooManyRequests`], a failed link to `dst`), no receive is
+    /// posted and no message is consumed. Once both are posted, if one half
+    /// fails the call still waits for the other; if both fail, the send's
+    /// error is returned.
     pub fn sendrecv(
         &self,
         sbuf: &[u8],
@@ -656,14 +659,16 @@ impl Comm {
         src: usize,
         rtag: Tag,
     ) -> Result<Status> {
-        // Both halves are checked before either is posted: a call that
-        // fails must not have consumed a message meanwhile.
+        // Both halves are checked before either is posted, and the send is
+        // posted first: what only posting finds (a message too large, no
+        // free request, a failed link to `dst`) then leaves no receive
+        // posted, so a call that fails never consumes a message.
         self.check_send(dst, stag)?;
         Self::check_recv_tag(rtag)?;
         self.source(src)?;
         self.scope(|s| {
-            let r = s.irecv(rbuf, src, rtag)?;
             let w = s.isend(sbuf, dst, stag)?;
+            let r = s.irecv(rbuf, src, rtag)?;
             let st = r.wait();
             w.wait()?;
             st
