@@ -179,19 +179,45 @@ impl Layout {
     /// [`Error::Config`] for a variable that is not a number, or a layout
     /// [`validate`](Self::validate) refuses.
     pub fn from_env() -> Result<Self> {
-        let d = Self::default();
-        let l = Self {
-            lines: env_num("TANDEM_LINES")?.unwrap_or(d.lines),
-            slot_steps: env_num("TANDEM_SLOT_STEPS")?.unwrap_or(d.slot_steps),
-            slot_bytes: env_num("TANDEM_SLOT_BYTES")?.unwrap_or(d.slot_bytes),
-            eager_limit: env_num("TANDEM_EAGER_LIMIT")?.unwrap_or(d.eager_limit),
-            cells: env_num("TANDEM_CELLS")?.unwrap_or(d.cells),
-            cell_min: env_num("TANDEM_CELL_MIN")?.unwrap_or(d.cell_min),
-            credits: env_num("TANDEM_CREDITS")?.unwrap_or(d.credits),
-            envelopes: env_num("TANDEM_ENVELOPES")?.unwrap_or(d.envelopes),
-        };
+        let mut l = Self::default();
+        let names = l.vars().map(|(name, _)| name);
+        for (name, field) in names.into_iter().zip(l.fields_mut()) {
+            if let Some(v) = env_num(name)? {
+                *field = v;
+            }
+        }
         l.validate()?;
         Ok(l)
+    }
+
+    /// Every field with the variable that sets it: what
+    /// [`from_env`](Self::from_env) reads and what a launcher passes on to
+    /// ranks it starts elsewhere (one list, so the two cannot drift).
+    pub(crate) fn vars(&self) -> [(&'static str, u32); 8] {
+        [
+            ("TANDEM_LINES", self.lines),
+            ("TANDEM_SLOT_STEPS", self.slot_steps),
+            ("TANDEM_SLOT_BYTES", self.slot_bytes),
+            ("TANDEM_EAGER_LIMIT", self.eager_limit),
+            ("TANDEM_CELLS", self.cells),
+            ("TANDEM_CELL_MIN", self.cell_min),
+            ("TANDEM_CREDITS", self.credits),
+            ("TANDEM_ENVELOPES", self.envelopes),
+        ]
+    }
+
+    /// The fields in [`vars`](Self::vars)'s order.
+    fn fields_mut(&mut self) -> [&mut u32; 8] {
+        [
+            &mut self.lines,
+            &mut self.slot_steps,
+            &mut self.slot_bytes,
+            &mut self.eager_limit,
+            &mut self.cells,
+            &mut self.cell_min,
+            &mut self.credits,
+            &mut self.envelopes,
+        ]
     }
 
     /// Checks the invariants the rings need.
@@ -463,6 +489,32 @@ pub fn debug_level() -> DebugLevel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `vars` and `fields_mut` name the same fields in the same order, and
+    /// every field of a layout: changing one field through `fields_mut`
+    /// changes exactly that variable's value in `vars`.
+    #[test]
+    fn layout_variables_and_fields_line_up() {
+        let base = Layout::default();
+        for i in 0..8 {
+            let mut l = base;
+            *l.fields_mut()[i] += 1;
+            let (a, b) = (base.vars(), l.vars());
+            for j in 0..8 {
+                assert_eq!(a[j].0, b[j].0);
+                assert_eq!(
+                    a[j].1 + u32::from(i == j),
+                    b[j].1,
+                    "field {i}, variable {}",
+                    a[j].0
+                );
+            }
+        }
+        let mut names: Vec<_> = base.vars().map(|(n, _)| n).to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), 8);
+    }
 
     /// Seconds from the environment: numbers a `Duration` holds are taken;
     /// infinity, NaN, overflow, negatives and words are a `Config` error

@@ -681,8 +681,9 @@ impl Comm {
     ///
     /// # Errors
     /// [`Error::InvalidTag`] or [`Error::InvalidRank`] at the call;
-    /// [`Error::PeerLost`] once the link to `src` (not [`ANY_SOURCE`]) has
-    /// failed, whatever the cause, with no such message arrived;
+    /// once the link to `src` (not [`ANY_SOURCE`]) has failed with no such
+    /// message arrived, the link's failure as other operations report it:
+    /// [`Error::PeerLost`], [`Error::Protocol`] or [`Error::ChannelBroken`];
     /// [`Error::Timeout`] or [`Error::Deadlock`] after the timeout.
     pub fn probe(&self, src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
@@ -703,7 +704,9 @@ impl Comm {
                         if let Some(st) = e.probe(s, self.ctx, tag) {
                             return Ok(st);
                         }
-                        return Err(Error::PeerLost { rank: src });
+                        // Why the link failed (PeerLost, Protocol,
+                        // ChannelBroken), as other operations report it.
+                        return Err(e.lost(src));
                     }
                     if let Some(waited) = w.stalled(0) {
                         e.publish_wait(None);

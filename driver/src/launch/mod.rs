@@ -245,17 +245,19 @@ fn supervise(ranks: &mut [Rank], grace: Duration) -> Outcome {
             if r.status.is_some() {
                 continue;
             }
-            match r.child.try_wait() {
-                Ok(Some(st)) => {
-                    let c = exit_code(st);
-                    r.status = Some(c);
-                    if c != 0 && first.is_none() {
-                        first = Some((r.rank, c));
-                        kill_at = Some(Instant::now() + grace);
-                    }
+            // A rank whose status cannot be read counts as failed (255).
+            let c = match r.child.try_wait() {
+                Ok(Some(st)) => exit_code(st),
+                Ok(None) => {
+                    running += 1;
+                    continue;
                 }
-                Ok(None) => running += 1,
-                Err(_) => r.status = Some(255),
+                Err(_) => 255,
+            };
+            r.status = Some(c);
+            if c != 0 && first.is_none() {
+                first = Some((r.rank, c));
+                kill_at = Some(Instant::now() + grace);
             }
         }
         if running == 0 {
@@ -455,7 +457,10 @@ impl Launcher {
         }
         kill_grace()?;
         let layout = match self.layout {
-            Some(l) => l,
+            Some(l) => {
+                l.validate()?;
+                l
+            }
             None => Layout::from_env()?,
         };
         let mut envs = self.envs.clone();
@@ -499,14 +504,7 @@ impl Launcher {
         };
         envs.push(("TANDEM_ROOT".into(), root.into()));
         // The ranks read their layout from the environment: pass ours on.
-        for (k, v) in [
-            ("TANDEM_LINES", layout.lines),
-            ("TANDEM_SLOT_STEPS", layout.slot_steps),
-            ("TANDEM_SLOT_BYTES", layout.slot_bytes),
-            ("TANDEM_EAGER_LIMIT", layout.eager_limit),
-            ("TANDEM_CREDITS", layout.credits),
-            ("TANDEM_ENVELOPES", layout.envelopes),
-        ] {
+        for (k, v) in layout.vars() {
             if !envs.iter().any(|(e, _)| e == k) {
                 envs.push((k.into(), v.to_string().into()));
             }

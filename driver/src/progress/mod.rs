@@ -269,7 +269,7 @@ impl Engine {
     }
 
     /// The error operations with a failed peer report.
-    fn lost(&self, p: usize) -> Error {
+    pub(crate) fn lost(&self, p: usize) -> Error {
         self.peers
             .get(p)
             .and_then(|c| c.broken.clone())
