@@ -178,3 +178,66 @@ fn the_unsafe_inventory_matches_the_code() {
         "docs/UNSAFE.md (left) against the code (right)"
     );
 }
+
+/// The `TANDEM_*` names in `text`.
+fn tandem_vars(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for (at, _) in text.match_indices("TANDEM_") {
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        if name.len() > "TANDEM_".len() && !name.ends_with('_') {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+/// README's configuration tables list every `TANDEM_*` variable that the
+/// library and the tools read, and nothing they do not.
+#[test]
+fn readme_lists_every_environment_variable() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let start = readme
+        .find("### Configuration")
+        .expect("a Configuration section");
+    let end = start + readme[start..].find("\n## ").expect("a section after it");
+    let rows: String = readme[start..end]
+        .lines()
+        .filter(|l| l.starts_with("| `TANDEM_"))
+        .map(|l| l.split('|').nth(1).unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let documented = tandem_vars(&rows);
+    let mut read = std::collections::BTreeSet::new();
+    for dir in ["driver/src", "fabric/src", "benches/src", "verify/src"] {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        for f in files {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name == "tests.rs" || name.ends_with("_tests.rs") || name == "sim.rs" {
+                continue;
+            }
+            // String literals only: a variable read, set or passed on.
+            let c = code(&f);
+            for (at, _) in c.match_indices("\"TANDEM_") {
+                read.extend(
+                    tandem_vars(&c[at + 1..at + 60.min(c.len() - at)])
+                        .into_iter()
+                        .take(1),
+                );
+            }
+        }
+    }
+    let missing: Vec<_> = read.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "read but not in README's tables: {missing:?}"
+    );
+    let stale: Vec<_> = documented.difference(&read).collect();
+    assert!(
+        stale.is_empty(),
+        "in README's tables but read nowhere: {stale:?}"
+    );
+}
