@@ -637,3 +637,38 @@ fn a_collective_refused_on_one_rank_leaves_no_trace() {
         });
     }
 }
+
+/// A rank blocked in a point-to-point call still advances its started
+/// non-blocking collectives (MPI's progress rule): rank 0 starts a 4 MiB
+/// allreduce (rendezvous chunks, so its peer needs rank 0's help to finish)
+/// and then waits in a blocking `recv` for a message rank 1 sends only
+/// once its own allreduce has completed.
+#[test]
+fn a_blocking_receive_drives_started_collectives() {
+    let mut c = cfg();
+    c.timeout = Duration::from_secs(10);
+    for links in [Links::Shm, Links::Tcp] {
+        let out = Comm::threads_on(2, links, &Layout::default(), c.clone(), |comm| {
+            let r = comm.rank();
+            let mine = vec![r as u64 + 1; 1 << 19];
+            let mut sum = vec![0u64; 1 << 19];
+            comm.scope(|s| {
+                let req = s.iallreduce(&mine, &mut sum, ReduceOp::Sum)?;
+                let mut m = [0u8; 2];
+                if r == 0 {
+                    s.comm().recv(&mut m, 1, 5)?;
+                    assert_eq!(&m, b"ok");
+                    req.wait()
+                } else {
+                    req.wait()?;
+                    s.comm().send(b"ok", 0, 5)
+                }
+            })??;
+            assert!(sum.iter().all(|x| *x == 3));
+            Ok(())
+        });
+        for (r, res) in out.into_iter().enumerate() {
+            res.unwrap_or_else(|e| panic!("{links:?} rank {r}: {e}"));
+        }
+    }
+}
