@@ -34,7 +34,7 @@ cd "$(dirname "$0")/.."
 table=(
     "auth|tandem-driver|driver/src/bootstrap/auth.rs|30||--lib bootstrap::auth"
     "persistent|tandem-driver|driver/src/comm/persistent.rs|60||--test persistent"
-    "tcp|tandem-driver|driver/src/transport/tcp.rs|15||--lib transport::tcp"
+    "tcp|tandem-driver|driver/src/transport/tcp.rs|30||--lib transport::tcp transport::contract"
     "soft|tandem-fabric|fabric/src/soft.rs|15||--lib soft"
     "rdma|tandem-driver|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--lib --test soft_rdma_props --test faults --test conformance"
     "shm|tandem-driver|driver/src/transport/shm/*.rs|60|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"

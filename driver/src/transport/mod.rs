@@ -25,6 +25,8 @@
 /// The fabric interface and its two implementations, the soft RC NIC and
 /// the verbs fabric: the `tandem-fabric` crate, under its old path.
 pub use tandem_fabric as fabric;
+#[cfg(test)]
+mod contract;
 pub mod rdma;
 pub mod shm;
 #[cfg(test)]
@@ -152,7 +154,10 @@ pub trait Transport {
     fn flush(&mut self) {}
 
     /// Looks at the next arrival; on [`Peek::Header`], `out` holds the
-    /// header and the first body bytes (fewer if the body is shorter).
+    /// header, and the whole body when it is at most [`DESC_LEN`] bytes (an
+    /// RTS or CTS, a small eager payload). Of a longer body `out` may hold
+    /// the first bytes or not (shared memory's eager cells carry the header
+    /// alone in its line): [`consume`](Self::consume) reads it.
     fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek;
 
     /// Whether the whole `body` of the peeked header has arrived.

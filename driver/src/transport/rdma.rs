@@ -1233,7 +1233,7 @@ impl<Q: QueuePair> Drop for RdmaLink<Q> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::fabric::soft::{SoftOptions, SoftQp, Wire};
     use super::*;
 
