@@ -78,14 +78,16 @@ pub enum Error {
     /// An operation waited past the timeout while the ranks it waits on
     /// wait, in a cycle, on this rank: none can ever complete (for instance
     /// both ranks in a blocking `ssend` to each other, or three ranks each
-    /// in an `ssend` to the next). Every operation of the cycle is named.
+    /// in an `ssend` to the next). Every operation of the cycle is named,
+    /// as a [`Wait`] a program can inspect; the text reads as
+    /// "rank 0: ssend to rank 1 tag 5 waited 2.0s while rank 1: ssend to
+    /// rank 0 tag 5".
     Deadlock {
-        /// This rank's blocked operation, e.g. "rank 0: ssend to rank 1 tag 5".
-        ours: String,
-        /// The others of the cycle, in order, as they published them
-        /// ("rank 1: ssend to rank 2 tag 0, which waits for rank 2: ssend
-        /// to rank 0 tag 0").
-        theirs: String,
+        /// This rank's blocked operation.
+        ours: Wait,
+        /// The others of the cycle, in order: `theirs[0]` is what `ours`
+        /// waits for, and the last waits for `ours`.
+        theirs: Vec<Wait>,
         /// How long this rank waited.
         waited: Duration,
     },
@@ -210,8 +212,9 @@ impl fmt::Display for Error {
             }
             Self::Deadlock { ours, theirs, waited } => write!(
                 f,
-                "deadlock: {ours} waited {:.1}s while {theirs} (each waits for the next; post the operations in a group or reorder them)",
-                waited.as_secs_f64()
+                "deadlock: {ours} waited {:.1}s while {} (each waits for the next; post the operations in a group or reorder them)",
+                waited.as_secs_f64(),
+                Chain(theirs)
             ),
             Self::Cancelled => f.write_str("operation cancelled before it matched"),
             Self::Protocol { peer, detail } => write!(f, "protocol error from rank {peer}: {detail}"),
@@ -324,6 +327,48 @@ impl fmt::Display for IoError {
         } else {
             write!(f, "{}: {}", self.context, self.error)
         }
+    }
+}
+
+/// One rank's blocked operation in a [`Error::Deadlock`] report: `rank`
+/// waits in `op` on `peer` ([`crate::ANY_SOURCE`] for any rank) with `tag`
+/// ([`crate::ANY_TAG`] for any tag). Displays as "rank 1: ssend to rank 2
+/// tag 0".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// The rank that waits.
+    pub rank: usize,
+    /// What it waits in.
+    pub op: OpKind,
+    /// The rank it waits on.
+    pub peer: usize,
+    /// The tag of its operation.
+    pub tag: u32,
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rank {}: {}",
+            self.rank,
+            Operation(self.op, self.peer, self.tag)
+        )
+    }
+}
+
+/// Waits joined as a chain: "a, which waits for b, which waits for c".
+pub(crate) struct Chain<'a>(pub &'a [Wait]);
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, w) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", which waits for ")?;
+            }
+            write!(f, "{w}")?;
+        }
+        Ok(())
     }
 }
 

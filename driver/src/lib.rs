@@ -68,6 +68,6 @@ pub use comm::{
     ANY_SOURCE, ANY_TAG,
 };
 pub use config::{Config, Layout, WaitPolicy};
-pub use error::{Error, IoError, OpKind, Result};
+pub use error::{Error, IoError, OpKind, Result, Wait};
 pub use half::{bf16, f16};
 pub use progress::{Status, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};

@@ -4,7 +4,7 @@
 
 mod common;
 use std::time::{Duration, Instant};
-use tandem_driver::{Comm, Error};
+use tandem_driver::{Comm, Error, OpKind, Wait};
 
 #[test]
 fn crossed_ssends_are_reported_as_a_deadlock_naming_both_operations() {
@@ -22,11 +22,23 @@ fn crossed_ssends_are_reported_as_a_deadlock_naming_both_operations() {
         let Err(Error::Deadlock { ours, theirs, .. }) = &r else {
             panic!("expected a deadlock report, got {r:?}");
         };
-        assert_eq!(ours, &format!("rank {me}: ssend to rank {peer} tag 5"));
-        assert_eq!(theirs, &format!("rank {peer}: ssend to rank {me} tag 5"));
+        let wait = |rank, peer| Wait {
+            rank,
+            op: OpKind::Ssend,
+            peer,
+            tag: 5,
+        };
+        assert_eq!(*ours, wait(me, peer));
+        assert_eq!(*theirs, [wait(peer, me)]);
+        assert_eq!(
+            ours.to_string(),
+            format!("rank {me}: ssend to rank {peer} tag 5")
+        );
         let msg = r.as_ref().unwrap_err().to_string();
         assert!(
-            msg.contains("deadlock") && msg.contains(ours.as_str()),
+            msg.contains("deadlock")
+                && msg.contains(&format!("rank {me}: ssend to rank {peer} tag 5 waited"))
+                && msg.contains(&format!("while rank {peer}: ssend to rank {me} tag 5 (")),
             "{msg}"
         );
         assert!(
@@ -87,13 +99,21 @@ fn a_three_rank_cycle_of_ssends_is_a_deadlock_naming_every_operation() {
         let Err(Error::Deadlock { ours, theirs, .. }) = &r else {
             panic!("rank {me}: expected a deadlock report, got {r:?}");
         };
-        assert_eq!(ours, &format!("rank {me}: ssend to rank {next} tag 4"));
+        let wait = |rank, peer| Wait {
+            rank,
+            op: OpKind::Ssend,
+            peer,
+            tag: 4,
+        };
         let n2 = (next + 1) % 3;
-        assert_eq!(
-            theirs,
-            &format!(
-                "rank {next}: ssend to rank {n2} tag 4, which waits for rank {n2}: ssend to rank {me} tag 4"
-            )
+        assert_eq!(*ours, wait(me, next));
+        assert_eq!(*theirs, [wait(next, n2), wait(n2, me)]);
+        let msg = r.as_ref().unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!(
+                "while rank {next}: ssend to rank {n2} tag 4, which waits for rank {n2}: ssend to rank {me} tag 4 ("
+            )),
+            "{msg}"
         );
         return;
     }

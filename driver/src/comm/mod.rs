@@ -1,7 +1,7 @@
 //! The communicator: blocking and scoped non-blocking point-to-point calls.
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
-use crate::error::{Error, OpKind, Result};
+use crate::error::{Error, OpKind, Result, Wait};
 use crate::launch::Children;
 use crate::progress::{delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
 use crate::transport::shm::map::JobMap;
@@ -1060,19 +1060,29 @@ struct Waiter {
 ///   matches").
 fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Duration) -> Error {
     let rank = e.rank();
-    let ours = describe(op, rank, peer, tag);
-    let mut chain: Vec<String> = Vec::new();
+    let ours = Wait {
+        rank,
+        op,
+        peer,
+        tag,
+    };
+    let mut chain: Vec<Wait> = Vec::new();
     let mut seen = vec![rank];
     let mut cur = peer;
     while cur != ANY_SOURCE && !seen.contains(&cur) {
         let Some((pop, ppeer, ptag)) = e.peer_wait(cur) else {
             break;
         };
-        chain.push(describe(pop, cur, ppeer, ptag));
+        chain.push(Wait {
+            rank: cur,
+            op: pop,
+            peer: ppeer,
+            tag: ptag,
+        });
         if ppeer == rank || ppeer == ANY_SOURCE {
             return Error::Deadlock {
                 ours,
-                theirs: chain.join(", which waits for "),
+                theirs: chain,
                 waited,
             };
         }
@@ -1081,7 +1091,7 @@ fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Dura
     }
     let mut why = Vec::new();
     if !chain.is_empty() {
-        why.push(format!("it waits for {}", chain.join(", which waits for ")));
+        why.push(format!("it waits for {}", crate::error::Chain(&chain)));
     }
     if matches!(op, OpKind::Recv | OpKind::Probe) {
         let src = if peer == ANY_SOURCE {
@@ -1108,10 +1118,6 @@ fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Dura
         waited,
         why: why.join("; "),
     }
-}
-
-fn describe(op: OpKind, rank: usize, peer: usize, tag: Tag) -> String {
-    format!("rank {rank}: {}", crate::error::Operation(op, peer, tag))
 }
 
 impl Waiter {
