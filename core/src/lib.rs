@@ -30,6 +30,7 @@ pub mod line_ring;
 pub mod lock;
 pub mod mutation;
 pub mod proto;
+pub mod rng;
 pub mod slot_ring;
 pub mod sync;
 pub mod wire;

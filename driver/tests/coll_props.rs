@@ -62,13 +62,7 @@ fn cfg() -> Config {
     c
 }
 
-/// splitmix64's finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use tandem_core::rng::mix;
 
 fn hash(parts: &[u64]) -> u64 {
     parts.iter().fold(0x5eed, |h, &p| mix(h ^ p))

@@ -255,13 +255,7 @@ fn run_cases(
     eprintln!("{test}: all configurations ok in {:.2?}", total.elapsed());
 }
 
-/// A 64-bit mixer (splitmix64's finalizer) for deterministic choices.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+use tandem_core::rng::mix;
 
 /// Compares payloads without printing them (they may be MiBs).
 fn check_bytes(what: impl Display, got: &[u8], want: &[u8]) {

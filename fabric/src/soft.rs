@@ -1057,22 +1057,19 @@ fn drop_bytes(sh: &Shared, w: &mut Wire, len: usize, bounce: &mut [u8]) -> bool 
     read_into(sh, w, None, len, bounce).is_ok()
 }
 
-struct Delay(u64);
+/// The seeded delays of `SoftOptions::max_delay_us`, from the workspace's
+/// one generator.
+struct Delay(tandem_core::rng::SplitMix64);
 
 impl Delay {
     fn next(&mut self, max: u32) -> Duration {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        Duration::from_micros(r % (max as u64 + 1))
+        Duration::from_micros(self.0.next_u64() % (max as u64 + 1))
     }
 }
 
 fn rx_loop(sh: &Shared, mut w: Wire) {
     let mut bounce = vec![0u8; BOUNCE];
-    let mut delay = Delay(sh.opts.seed | 1);
+    let mut delay = Delay(tandem_core::rng::SplitMix64(sh.opts.seed));
     loop {
         let mut hb = [0u8; PKT];
         if w.read_exact(&mut hb).is_err() {
@@ -1617,7 +1614,7 @@ mod tests {
             q.modify(Modify::Rtr(peer, attrs(0))).unwrap();
             q.modify(Modify::Rts(attrs(0))).unwrap();
         }
-        let mut d = Delay(opts.seed | 1);
+        let mut d = Delay(tandem_core::rng::SplitMix64(opts.seed));
         let least: Duration = (0..20).map(|_| d.next(opts.max_delay_us)).sum();
         assert!(least > Duration::from_millis(20), "{least:?}");
         for i in 0..20 {

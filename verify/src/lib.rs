@@ -73,31 +73,11 @@ pub use harness::*;
 #[cfg(not(loom))]
 pub mod fuzz;
 
-/// splitmix64: a tiny deterministic generator, so that a generated
-/// program or fuzz input is named by its seed and can be rerun.
-#[derive(Debug, Clone)]
-pub struct SplitMix(pub u64);
+/// The workspace's one seeded generator (splitmix64), under the name the
+/// model check and the fuzzer use: a generated program or fuzz input is
+/// named by its seed and can be rerun.
+pub use tandem_core::rng::SplitMix64 as SplitMix;
 
-impl SplitMix {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (0 for `n` of 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-
-    /// `true` with `percent` % probability.
-    pub fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
 #[cfg(not(loom))]
 pub mod model;
 

@@ -189,8 +189,8 @@ fn gen_cap(rng: &mut Rng, len: usize, eager: usize, wild_src: bool) -> usize {
 
 /// The job's setup and every rank's program.
 fn generate(seed: u64, fault: Fault) -> (Setup, Vec<Vec<RoundPlan>>) {
-    let mut rng = Rng::new(seed);
-    let n = if rng.chance(500) { 3 } else { 2 };
+    let mut rng = crate::transport::sim::rng(seed);
+    let n = if rng.chance_per_mille(500) { 3 } else { 2 };
     let eager = [8, 16, 32, 64][rng.below(4)];
     let credits = rng.range(1, 3) as u32;
     let envelopes = credits + rng.range(1, 4) as u32;
@@ -220,7 +220,7 @@ fn generate(seed: u64, fault: Fault) -> (Setup, Vec<Vec<RoundPlan>>) {
         jam: [0, 100, 300][rng.below(3)],
         partial: [0, 300, 800][rng.below(3)],
         pull_done: [100, 500][rng.below(2)],
-        lost_at_once: rng.chance(500),
+        lost_at_once: rng.chance_per_mille(500),
         pulls,
         fault,
         fault_after: rng.below(4) as u32,
@@ -248,7 +248,7 @@ fn generate(seed: u64, fault: Fault) -> (Setup, Vec<Vec<RoundPlan>>) {
                 for _ in 0..rng.below(per_pair + 1) {
                     let tag = rng.below(3) as u32;
                     let len = gen_len(&mut rng, eager);
-                    msgs.push((s, tag, len, rng.chance(200)));
+                    msgs.push((s, tag, len, rng.chance_per_mille(200)));
                 }
             }
             // Receive filters that never overlap: all exact, any tag per
@@ -261,8 +261,8 @@ fn generate(seed: u64, fault: Fault) -> (Setup, Vec<Vec<RoundPlan>>) {
                 Scenario::Kill { victim, .. } => msgs.iter().any(|m| m.0 == victim),
             };
             let shape = rng.below(if may_lose { 2 } else { 4 });
-            let by_src: Vec<bool> = (0..n).map(|_| rng.chance(500)).collect();
-            let by_tag: Vec<bool> = (0..3).map(|_| rng.chance(500)).collect();
+            let by_src: Vec<bool> = (0..n).map(|_| rng.chance_per_mille(500)).collect();
+            let by_tag: Vec<bool> = (0..3).map(|_| rng.chance_per_mille(500)).collect();
             let filter = |s: usize, t: u32| -> (u32, u32) {
                 match shape {
                     1 if by_src[s] => (s as u32, ANY_TAG),
@@ -283,15 +283,15 @@ fn generate(seed: u64, fault: Fault) -> (Setup, Vec<Vec<RoundPlan>>) {
             // How much of the round blocks (blocking receives with nothing
             // else posted are what the fast paths need).
             let blocks = [0, 300, 700, 1000][rng.below(4)];
-            let all_recvs_block = rng.chance(250);
+            let all_recvs_block = rng.chance_per_mille(250);
             for k in keys {
                 // Either its receives never block (and its sends may), or
                 // its sends never block (and its receives may).
-                let blocking_recvs = all_recvs_block || rng.chance(500);
+                let blocking_recvs = all_recvs_block || rng.chance_per_mille(500);
                 for &i in &classes[&k] {
                     let (s, tag, len, sync) = msgs[i];
-                    let send_blocks = !blocking_recvs && rng.chance(blocks);
-                    let recv_blocks = blocking_recvs && rng.chance(blocks);
+                    let send_blocks = !blocking_recvs && rng.chance_per_mille(blocks);
+                    let recv_blocks = blocking_recvs && rng.chance_per_mille(blocks);
                     let send = Step::Send {
                         dst: d,
                         tag,
@@ -341,7 +341,8 @@ fn generate(seed: u64, fault: Fault) -> (Setup, Vec<Vec<RoundPlan>>) {
 }
 
 fn payload(seed: u64, id: usize, len: usize) -> Box<[u8]> {
-    let mut rng = Rng::new(seed ^ (id as u64).wrapping_mul(0xa076_1d64_78bd_642f));
+    let mut rng =
+        crate::transport::sim::rng(seed ^ (id as u64).wrapping_mul(0xa076_1d64_78bd_642f));
     let head = (id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (0..len)
         .map(|i| match i {
@@ -568,7 +569,7 @@ impl World {
         }
         World {
             seed,
-            rng: Rng::new(seed ^ 0x0bad_cafe),
+            rng: crate::transport::sim::rng(seed ^ 0x0bad_cafe),
             dead: vec![false; setup.n],
             setup,
             net,
@@ -652,7 +653,7 @@ impl World {
                     // A survivor in a wait may check its peers at once,
                     // before any progress drained what the victim sent.
                     for r in self.live() {
-                        if self.rng.chance(500) {
+                        if self.rng.chance_per_mille(500) {
                             self.eng[r].check_peers();
                         }
                     }
@@ -936,7 +937,7 @@ impl World {
                     recv: i,
                     spins: spins - 1,
                 };
-                if self.rng.chance(250) && self.eng[r].in_use() > 0 {
+                if self.rng.chance_per_mille(250) && self.eng[r].in_use() > 0 {
                     self.eng[r].progress();
                 }
             }
@@ -1145,7 +1146,7 @@ impl World {
             // A wildcard receive that matched would consume a message from
             // a source the test cannot tell.
             What::Recv(i) if self.recvs[i].src == ANY_SOURCE => info.phase == Phase::Posted,
-            What::Recv(_) => info.phase != Phase::Done || self.rng.chance(300),
+            What::Recv(_) => info.phase != Phase::Done || self.rng.chance_per_mille(300),
             What::Send(_) => match info.phase {
                 Phase::Queued | Phase::WaitAck | Phase::Done => true,
                 Phase::WaitReceiver | Phase::Streaming => {

@@ -12,8 +12,8 @@
 //! where a transport's bug cannot hide behind the engine's retries.
 
 use super::{MemDesc, Peek, Transport, PEEK_LEN};
-use crate::transport::sim::Rng;
 use std::time::{Duration, Instant};
+use tandem_core::rng::SplitMix64;
 use tandem_core::wire::HEADER_LEN;
 
 /// A deadline for one check: a transport that stops making progress fails
@@ -252,7 +252,7 @@ fn stream(a: &mut impl Transport, b: &mut impl Transport, n: usize, first: u64) 
 /// Every check, on a pair made by `pair` (both ends with `eager`-byte
 /// messages at most), in both directions.
 pub(crate) fn suite<L: Transport>(pair: impl Fn() -> (L, L), eager: usize) {
-    let mut rng = Rng::new(eager as u64);
+    let mut rng = SplitMix64(eager as u64);
     let lens: Vec<usize> = (0..3000)
         .map(|_| match rng.below(10) {
             0 => 0,

@@ -52,42 +52,13 @@ pub fn lock(net: &Shared) -> MutexGuard<'_, Net> {
     net.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A small, fast, seeded generator (splitmix64).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+/// The workspace's one seeded generator (`tandem_core::rng`).
+pub use tandem_core::rng::SplitMix64 as Rng;
 
-impl Rng {
-    /// A generator for `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed ^ 0x6a09_e667_f3bc_c908)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`0` when `n == 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            return 0;
-        }
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// `true` with probability `per_mille / 1000`.
-    pub fn chance(&mut self, per_mille: u32) -> bool {
-        self.below(1000) < per_mille as usize
-    }
+/// The simulation's generator for `seed` (offset, so its streams differ
+/// from other users' of the same seed, as they always have).
+pub fn rng(seed: u64) -> Rng {
+    Rng(seed ^ 0x6a09_e667_f3bc_c908)
 }
 
 /// How a link serves the pulls of rendezvous receives.
@@ -227,7 +198,7 @@ impl Net {
         let fault_left = opts.fault_after;
         Arc::new(Mutex::new(Net {
             n,
-            rng: Rng::new(seed ^ 0x5eed_f0e7),
+            rng: rng(seed ^ 0x5eed_f0e7),
             opts,
             pipes: (0..n * n).map(|_| Pipe::default()).collect(),
             regs: vec![Vec::new(); n * n],
@@ -287,7 +258,7 @@ impl Net {
     }
 
     fn adverse(&mut self, per_mille: u32) -> bool {
-        !self.calm && self.rng.chance(per_mille)
+        !self.calm && self.rng.chance_per_mille(per_mille)
     }
 
     /// Whether the fault strikes at this eligible frame.
@@ -398,7 +369,7 @@ impl Transport for SimLink {
             return Peek::Nothing;
         }
         let delay = net.opts.delay;
-        if !prompt(net, self.peer) && net.rng.chance(delay) {
+        if !prompt(net, self.peer) && net.rng.chance_per_mille(delay) {
             return Peek::Nothing;
         }
         match &net.pipes[i].frames[0] {
@@ -415,7 +386,7 @@ impl Transport for SimLink {
     fn body_ready(&mut self, _body: usize) -> bool {
         let net = &mut *lock(&self.net);
         let delay = net.opts.delay / 2;
-        prompt(net, self.peer) || !net.rng.chance(delay)
+        prompt(net, self.peer) || !net.rng.chance_per_mille(delay)
     }
 
     fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
@@ -512,11 +483,11 @@ impl Transport for SimLink {
         let quick = prompt(net, self.peer);
         let partial = net.opts.partial;
         let delay = net.opts.delay;
-        if !quick && net.rng.chance(delay / 2) {
+        if !quick && net.rng.chance_per_mille(delay / 2) {
             return 0;
         }
         let mut want = left;
-        if !quick && net.rng.chance(partial) {
+        if !quick && net.rng.chance_per_mille(partial) {
             want = net.rng.below(left + 1);
         }
         let mut taken = 0;
@@ -644,7 +615,7 @@ impl Transport for SimLink {
             let odds = net.opts.pull_done;
             let mut k = 0;
             while k < net.pulls[o].len() {
-                if !(net.calm || net.rng.chance(odds)) {
+                if !(net.calm || net.rng.chance_per_mille(odds)) {
                     k += 1;
                     continue;
                 }

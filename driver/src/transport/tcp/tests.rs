@@ -54,37 +54,17 @@ const PEER: usize = 7;
 /// How long a run may go without any progress before it counts as stuck.
 const STALL: Duration = Duration::from_secs(3);
 
-/// splitmix64: the schedule's random decisions and the payload bytes, from
-/// a seed proptest picks.
-struct Rng(u64);
+/// The schedule's random decisions and the payload bytes, from a seed
+/// proptest picks (the workspace's one generator).
+use tandem_core::rng::SplitMix64 as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// `true` with probability `pct` percent.
-    fn chance(&mut self, pct: u64) -> bool {
-        self.next() % 100 < pct
-    }
-
-    /// A transfer size: often a handful of bytes (cuts inside prefixes and
-    /// headers), often a few kilobytes, sometimes tens of kilobytes.
-    fn amount(&mut self) -> usize {
-        match self.below(10) {
-            0..=2 => 1 + self.below(16),
-            3..=6 => 1 + self.below(4096),
-            _ => 1 + self.below(64 * 1024),
-        }
+/// A transfer size: often a handful of bytes (cuts inside prefixes and
+/// headers), often a few kilobytes, sometimes tens of kilobytes.
+fn amount(r: &mut Rng) -> usize {
+    match r.below(10) {
+        0..=2 => 1 + r.below(16),
+        3..=6 => 1 + r.below(4096),
+        _ => 1 + r.below(64 * 1024),
     }
 }
 
@@ -93,7 +73,7 @@ fn bytes(seed: u64, len: usize) -> Vec<u8> {
     let mut r = Rng(seed);
     let mut v = Vec::with_capacity(len + 8);
     while v.len() < len {
-        v.extend_from_slice(&r.next().to_le_bytes());
+        v.extend_from_slice(&r.next_u64().to_le_bytes());
     }
     v.truncate(len);
     v
@@ -593,7 +573,7 @@ fn hop(
     const MAX_PENDING: usize = 256 * 1024;
     let mut did = false;
     if pending.len() < MAX_PENDING {
-        let mut buf = vec![0u8; rng.amount().min(MAX_PENDING - pending.len())];
+        let mut buf = vec![0u8; amount(rng).min(MAX_PENDING - pending.len())];
         match sys::recv_now(from.as_raw_fd(), &mut buf) {
             Ok(Some(0)) => panic!("relay: a link closed its connection"),
             Ok(Some(n)) => {
@@ -607,7 +587,7 @@ fn hop(
         }
     }
     if !pending.is_empty() {
-        let k = rng.amount();
+        let k = amount(rng);
         let (a, b) = pending.as_slices();
         let a = &a[..a.len().min(k)];
         let b = &b[..b.len().min(k - a.len())];
