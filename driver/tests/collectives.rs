@@ -672,3 +672,84 @@ fn a_blocking_receive_drives_started_collectives() {
         }
     }
 }
+
+/// The collectives' names are an interface (`TANDEM_ALGO`, `tandem-perf`,
+/// error messages): each is spelled as documented and parses back.
+#[test]
+fn collective_names_are_spelled_as_documented_and_parse_back() {
+    let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "allreduce",
+            "reduce",
+            "broadcast",
+            "allgather",
+            "reduce_scatter",
+            "alltoall",
+            "barrier"
+        ]
+    );
+    for c in Collective::ALL {
+        assert_eq!(Collective::parse(c.name()), Some(c));
+    }
+    assert_eq!(Collective::parse("allgatherv"), None);
+}
+
+/// A collective that fails (here: its peer never joins before the
+/// deadline) withdraws its transfers before it returns: the peer's data,
+/// arriving later, is never written into the buffers the caller got back.
+#[test]
+fn a_failed_collective_never_writes_its_buffers_afterwards() {
+    let mut c = cfg();
+    c.timeout = Duration::from_secs(1);
+    let out = Comm::threads(2, &Layout::default(), c, |comm| {
+        let n = 1024; // 8 KiB: the pipelined ring, in eager pieces
+        let mine = vec![comm.rank() as u64 + 1; n];
+        if comm.rank() == 0 {
+            let mut a = vec![0u64; n];
+            let e = comm.allreduce(&mine, &mut a, ReduceOp::Sum);
+            assert!(
+                matches!(e, Err(Error::Timeout { .. } | Error::Deadlock { .. })),
+                "{e:?}"
+            );
+            a.fill(0x5555);
+            comm.send(b"go", 1, 1)?;
+            let mut m = [0u8; 4];
+            // Receiving drives this rank's collectives: a transfer left
+            // posted would now take rank 1's pieces into `a`.
+            comm.recv(&mut m, 1, 2)?;
+            let end = Instant::now() + Duration::from_secs(30);
+            while comm.iprobe(1, 3)?.is_none() {
+                assert!(Instant::now() < end, "no message tag 1, 3");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            comm.recv(&mut m, 1, 3)?;
+            assert!(a.iter().all(|x| *x == 0x5555), "written after it failed");
+        } else {
+            // Wait past rank 0's deadline without one of our own.
+            let end = Instant::now() + Duration::from_secs(30);
+            while comm.iprobe(0, 1)?.is_none() {
+                assert!(Instant::now() < end, "no message tag 0, 1");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut m = [0u8; 2];
+            comm.recv(&mut m, 0, 1)?;
+            let mut late = vec![0u64; n];
+            let r = comm.scope(|s| {
+                let req = s.iallreduce(&mine, &mut late, ReduceOp::Sum)?;
+                s.comm().send(b"sent", 0, 2)?;
+                req.wait()
+            });
+            assert!(
+                matches!(r, Ok(Err(_)) | Err(_)),
+                "rank 0 never joins: {r:?}"
+            );
+            comm.send(b"done", 0, 3)?;
+        }
+        Ok(())
+    });
+    for (r, res) in out.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
+}
