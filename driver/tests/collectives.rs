@@ -702,7 +702,7 @@ fn collective_names_are_spelled_as_documented_and_parse_back() {
 #[test]
 fn a_failed_collective_never_writes_its_buffers_afterwards() {
     let mut c = cfg();
-    c.timeout = Duration::from_secs(1);
+    c.timeout = Duration::from_secs(2);
     let out = Comm::threads(2, &Layout::default(), c, |comm| {
         let n = 1024; // 8 KiB: the pipelined ring, in eager pieces
         let mine = vec![comm.rank() as u64 + 1; n];
