@@ -1,7 +1,8 @@
 //! Shared memory between ranks on one host.
 //!
 //! Per directed pair of ranks the job's mapping ([`map::JobMap`]) holds a
-//! **line ring**, **eager cells** and a **slot ring**:
+//! **line ring**, a **slot ring** and **eager cells**, in that order
+//! (`map.rs` draws the layout):
 //!
 //! * the line ring carries every header; an eager payload shorter than
 //!   `cell_min` follows its header in the same lines, and the [`MemDesc`]
