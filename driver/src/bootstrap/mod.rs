@@ -654,6 +654,8 @@ pub enum Links {
 
 /// What the threads of a world in one process share while they connect.
 pub(crate) struct ThreadPlan {
+    /// Every rank on one host, over shared memory alone: no connections.
+    shm_only: bool,
     host_of: Vec<usize>,
     maps: Vec<Arc<JobMap>>,
     listeners: Vec<std::sync::Mutex<Option<TcpListener>>>,
@@ -666,6 +668,21 @@ pub(crate) struct ThreadPlan {
 impl ThreadPlan {
     /// Prepares a world of `n` threads connected as `links` say.
     pub(crate) fn new(n: usize, links: Links, layout: &Layout) -> Result<Self> {
+        if links == Links::Shm {
+            return Ok(Self {
+                shm_only: true,
+                host_of: vec![0; n],
+                maps: vec![Arc::new(JobMap::anon(n, layout)?)],
+                listeners: Vec::new(),
+                addrs: Vec::new(),
+                adm: Admission {
+                    secret: None,
+                    context: Vec::new(),
+                },
+                protocol: Protocol::of(layout),
+                net: Net::Tcp,
+            });
+        }
         layout.validate()?;
         let hosts = match links {
             Links::Shm => 1,
@@ -688,6 +705,7 @@ impl ThreadPlan {
         }
         let (secret, _) = Secret::random().map_err(|e| Error::io("drawing the job secret", e))?;
         Ok(Self {
+            shm_only: false,
             host_of,
             maps,
             listeners,
@@ -707,6 +725,9 @@ impl ThreadPlan {
 
     /// Connects rank `rank` (called on its own thread).
     pub(crate) fn join(&self, rank: usize, cfg: &Config) -> Result<Joined> {
+        if self.shm_only {
+            return shm_world(self.maps[0].clone(), rank, cfg);
+        }
         let n = self.host_of.len();
         let h = self.host_of[rank];
         let local: Vec<usize> = (0..n).filter(|&p| self.host_of[p] == h).collect();
@@ -748,9 +769,41 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
     join_launched(cfg, launcher::detect()?, choice)
 }
 
+/// The world [`crate::Comm::local_with`] joins, and the ranks it started
+/// (rank 0 waits for them): under a launcher, the launched job, which must
+/// have `n` ranks; otherwise `n - 1` copies of this program started on
+/// this host, met over the job file they inherit (or over TCP when
+/// `TANDEM_TRANSPORT` forces it).
+pub(crate) fn local_world(
+    n: usize,
+    cfg: &Config,
+) -> Result<(Joined, Option<crate::launch::Children>)> {
+    if launcher::present() {
+        let j = join(cfg)?;
+        if j.size != n {
+            return Err(Error::JobMismatch {
+                expected: format!("a local world of {n} ranks"),
+                found: format!("a job of {} ranks in the environment", j.size),
+            });
+        }
+        return Ok((j, None));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::io("finding this program to start it again", e))?;
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let layout = Layout::from_env()?;
+    let (map, children) = crate::launch::spawn_world(n, &layout, &exe, &args)?;
+    let j = if tcp_forced()? {
+        join_as_local_root(cfg, n, map.job())?
+    } else {
+        shm_world(Arc::new(map), 0, cfg)?
+    };
+    Ok((j, Some(children)))
+}
+
 /// Rank 0 of a world that [`crate::Comm::local`] started itself, when its
 /// ranks must meet rather than share the inherited file (TCP forced).
-pub(crate) fn join_as_local_root(cfg: &Config, size: usize, job: u64) -> Result<Joined> {
+fn join_as_local_root(cfg: &Config, size: usize, job: u64) -> Result<Joined> {
     let launch = launcher::Launch {
         rank: 0,
         size,
@@ -763,7 +816,7 @@ pub(crate) fn join_as_local_root(cfg: &Config, size: usize, job: u64) -> Result<
 
 /// Whether ranks of this process's job must meet (TCP forced) rather than
 /// share the file their launcher made.
-pub(crate) fn tcp_forced() -> Result<bool> {
+fn tcp_forced() -> Result<bool> {
     Ok(Choice::from_env()?.networked())
 }
 

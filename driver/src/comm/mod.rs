@@ -4,7 +4,6 @@ use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, OpKind, Result, Wait};
 use crate::launch::Children;
 use crate::progress::{delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
-use crate::transport::shm::map::JobMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -181,27 +180,9 @@ impl Comm {
     ///   the errors of joining, as for [`from_env`](Self::from_env), here and
     ///   in each copy.
     pub fn local_with(n: usize, cfg: Config) -> Result<Self> {
-        if crate::bootstrap::launcher::present() {
-            let c = Self::from_env_with(cfg)?;
-            if c.size() != n {
-                return Err(Error::JobMismatch {
-                    expected: format!("a local world of {n} ranks"),
-                    found: format!("a job of {} ranks in the environment", c.size()),
-                });
-            }
-            return Ok(c);
-        }
-        let exe = std::env::current_exe()?;
-        let args: Vec<_> = std::env::args_os().skip(1).collect();
-        let layout = Layout::from_env()?;
-        let (map, children) = crate::launch::spawn_world(n, &layout, &exe, &args)?;
-        let j = if crate::bootstrap::tcp_forced()? {
-            crate::bootstrap::join_as_local_root(&cfg, n, map.job())?
-        } else {
-            crate::bootstrap::shm_world(Arc::new(map), 0, &cfg)?
-        };
+        let (j, children) = crate::bootstrap::local_world(n, &cfg)?;
         let c = Self::start(j, cfg)?;
-        *c.sh.children.lock().unwrap_or_else(|e| e.into_inner()) = Some(children);
+        *c.sh.children.lock().unwrap_or_else(|e| e.into_inner()) = children;
         Ok(c)
     }
 
@@ -213,8 +194,9 @@ impl Comm {
     /// A rank's entry is `Err` with `f`'s error, with [`Error::Panicked`] if
     /// its thread panicked, or with what kept its communicator from being
     /// made: [`Error::Config`] or [`Error::Io`] from the shared memory
-    /// ([`JobMap::anon`]; then every entry holds it, a single one for `n`
-    /// of 0), or [`Error::Config`] from `cfg` (a
+    /// ([`JobMap::anon`](crate::transport::shm::map::JobMap::anon); then
+    /// every entry holds it, a single one for `n` of 0), or
+    /// [`Error::Config`] from `cfg` (a
     /// [`pin_core`](field@Config::pin_core) that cannot be pinned) or a
     /// `TANDEM_COLL_*` variable.
     ///
@@ -238,16 +220,7 @@ impl Comm {
         cfg: Config,
         f: impl Fn(Comm) -> Result<R> + Sync,
     ) -> Vec<Result<R>> {
-        let map = match JobMap::anon(n, layout) {
-            Ok(m) => Arc::new(m),
-            Err(e) => return (0..n.max(1)).map(|_| Err(e.clone())).collect(),
-        };
-        on_threads(
-            n,
-            cfg,
-            |r, cfg| crate::bootstrap::shm_world(map.clone(), r, cfg),
-            f,
-        )
+        Self::threads_on(n, crate::bootstrap::Links::Shm, layout, cfg, f)
     }
 
     /// Like [`Comm::threads`], with the ranks connected as `links` says:
@@ -278,9 +251,6 @@ impl Comm {
         cfg: Config,
         f: impl Fn(Comm) -> Result<R> + Sync,
     ) -> Vec<Result<R>> {
-        if links == crate::bootstrap::Links::Shm {
-            return Self::threads(n, layout, cfg, f);
-        }
         let plan = match crate::bootstrap::ThreadPlan::new(n, links, layout) {
             Ok(p) => p,
             Err(e) => return (0..n.max(1)).map(|_| Err(e.clone())).collect(),
