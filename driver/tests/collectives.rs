@@ -753,3 +753,44 @@ fn a_failed_collective_never_writes_its_buffers_afterwards() {
         res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
     }
 }
+
+/// A barrier, blocking or not, returns on no rank before every rank has
+/// entered it: ranks enter one after another (rank r after r x 20 ms), and
+/// each checks on leaving that all have entered. On 2 to 5 ranks, so every
+/// dissemination distance is used; the non-blocking form runs the
+/// schedule's steps, the blocking one the direct path.
+#[test]
+fn barriers_hold_every_rank_until_all_have_entered() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for n in 2..=5 {
+        for nonblocking in [false, true] {
+            let entered = AtomicUsize::new(0);
+            let mut c = cfg();
+            c.timeout = Duration::from_secs(10);
+            let out = Comm::threads(n, &Layout::default(), c, |comm| {
+                for round in 0..3 {
+                    std::thread::sleep(Duration::from_millis(20 * comm.rank() as u64));
+                    entered.fetch_add(1, Ordering::SeqCst);
+                    if nonblocking {
+                        comm.scope(|s| s.ibarrier()?.wait())??;
+                    } else {
+                        comm.barrier()?;
+                    }
+                    let seen = entered.load(Ordering::SeqCst);
+                    assert!(
+                        seen >= (round + 1) * n,
+                        "rank {} left barrier {round} with {seen} entries of {}",
+                        comm.rank(),
+                        (round + 1) * n
+                    );
+                }
+                Ok(())
+            });
+            for (r, res) in out.into_iter().enumerate() {
+                res.unwrap_or_else(|e| {
+                    panic!("{n} ranks, non-blocking {nonblocking}, rank {r}: {e}")
+                });
+            }
+        }
+    }
+}
