@@ -37,7 +37,7 @@ table=(
     "tcp|tandem-driver|driver/src/transport/tcp.rs|30||--lib transport::tcp transport::contract"
     "soft|tandem-fabric|fabric/src/soft.rs|15||--lib soft"
     "rdma|tandem-driver|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--lib --test soft_rdma_props --test faults --test conformance"
-    "shm|tandem-driver|driver/src/transport/shm/*.rs|60|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance"
+    "shm|tandem-driver|driver/src/transport/shm/*.rs|90|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance --test faults"
     "coll|tandem-driver|driver/src/coll/mod.rs driver/src/coll/exec.rs driver/src/coll/plan.rs driver/src/coll/types.rs|40||--test coll_props --test collectives"
     "collective|tandem-driver|driver/src/comm/collective.rs|40||--test coll_props --test collectives"
 )
