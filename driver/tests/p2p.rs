@@ -233,3 +233,24 @@ fn four_ranks_all_to_all() {
         }
     });
 }
+
+/// A job file is checked before it is used: another job's id, another rank
+/// count, or a file shorter than its header says (truncated: mapping it
+/// whole would fault on the missing pages) is a `JobMismatch`; the right
+/// one opens and names its job and size.
+#[test]
+fn a_truncated_or_foreign_job_file_is_refused() {
+    use tandem_driver::transport::shm::map::JobMap;
+    let job = 0x1234_5678_9abc_def1;
+    let (file, path) = JobMap::create_file(job, 2, &Layout::default()).expect("job file");
+    let _ = std::fs::remove_file(&path);
+    let m = JobMap::open(&file, job, 2).expect("its own job file");
+    assert_eq!((m.job(), m.nranks()), (job, 2));
+    drop(m);
+    let refused = |r: tandem_driver::Result<JobMap>| matches!(r, Err(Error::JobMismatch { .. }));
+    assert!(refused(JobMap::open(&file, job ^ 2, 2)), "another job");
+    assert!(refused(JobMap::open(&file, job, 3)), "another size");
+    let len = file.metadata().expect("metadata").len();
+    file.set_len(len - 4096).expect("truncate");
+    assert!(refused(JobMap::open(&file, job, 2)), "truncated");
+}
