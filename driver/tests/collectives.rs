@@ -794,3 +794,41 @@ fn barriers_hold_every_rank_until_all_have_entered() {
         }
     }
 }
+
+/// Collective traffic never matches a user's receive, not even a wildcard
+/// one posted before the collective starts: rank 0 waits for any message
+/// of any tag while both ranks run collectives, and gets exactly the user
+/// message rank 1 sends after them.
+#[test]
+fn a_pending_wildcard_receive_never_takes_collective_traffic() {
+    let mut c = cfg();
+    c.timeout = Duration::from_secs(10);
+    let out = Comm::threads(2, &Layout::default(), c, |comm| {
+        let mut sum = [0u64; 4];
+        let mut big = vec![0u64; 4096];
+        if comm.rank() == 0 {
+            let mut got = [0u8; 8];
+            let st = comm.scope(|s| {
+                let r = s.irecv(&mut got, ANY_SOURCE, tandem_driver::ANY_TAG)?;
+                s.comm().allreduce(&[1u64; 4], &mut sum, ReduceOp::Sum)?;
+                s.comm()
+                    .allreduce(&vec![1u64; 4096], &mut big, ReduceOp::Sum)?;
+                s.comm().barrier()?;
+                r.wait()
+            })??;
+            assert_eq!((st.source, st.tag, st.len), (1, 77, 8));
+            assert_eq!(&got, b"the user");
+        } else {
+            comm.allreduce(&[1u64; 4], &mut sum, ReduceOp::Sum)?;
+            comm.allreduce(&vec![1u64; 4096], &mut big, ReduceOp::Sum)?;
+            comm.barrier()?;
+            comm.send(b"the user", 0, 77)?;
+        }
+        assert_eq!(sum, [2; 4]);
+        assert!(big.iter().all(|x| *x == 2));
+        Ok(())
+    });
+    for (r, res) in out.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
+}
