@@ -10,6 +10,12 @@
 #   SHARD=0/8 scripts/mutants.sh coll  one shard of a file's mutants
 #   ITERATE=1 scripts/mutants.sh tcp   only the mutants an earlier run of
 #                                      the same row/shard did not catch
+#   REPLAY=missed.txt scripts/mutants.sh tcp
+#                                      only the mutants a list names (a
+#                                      missed.txt of an earlier run), found
+#                                      again by name whatever their line
+#                                      numbers now; results in
+#                                      target/mutants/<name>-replay
 #   scripts/mutants.sh --summary       kill rates from the results so far
 #   scripts/mutants.sh --record        the same, written to
 #                                      verify/driver-mutants.txt (committed;
@@ -103,6 +109,30 @@ for row in "${table[@]}"; do
     mkdir -p "$out"
     if [ -n "${ITERATE:-}" ]; then
         args+=(--iterate)
+    fi
+    if [ -n "${REPLAY:-}" ]; then
+        out="target/mutants/$name-replay"
+        mkdir -p "$out"
+        # Each listed mutant by its exact name where the code still has it,
+        # else by its description with the line and column left free.
+        now=$(cargo mutants "${args[@]}" --list 2>/dev/null)
+        while IFS= read -r re; do
+            args+=(--re "$re")
+        done < <(NOW="$now" python3 - "$REPLAY" <<'PY'
+import os, re, sys
+now = set(os.environ["NOW"].splitlines())
+esc = lambda t: re.sub(r'([\\.+*?()|\[\]{}^$])', r'\\\1', t)
+for line in open(sys.argv[1]):
+    line = line.strip()
+    m = re.match(r'^([^:]+):\d+:\d+: (.*)$', line)
+    if not m:
+        continue
+    if line in now:
+        print('^' + esc(line) + '$')
+    else:
+        print('^' + esc(m.group(1)) + r':\d+:\d+: ' + esc(m.group(2)) + '$')
+PY
+)
     fi
     # The target selection (--lib, --test X) also goes to cargo-mutants'
     # build step (-C), which otherwise builds every test binary and example
