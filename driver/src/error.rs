@@ -279,40 +279,43 @@ impl Error {
 /// Cloning shares the `std::io::Error`; two are equal when their context,
 /// kind and OS error code are.
 #[derive(Debug, Clone)]
-pub struct IoError {
+pub struct IoError(Arc<IoInner>);
+
+#[derive(Debug)]
+struct IoInner {
     context: String,
-    error: Arc<std::io::Error>,
+    error: std::io::Error,
 }
 
 impl IoError {
     /// `error`, met while `context`.
     pub fn new(context: impl Into<String>, error: std::io::Error) -> Self {
-        Self {
+        Self(Arc::new(IoInner {
             context: context.into(),
-            error: Arc::new(error),
-        }
+            error,
+        }))
     }
     /// What tandem was doing (empty when unknown).
     pub fn context(&self) -> &str {
-        &self.context
+        &self.0.context
     }
     /// The error's kind.
     pub fn kind(&self) -> std::io::ErrorKind {
-        self.error.kind()
+        self.0.error.kind()
     }
     /// The operating system's error code, where there is one.
     pub fn raw_os_error(&self) -> Option<i32> {
-        self.error.raw_os_error()
+        self.0.error.raw_os_error()
     }
     /// The `std::io::Error` itself.
     pub fn get_ref(&self) -> &std::io::Error {
-        &self.error
+        &self.0.error
     }
 }
 
 impl PartialEq for IoError {
     fn eq(&self, other: &Self) -> bool {
-        self.context == other.context
+        self.context() == other.context()
             && self.kind() == other.kind()
             && self.raw_os_error() == other.raw_os_error()
     }
@@ -322,10 +325,10 @@ impl Eq for IoError {}
 
 impl fmt::Display for IoError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.context.is_empty() {
-            write!(f, "{}", self.error)
+        if self.0.context.is_empty() {
+            write!(f, "{}", self.0.error)
         } else {
-            write!(f, "{}: {}", self.context, self.error)
+            write!(f, "{}: {}", self.0.context, self.0.error)
         }
     }
 }
