@@ -761,10 +761,10 @@ fn a_failed_collective_never_writes_its_buffers_afterwards() {
 /// schedule's steps, the blocking one the direct path.
 #[test]
 fn barriers_hold_every_rank_until_all_have_entered() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tandem_core::sync::{AtomicU64, Ordering};
     for n in 2..=5 {
         for nonblocking in [false, true] {
-            let entered = AtomicUsize::new(0);
+            let entered = AtomicU64::new(0);
             let mut c = cfg();
             c.timeout = Duration::from_secs(10);
             let out = Comm::threads(n, &Layout::default(), c, |comm| {
@@ -776,7 +776,7 @@ fn barriers_hold_every_rank_until_all_have_entered() {
                     } else {
                         comm.barrier()?;
                     }
-                    let seen = entered.load(Ordering::SeqCst);
+                    let seen = entered.load(Ordering::SeqCst) as usize;
                     assert!(
                         seen >= (round + 1) * n,
                         "rank {} left barrier {round} with {seen} entries of {}",
