@@ -21,7 +21,9 @@
 //!   ends ([`WcStatus::LocalLength`], [`WcStatus::RemoteInvalidRequest`]).
 //! * **Overruns**: posting beyond a queue's depth is refused; a completion
 //!   queue that overflows fails the queue pair
-//!   ([`FabricError::CqOverrun`]).
+//!   ([`FabricError::CqOverrun`]). At most `max_rd_atomic` RDMA READs are
+//!   outstanding at once; later ones wait for an answer, as the initiator
+//!   depth of a real NIC makes them.
 //! * **Peer death**: when the stream closes, the oldest outstanding work
 //!   request fails with [`WcStatus::RetryExceeded`] (hardware would report
 //!   it after its retries time out; here the closed stream says so at
@@ -824,7 +826,22 @@ fn tx_loop(sh: &Shared, mut w: Wire) {
                         continue;
                     }
                 }
-                if c.state == QpState::Rts && c.rnr_until.is_none() && c.next_tx < c.sq.len() {
+                // As RC hardware does, at most `max_rd_atomic` READs are
+                // outstanding: a READ beyond them waits for an answer.
+                let read_blocked = || {
+                    matches!(c.sq[c.next_tx].wr.op, Opcode::Read(_))
+                        && c.sq
+                            .iter()
+                            .take(c.next_tx)
+                            .filter(|x| matches!(x.wr.op, Opcode::Read(_)))
+                            .count()
+                            >= sh.caps.max_rd_atomic.max(1) as usize
+                };
+                if c.state == QpState::Rts
+                    && c.rnr_until.is_none()
+                    && c.next_tx < c.sq.len()
+                    && !read_blocked()
+                {
                     let wqe = c.sq[c.next_tx];
                     c.next_tx += 1;
                     c.oldest_sent.get_or_insert(now);
@@ -1699,6 +1716,44 @@ mod tests {
         );
         assert_eq!(wait(&mut b, false, 1)[0].status, WcStatus::LocalLength);
         assert_eq!(dst, [0u8; 16]);
+    }
+
+    /// More READs posted at once than `max_rd_atomic` allows in flight
+    /// all complete, in order and intact: the requester holds the rest
+    /// back until answers come, as a NIC's initiator depth does (sent all
+    /// at once, they overflowed the responder's answer queue and failed
+    /// the queue pair).
+    #[test]
+    fn reads_beyond_max_rd_atomic_wait_their_turn() {
+        let caps = Caps {
+            max_rd_atomic: 2,
+            ..CAPS
+        };
+        let (mut a, mut b) = pair_with(caps, 0);
+        const N: usize = 40;
+        let mut here = vec![0u8; N * 64];
+        let mut there: Vec<u8> = (0..N * 64).map(|i| (i % 251) as u8).collect();
+        let kh = reg(&mut a, &mut here, Access::ALL);
+        let kt = reg(&mut b, &mut there, Access::ALL);
+        for i in 0..N {
+            let r = Remote {
+                addr: there.as_ptr() as u64 + (i * 64) as u64,
+                rkey: kt.rkey,
+            };
+            a.post_send(&send(
+                i as u64,
+                Opcode::Read(r),
+                sge(&here[i * 64..(i + 1) * 64], kh),
+            ))
+            .unwrap();
+        }
+        let w = wait(&mut a, true, N);
+        for (i, wc) in w.iter().enumerate() {
+            assert_eq!((wc.wr_id, wc.status), (i as u64, WcStatus::Success));
+        }
+        assert!(here == there);
+        assert_eq!(a.state(), QpState::Rts);
+        drop(b);
     }
 
     #[test]
