@@ -999,8 +999,23 @@ fn send_resp(sh: &Shared, w: &mut Wire, r: Resp, bounce: &mut [u8]) -> bool {
     let (op, code, psn, len) = match r {
         Resp::Ack(psn) => (OP_ACK, 0, psn, 0),
         Resp::Nak(psn, code) => (OP_NAK, code, psn, 0),
+        // The region may have been deregistered since the request was
+        // accepted: then the answer is the access NAK, not data (the
+        // requester completes a READ when its data arrives, so a NAK
+        // after zeros would come too late).
+        Resp::ReadData {
+            psn,
+            len,
+            addr,
+            rkey,
+        } if !Check::Remote(rkey, addr, len as u64, |a| a.remote_read)
+            .holds(&sh.mrs.read().unwrap_or_else(|e| e.into_inner())) =>
+        {
+            (OP_NAK, NAK_ACCESS, psn, 0)
+        }
         Resp::ReadData { psn, len, .. } => (OP_READ_RESP, 0, psn, len),
     };
+    let gone = op == OP_NAK && matches!(r, Resp::ReadData { .. });
     let p = Pkt {
         op,
         code,
@@ -1011,10 +1026,13 @@ fn send_resp(sh: &Shared, w: &mut Wire, r: Resp, bounce: &mut [u8]) -> bool {
     if w.write_all(&p.encode()).is_err() {
         return false;
     }
-    if let Resp::ReadData { addr, rkey, .. } = r {
+    if let (Resp::ReadData { addr, rkey, .. }, false) = (r, gone) {
         let check = Check::Remote(rkey, addr, len as u64, |a| a.remote_read);
-        // A region deregistered meanwhile reads as zeros and the requester
-        // is told it failed; the stream stays framed.
+        // A region deregistered during the copy (between two chunks of a
+        // large answer) reads as zeros, so the stream stays framed, and
+        // the NAK that follows comes after the requester took the data:
+        // the one case left where a READ of memory deregistered under it
+        // completes with zeros instead of an error.
         match write_mem(sh, w, addr, len as usize, check, bounce) {
             Ok(true) => {}
             Ok(false) => {
@@ -1828,6 +1846,54 @@ mod tests {
             .unwrap();
         assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::RemoteAccess);
         assert_eq!(dst, [0u8; 64]);
+    }
+
+    /// A READ whose region the responder deregisters before answering
+    /// fails with `RemoteAccess`, whenever the deregistration lands:
+    /// before the request arrives (refused on arrival) or after it was
+    /// accepted while an earlier 256 MiB answer is still being sent (the
+    /// answer's own check finds the region gone and sends a NAK in its
+    /// place). The earlier READ completes intact either way.
+    #[test]
+    fn a_read_of_a_region_deregistered_before_its_answer_fails_cleanly() {
+        let (mut a, mut b) = pair();
+        const BIG: usize = 256 << 20;
+        let mut here = vec![0u8; BIG];
+        let mut there: Vec<u8> = (0..BIG).map(|i| (i % 249) as u8).collect();
+        let mut small_here = [0u8; 64];
+        let mut small_there = [9u8; 64];
+        let kh = reg(&mut a, &mut here, Access::ALL);
+        let ksh = reg(&mut a, &mut small_here, Access::ALL);
+        let kt = reg(&mut b, &mut there, Access::ALL);
+        let kst = reg(&mut b, &mut small_there, Access::ALL);
+        let big = Remote {
+            addr: there.as_ptr() as u64,
+            rkey: kt.rkey,
+        };
+        let small = Remote {
+            addr: small_there.as_ptr() as u64,
+            rkey: kst.rkey,
+        };
+        a.post_send(&send(1, Opcode::Read(big), sge(&here, kh)))
+            .unwrap();
+        a.post_send(&send(2, Opcode::Read(small), sge(&small_here, ksh)))
+            .unwrap();
+        // Most often both requests are accepted by now and the big answer
+        // is still on its way.
+        std::thread::sleep(Duration::from_millis(5));
+        b.deregister(kst.lkey);
+        let w = wait(&mut a, true, 2);
+        assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::Success));
+        assert!(here == there, "the earlier read is intact");
+        match (w[1].wr_id, w[1].status) {
+            (2, WcStatus::RemoteAccess) => {
+                assert_eq!(small_here, [0u8; 64], "nothing of a refused read lands")
+            }
+            // The answer went out before the region went (a machine slow
+            // to run this thread): a whole read, also correct.
+            (2, WcStatus::Success) => assert_eq!(small_here, [9u8; 64]),
+            other => panic!("the small read ended {other:?}"),
+        }
     }
 
     #[test]
