@@ -24,7 +24,7 @@ pub struct TcpFloor {
 }
 
 fn io(e: std::io::Error) -> Error {
-    Error::from(std::io::Error::other(format!("raw TCP floor: {e}")))
+    Error::io("raw TCP floor", e)
 }
 
 /// A plain TCP connection between ranks 0 and 1, beside tandem's own,
@@ -37,7 +37,7 @@ pub struct RawTcp {
 impl RawTcp {
     /// Connects ranks 0 and 1 of `comm` (both call it) between the
     /// addresses of their tandem connection; `None` when they are not
-    /// connected by TCP.
+    /// connected by TCP, and on every other rank (which takes no part).
     ///
     /// # Errors
     /// The errors of `comm`'s [`route`](Comm::route) (an
@@ -46,6 +46,9 @@ impl RawTcp {
     /// connecting fails.
     pub fn connect(comm: &Comm) -> Result<Option<Self>> {
         let me = comm.rank();
+        if me > 1 {
+            return Ok(None);
+        }
         // TCP routes, and RDMA routes that came with a TCP connection (the
         // soft NIC's wire, verbs' bootstrap connection).
         let (local, remote) = match comm.route(1 - me)? {
@@ -178,4 +181,25 @@ fn spin_write(s: &mut TcpStream, mut b: &[u8]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_driver::{Config, Layout, Links};
+
+    /// Ranks 0 and 1 of a TCP world get their raw connection; a third rank
+    /// takes no part (it used to compute its peer as `1 - rank`).
+    #[test]
+    fn only_ranks_0_and_1_connect() {
+        let out = Comm::threads_on(
+            3,
+            Links::Tcp,
+            &Layout::default(),
+            Config::default(),
+            |comm| Ok(RawTcp::connect(&comm)?.is_some()),
+        );
+        let got: Vec<bool> = out.into_iter().map(|r| r.expect("rank")).collect();
+        assert_eq!(got, [true, true, false]);
+    }
 }
