@@ -1358,17 +1358,23 @@ mod tests {
         }
     }
 
-    fn pair_with(caps: Caps, a_retry: u8) -> (SoftQp, SoftQp) {
+    /// Two connected queue pairs, `a` and `b`, with their own RC
+    /// attributes and the same options.
+    fn connect(caps: Caps, at: [RcAttrs; 2], opts: SoftOptions) -> (SoftQp, SoftQp) {
         let (wa, wb) = Wire::pair().unwrap();
-        let mut a = SoftQp::new(wa, caps, SoftOptions::default()).unwrap();
-        let mut b = SoftQp::new(wb, caps, SoftOptions::default()).unwrap();
+        let mut a = SoftQp::new(wa, caps, opts).unwrap();
+        let mut b = SoftQp::new(wb, caps, opts).unwrap();
         let (aa, ba) = (a.local_addr(), b.local_addr());
-        for (q, peer, r) in [(&mut a, ba, a_retry), (&mut b, aa, 0)] {
+        for (q, peer, at) in [(&mut a, ba, at[0]), (&mut b, aa, at[1])] {
             q.modify(Modify::Init).unwrap();
-            q.modify(Modify::Rtr(peer, attrs(r))).unwrap();
-            q.modify(Modify::Rts(attrs(r))).unwrap();
+            q.modify(Modify::Rtr(peer, at)).unwrap();
+            q.modify(Modify::Rts(at)).unwrap();
         }
         (a, b)
+    }
+
+    fn pair_with(caps: Caps, a_retry: u8) -> (SoftQp, SoftQp) {
+        connect(caps, [attrs(a_retry), attrs(0)], SoftOptions::default())
     }
 
     fn pair() -> (SoftQp, SoftQp) {
@@ -1400,6 +1406,14 @@ mod tests {
         // SAFETY: every test keeps its buffers alive past the queue pairs'
         // use of them (they outlive the queue pairs or are deregistered).
         unsafe { q.register(b.as_mut_ptr() as u64, b.len(), acc) }.unwrap()
+    }
+
+    /// `b` as a peer names it, through the registration `k`.
+    fn remote(b: &[u8], k: MrKeys) -> Remote {
+        Remote {
+            addr: b.as_ptr() as u64,
+            rkey: k.rkey,
+        }
     }
 
     fn sge(b: &[u8], k: MrKeys) -> Option<Sge> {
@@ -1530,10 +1544,7 @@ mod tests {
                     addr: dst.as_ptr() as u64 + 1,
                     rkey: kd.rkey,
                 },
-                _ => Remote {
-                    addr: dst.as_ptr() as u64,
-                    rkey: kd.rkey,
-                },
+                _ => remote(&dst, kd),
             };
             a.post_send(&send(1, Opcode::Write(r), sge(&src, ks)))
                 .unwrap();
@@ -1640,15 +1651,8 @@ mod tests {
             max_delay_us: 4000,
             seed: 42,
         };
-        let (wa, wb) = Wire::pair().unwrap();
-        let mut a = SoftQp::new(wa, CAPS, SoftOptions::default()).unwrap();
-        let mut b = SoftQp::new(wb, CAPS, opts).unwrap();
-        let (aa, ba) = (a.local_addr(), b.local_addr());
-        for (q, peer) in [(&mut a, ba), (&mut b, aa)] {
-            q.modify(Modify::Init).unwrap();
-            q.modify(Modify::Rtr(peer, attrs(0))).unwrap();
-            q.modify(Modify::Rts(attrs(0))).unwrap();
-        }
+        // `a` only sends, so only `b`'s delays apply.
+        let (mut a, mut b) = connect(CAPS, [attrs(0), attrs(0)], opts);
         let mut d = Delay(tandem_core::rng::SplitMix64(opts.seed));
         let least: Duration = (0..20).map(|_| d.next(opts.max_delay_us)).sum();
         assert!(least > Duration::from_millis(20), "{least:?}");
@@ -1693,10 +1697,7 @@ mod tests {
         let mut there: Vec<u8> = (0..32).collect();
         let kh = reg(&mut a, &mut here, Access::ALL);
         let kt = reg(&mut b, &mut there, Access::REMOTE_READ);
-        let r = Remote {
-            addr: there.as_ptr() as u64,
-            rkey: kt.rkey,
-        };
+        let r = remote(&there, kt);
         a.post_send(&send(1, Opcode::Read(r), sge(&here, kh)))
             .unwrap();
         assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::Success);
@@ -1710,10 +1711,7 @@ mod tests {
                 ..Access::default()
             },
         );
-        let r = Remote {
-            addr: other.as_ptr() as u64,
-            rkey: ko.rkey,
-        };
+        let r = remote(&other, ko);
         a.post_send(&send(2, Opcode::Read(r), sge(&here[..8], kh)))
             .unwrap();
         assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::RemoteAccess);
@@ -1790,10 +1788,7 @@ mod tests {
         let ks = reg(&mut a, &mut src, Access::ALL);
         let mut dst = [0u8; 4];
         let kd = reg(&mut b, &mut dst, Access::ALL);
-        let r = Remote {
-            addr: dst.as_ptr() as u64,
-            rkey: kd.rkey,
-        };
+        let r = remote(&dst, kd);
         // Three signaled writes into a completion queue of two, never
         // polled: it overflows and the queue pair fails.
         for i in 0..3 {
@@ -1838,10 +1833,7 @@ mod tests {
         let ks = reg(&mut a, &mut src, Access::ALL);
         let kd = reg(&mut b, &mut dst, Access::ALL);
         b.deregister(kd.lkey);
-        let r = Remote {
-            addr: dst.as_ptr() as u64,
-            rkey: kd.rkey,
-        };
+        let r = remote(&dst, kd);
         a.post_send(&send(1, Opcode::Write(r), sge(&src, ks)))
             .unwrap();
         assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::RemoteAccess);
@@ -1866,14 +1858,8 @@ mod tests {
         let ksh = reg(&mut a, &mut small_here, Access::ALL);
         let kt = reg(&mut b, &mut there, Access::ALL);
         let kst = reg(&mut b, &mut small_there, Access::ALL);
-        let big = Remote {
-            addr: there.as_ptr() as u64,
-            rkey: kt.rkey,
-        };
-        let small = Remote {
-            addr: small_there.as_ptr() as u64,
-            rkey: kst.rkey,
-        };
+        let big = remote(&there, kt);
+        let small = remote(&small_there, kst);
         a.post_send(&send(1, Opcode::Read(big), sge(&here, kh)))
             .unwrap();
         a.post_send(&send(2, Opcode::Read(small), sge(&small_here, ksh)))
@@ -1905,10 +1891,7 @@ mod tests {
         let ks = reg(&mut a, &mut src, Access::ALL);
         let kb = reg(&mut a, &mut back, Access::ALL);
         let kd = reg(&mut b, &mut dst, Access::ALL);
-        let r = Remote {
-            addr: dst.as_ptr() as u64,
-            rkey: kd.rkey,
-        };
+        let r = remote(&dst, kd);
         b.post_recv(1, None).unwrap();
         a.post_send(&send(1, Opcode::WriteImm(r, 1), sge(&src, ks)))
             .unwrap();
@@ -2152,16 +2135,7 @@ mod tests {
 
     /// A connected pair, both sides with attributes `at`.
     fn pair_opts(at: RcAttrs, opts: SoftOptions) -> (SoftQp, SoftQp) {
-        let (wa, wb) = Wire::pair().unwrap();
-        let mut a = SoftQp::new(wa, CAPS, opts).unwrap();
-        let mut b = SoftQp::new(wb, CAPS, opts).unwrap();
-        let (aa, ba) = (a.local_addr(), b.local_addr());
-        for (q, peer) in [(&mut a, ba), (&mut b, aa)] {
-            q.modify(Modify::Init).unwrap();
-            q.modify(Modify::Rtr(peer, at)).unwrap();
-            q.modify(Modify::Rts(at)).unwrap();
-        }
-        (a, b)
+        connect(CAPS, [at, at], opts)
     }
 
     /// One case being run: the queue pairs, what they completed so far,
@@ -2813,10 +2787,7 @@ mod tests {
         let mut there = [7u8; 16];
         let kh = reg(&mut a, &mut here, Access::ALL);
         let kt = reg(&mut b, &mut there, Access::ALL);
-        let r = Remote {
-            addr: there.as_ptr() as u64,
-            rkey: kt.rkey,
-        };
+        let r = remote(&there, kt);
         a.post_send(&send(1, Opcode::Read(r), sge(&here, kh)))
             .unwrap();
         assert_eq!(wait(&mut a, true, 1)[0].status, WcStatus::Success);
