@@ -183,11 +183,23 @@ fn force(comm: &Comm, a: Algorithm) {
 }
 
 fn on_threads(n: usize, f: impl Fn(Comm) -> tandem_driver::Result<()> + Sync) {
-    for (r, res) in Comm::threads(n, &Layout::default(), cfg(), f)
+    on_links(n, Links::Shm, cfg(), "", f);
+}
+
+/// Runs `f` on `n` ranks connected as `links` say, with `c`; a rank's error
+/// fails the test, named with `what`.
+fn on_links(
+    n: usize,
+    links: Links,
+    c: Config,
+    what: &str,
+    f: impl Fn(Comm) -> tandem_driver::Result<()> + Sync,
+) {
+    for (r, res) in Comm::threads_on(n, links, &Layout::default(), c, f)
         .into_iter()
         .enumerate()
     {
-        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        res.unwrap_or_else(|e| panic!("{what} rank {r}: {e}"));
     }
 }
 
@@ -648,7 +660,7 @@ fn a_blocking_receive_drives_started_collectives() {
     let mut c = cfg();
     c.timeout = Duration::from_secs(10);
     for links in [Links::Shm, Links::Tcp] {
-        let out = Comm::threads_on(2, links, &Layout::default(), c.clone(), |comm| {
+        on_links(2, links, c.clone(), &format!("{links:?}"), |comm| {
             let r = comm.rank();
             let mine = vec![r as u64 + 1; 1 << 19];
             let mut sum = vec![0u64; 1 << 19];
@@ -667,9 +679,6 @@ fn a_blocking_receive_drives_started_collectives() {
             assert!(sum.iter().all(|x| *x == 3));
             Ok(())
         });
-        for (r, res) in out.into_iter().enumerate() {
-            res.unwrap_or_else(|e| panic!("{links:?} rank {r}: {e}"));
-        }
     }
 }
 
@@ -703,7 +712,7 @@ fn collective_names_are_spelled_as_documented_and_parse_back() {
 fn a_failed_collective_never_writes_its_buffers_afterwards() {
     let mut c = cfg();
     c.timeout = Duration::from_secs(2);
-    let out = Comm::threads(2, &Layout::default(), c, |comm| {
+    on_links(2, Links::Shm, c, "", |comm| {
         let n = 1024; // 8 KiB: the pipelined ring, in eager pieces
         let mine = vec![comm.rank() as u64 + 1; n];
         if comm.rank() == 0 {
@@ -749,9 +758,6 @@ fn a_failed_collective_never_writes_its_buffers_afterwards() {
         }
         Ok(())
     });
-    for (r, res) in out.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
-    }
 }
 
 /// A barrier, blocking or not, returns on no rank before every rank has
@@ -767,7 +773,8 @@ fn barriers_hold_every_rank_until_all_have_entered() {
             let entered = AtomicU64::new(0);
             let mut c = cfg();
             c.timeout = Duration::from_secs(10);
-            let out = Comm::threads(n, &Layout::default(), c, |comm| {
+            let what = format!("{n} ranks, non-blocking {nonblocking},");
+            on_links(n, Links::Shm, c, &what, |comm| {
                 for round in 0..3 {
                     std::thread::sleep(Duration::from_millis(20 * comm.rank() as u64));
                     entered.fetch_add(1, Ordering::SeqCst);
@@ -786,11 +793,6 @@ fn barriers_hold_every_rank_until_all_have_entered() {
                 }
                 Ok(())
             });
-            for (r, res) in out.into_iter().enumerate() {
-                res.unwrap_or_else(|e| {
-                    panic!("{n} ranks, non-blocking {nonblocking}, rank {r}: {e}")
-                });
-            }
         }
     }
 }
@@ -803,7 +805,7 @@ fn barriers_hold_every_rank_until_all_have_entered() {
 fn a_pending_wildcard_receive_never_takes_collective_traffic() {
     let mut c = cfg();
     c.timeout = Duration::from_secs(10);
-    let out = Comm::threads(2, &Layout::default(), c, |comm| {
+    on_links(2, Links::Shm, c, "", |comm| {
         let mut sum = [0u64; 4];
         let mut big = vec![0u64; 4096];
         if comm.rank() == 0 {
@@ -828,7 +830,4 @@ fn a_pending_wildcard_receive_never_takes_collective_traffic() {
         assert!(big.iter().all(|x| *x == 2));
         Ok(())
     });
-    for (r, res) in out.into_iter().enumerate() {
-        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
-    }
 }
