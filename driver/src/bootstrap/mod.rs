@@ -653,9 +653,15 @@ pub enum Links {
 }
 
 /// What the threads of a world in one process share while they connect.
-pub(crate) struct ThreadPlan {
+pub(crate) enum ThreadPlan {
     /// Every rank on one host, over shared memory alone: no connections.
-    shm_only: bool,
+    Shm(Arc<JobMap>),
+    /// Ranks on several (pretend) hosts, or TCP or RDMA between all.
+    Net(NetPlan),
+}
+
+/// A [`ThreadPlan`] whose ranks connect.
+pub(crate) struct NetPlan {
     host_of: Vec<usize>,
     maps: Vec<Arc<JobMap>>,
     listeners: Vec<std::sync::Mutex<Option<TcpListener>>>,
@@ -669,19 +675,7 @@ impl ThreadPlan {
     /// Prepares a world of `n` threads connected as `links` say.
     pub(crate) fn new(n: usize, links: Links, layout: &Layout) -> Result<Self> {
         if links == Links::Shm {
-            return Ok(Self {
-                shm_only: true,
-                host_of: vec![0; n],
-                maps: vec![Arc::new(JobMap::anon(n, layout)?)],
-                listeners: Vec::new(),
-                addrs: Vec::new(),
-                adm: Admission {
-                    secret: None,
-                    context: Vec::new(),
-                },
-                protocol: Protocol::of(layout),
-                net: Net::Tcp,
-            });
+            return Ok(Self::Shm(Arc::new(JobMap::anon(n, layout)?)));
         }
         layout.validate()?;
         let hosts = match links {
@@ -704,8 +698,7 @@ impl ThreadPlan {
             listeners.push(std::sync::Mutex::new(Some(l)));
         }
         let (secret, _) = Secret::random().map_err(|e| Error::io("drawing the job secret", e))?;
-        Ok(Self {
-            shm_only: false,
+        Ok(Self::Net(NetPlan {
             host_of,
             maps,
             listeners,
@@ -720,14 +713,20 @@ impl ThreadPlan {
                 Links::SoftRead => Net::Soft(Some(Rendezvous::Read)),
                 _ => Net::Tcp,
             },
-        })
+        }))
     }
 
     /// Connects rank `rank` (called on its own thread).
     pub(crate) fn join(&self, rank: usize, cfg: &Config) -> Result<Joined> {
-        if self.shm_only {
-            return shm_world(self.maps[0].clone(), rank, cfg);
+        match self {
+            Self::Shm(map) => shm_world(map.clone(), rank, cfg),
+            Self::Net(plan) => plan.join(rank, cfg),
         }
+    }
+}
+
+impl NetPlan {
+    fn join(&self, rank: usize, cfg: &Config) -> Result<Joined> {
         let n = self.host_of.len();
         let h = self.host_of[rank];
         let local: Vec<usize> = (0..n).filter(|&p| self.host_of[p] == h).collect();
