@@ -160,6 +160,78 @@ fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) 
     }
 }
 
+/// What a run's thread tells its watchdog: steps taken, and the action of
+/// the step in progress.
+struct Beat {
+    steps: tandem_core::sync::AtomicU64,
+    action: tandem_core::sync::AtomicU64,
+}
+
+/// The actions of [`Run::go`], by number, for the watchdog's report.
+const ACTIONS: [&str; 10] = [
+    "A send",
+    "A push_stream",
+    "A flush",
+    "B receive",
+    "B send",
+    "B push_stream",
+    "B flush",
+    "A receive",
+    "relay A->B",
+    "relay B->A",
+];
+
+/// Runs a [`Run`] on a thread of its own, watched for link calls that never
+/// return: the run fails if one call (one step of its loop, or setting up
+/// or tearing down its links) takes more than `secs`, naming the action
+/// and the case. A run that keeps stepping is not cut short: its own stall
+/// check (no progress for [`STALL`]) and step bound decide whether it is
+/// stuck, so a slow machine cannot pass off as a blocked call.
+fn watched(secs: u64, case: String, f: impl FnOnce(&Beat) + Send + 'static) {
+    assert!(
+        !*STUCK.lock().unwrap_or_else(|e| e.into_inner()),
+        "an earlier run never finished (a link call blocked)"
+    );
+    let beat = std::sync::Arc::new(Beat {
+        steps: tandem_core::sync::AtomicU64::new(0),
+        action: tandem_core::sync::AtomicU64::new(u64::MAX),
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let b = beat.clone();
+    let h = std::thread::spawn(move || {
+        f(&b);
+        let _ = tx.send(());
+    });
+    let (mut seen, mut since) = (u64::MAX, Instant::now());
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(()) => {
+                let _ = h.join();
+                return;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("the run ended without a result or a panic"),
+            },
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let steps = beat.steps.load(tandem_core::sync::Ordering::Relaxed);
+        if steps != seen {
+            (seen, since) = (steps, Instant::now());
+        } else if since.elapsed() > Duration::from_secs(secs) {
+            *STUCK.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            let a = beat.action.load(tandem_core::sync::Ordering::Relaxed) as usize;
+            panic!(
+                "one call blocked for {secs} s: step {steps}, action {} ({case})",
+                ACTIONS
+                    .get(a)
+                    .copied()
+                    .unwrap_or("setting up or tearing down the links")
+            )
+        }
+    }
+}
+
 /// A frame prefix as the module docs define it, built here independently
 /// of the link's encoder.
 fn prefix(kind: u8, len: u32) -> [u8; PREFIX] {
@@ -621,6 +693,13 @@ impl Run {
         let (a, b, relay) = if relay {
             let (a, ra) = tcp_pair();
             let (rb, b) = tcp_pair();
+            // The relay forwards at once, as the links do (TCP_NODELAY):
+            // with Nagle's algorithm its small writes would wait for the
+            // receiver's delayed acknowledgements, tens of milliseconds
+            // each, a timing of the test's own making.
+            for s in [&ra, &rb] {
+                s.set_nodelay(true).expect("TCP_NODELAY on the relay");
+            }
             let r = Relay {
                 ra,
                 rb,
@@ -642,8 +721,9 @@ impl Run {
         }
     }
 
-    /// Acts at random until both directions have delivered everything.
-    fn go(mut self) {
+    /// Acts at random until both directions have delivered everything,
+    /// telling `beat` each step.
+    fn go(mut self, beat: &Beat) {
         let start = Instant::now();
         let mut last = start;
         let actions = if self.relay.is_some() { 10 } else { 8 };
@@ -662,7 +742,12 @@ impl Run {
             );
             steps += 1;
             let rng = &mut self.rng;
-            let did = match rng.below(actions) {
+            let action = rng.below(actions);
+            beat.action
+                .store(action as u64, tandem_core::sync::Ordering::Relaxed);
+            beat.steps
+                .store(steps, tandem_core::sync::Ordering::Relaxed);
+            let did = match action {
                 0 => send(&mut self.a, &mut self.ab),
                 1 => push_stream(&mut self.a, &mut self.ab),
                 2 => {
@@ -690,6 +775,10 @@ impl Run {
                 last = now;
             }
         }
+        beat.action
+            .store(u64::MAX, tandem_core::sync::Ordering::Relaxed);
+        beat.steps
+            .fetch_add(1, tandem_core::sync::Ordering::Relaxed);
         if let Some(r) = &self.relay {
             for (d, pending) in [(&self.ab, &r.ab), (&self.ba, &r.ba)] {
                 assert!(pending.is_empty() && d.wire.bytes.is_empty());
@@ -767,7 +856,8 @@ proptest! {
         (eager, script, seed) in eager_limit()
             .prop_flat_map(|e| (Just(e), items(e, 1..24), any::<u64>())),
     ) {
-        within(20, move || Run::new(eager, &script, &[], seed, true).go());
+        let case = format!("eager {eager}, seed {seed:#x}, {script:?}");
+        watched(10, case, move |b| Run::new(eager, &script, &[], seed, true).go(b));
     }
 
     /// Both ways at once, each side sending messages and streams, over a
@@ -795,7 +885,8 @@ proptest! {
                 d.insert(at + j, it);
             }
         }
-        within(20, move || Run::new(eager, &ab, &ba, seed, relay).go());
+        let case = format!("eager {eager}, seed {seed:#x}, relay {relay}, {ab:?}, {ba:?}");
+        watched(10, case, move |b| Run::new(eager, &ab, &ba, seed, relay).go(b));
     }
 }
 
