@@ -1,7 +1,17 @@
 //! Configuration: a builder with defaults, every field settable by a
 //! `TANDEM_*` environment variable.
+//!
+//! Every tuning setting of a rank lives in [`Config`] (its sub-structs
+//! [`CollConfig`], [`NetConfig`] and [`RdmaConfig`] per room), and the
+//! environment is read for them in one place, [`Config::from_env`]: a
+//! communicator built from an explicit `Config` (`Comm::local_with`,
+//! `Comm::threads`, `Comm::from_env_with`) takes its tuning from that value
+//! alone. A job's identity (rank, size, where to meet, the secret, the
+//! inherited job file: what a launcher sets) is a separate input, read by
+//! the bootstrap; [`Layout`] is the job's, agreed through the job file.
 
 use crate::error::{Error, Result};
+use std::net::IpAddr;
 use std::time::Duration;
 
 /// How a waiting thread spends its time: spin, then yield, then sleep.
@@ -291,6 +301,439 @@ impl Layout {
     }
 }
 
+/// A collective operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// Every rank gets the reduction of every rank's buffer.
+    Allreduce,
+    /// The root gets the reduction of every rank's buffer.
+    Reduce,
+    /// Every rank gets the root's buffer.
+    Broadcast,
+    /// Every rank gets every rank's block, in rank order.
+    Allgather,
+    /// Rank `r` gets block `r` of the reduction of every rank's buffer.
+    ReduceScatter,
+    /// Rank `r` gets block `r` of every rank's buffer, in rank order.
+    Alltoall,
+    /// No rank leaves before every rank entered.
+    Barrier,
+}
+
+impl Collective {
+    /// Every collective, in declaration order.
+    pub const ALL: [Collective; 7] = [
+        Self::Allreduce,
+        Self::Reduce,
+        Self::Broadcast,
+        Self::Allgather,
+        Self::ReduceScatter,
+        Self::Alltoall,
+        Self::Barrier,
+    ];
+
+    /// Its name as `tandem-perf` and `TANDEM_ALGO` spell it (`allreduce`,
+    /// `reduce`, `broadcast`, `allgather`, `reduce_scatter`, `alltoall`,
+    /// `barrier`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Allreduce => "allreduce",
+            Self::Reduce => "reduce",
+            Self::Broadcast => "broadcast",
+            Self::Allgather => "allgather",
+            Self::ReduceScatter => "reduce_scatter",
+            Self::Alltoall => "alltoall",
+            Self::Barrier => "barrier",
+        }
+    }
+
+    /// The collective named `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The two families of algorithms `TANDEM_ALGO` chooses between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Bandwidth-optimal, pipelined in chunks through fixed scratch
+    /// slots: the ring (allreduce = reduce-scatter + allgather,
+    /// reduce_scatter, allgather), the chain (reduce, broadcast), pairwise
+    /// exchange (alltoall).
+    Ring,
+    /// Latency-optimal for small messages: recursive doubling (allreduce;
+    /// allgather on a power-of-two number of ranks), binomial trees
+    /// (reduce, broadcast).
+    Tree,
+}
+
+/// Most concurrent pipelines of a collective ([`CollConfig::lanes`]).
+pub const MAX_LANES: usize = 8;
+
+/// How collectives choose and size their algorithms.
+///
+/// ```
+/// use tandem_driver::{Algorithm, CollConfig, Collective};
+/// let c = CollConfig::default().algorithm(Collective::Broadcast, Some(Algorithm::Ring));
+/// assert_eq!(c.choose(Collective::Broadcast, 8), (Algorithm::Ring, true));
+/// assert_eq!(c.choose(Collective::Allreduce, 8), (Algorithm::Tree, false));
+/// assert_eq!(c.choose(Collective::Allreduce, 1 << 20), (Algorithm::Ring, false));
+/// assert!(CollConfig::default().pipeline(0, 2).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollConfig {
+    /// The algorithm forced for each collective (indexed by `Collective as
+    /// usize`, in [`Collective::ALL`]'s order; `None`: chosen by size)
+    /// (`TANDEM_ALGO`: `ring`, `tree` or `auto` for every collective, or a
+    /// list such as `allreduce=ring,broadcast=tree`).
+    pub force: [Option<Algorithm>; 7],
+    /// Bytes up to which a collective not forced takes the latency-optimal
+    /// algorithm, the pipelined one above, per collective
+    /// (`TANDEM_COLL_TREE_MAX` sets every one). Default: 2048 for
+    /// allreduce (measured between two ranks on the machine in
+    /// BENCHMARKS.md: recursive doubling wins up to 2 KiB, the ring from 4
+    /// KiB), 32768 for the others (a tree's log2(n) hops against the
+    /// chain's n-1).
+    pub tree_max: [usize; 7],
+    /// Bytes per pipeline chunk (`TANDEM_COLL_CHUNK`, positive; default 1
+    /// MiB: fewer, larger rendezvous transfers measured best from 256 KiB
+    /// up).
+    pub chunk: usize,
+    /// Concurrent pipelines, 1 to [`MAX_LANES`] (`TANDEM_COLL_LANES`;
+    /// default 2).
+    pub lanes: usize,
+}
+
+impl Default for CollConfig {
+    fn default() -> Self {
+        let mut tree_max = [32 << 10; 7];
+        tree_max[Collective::Allreduce.index()] = 2 << 10;
+        Self {
+            force: [None; 7],
+            tree_max,
+            chunk: 1 << 20,
+            lanes: 2,
+        }
+    }
+}
+
+impl CollConfig {
+    /// The defaults with `TANDEM_ALGO`, `TANDEM_COLL_TREE_MAX`,
+    /// `TANDEM_COLL_CHUNK` and `TANDEM_COLL_LANES` applied.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the variable: a number that does not
+    /// parse, a zero chunk, lanes outside 1..=[`MAX_LANES`], or an
+    /// algorithm list that names an unknown collective or algorithm.
+    pub fn from_env() -> Result<Self> {
+        let mut t = Self::default();
+        if let Some(b) = env_num("TANDEM_COLL_TREE_MAX")? {
+            t.tree_max = [b; 7];
+        }
+        t.chunk = env_num("TANDEM_COLL_CHUNK")?.unwrap_or(t.chunk);
+        t.lanes = env_num("TANDEM_COLL_LANES")?.unwrap_or(t.lanes);
+        if let Ok(v) = std::env::var("TANDEM_ALGO") {
+            t.force = parse_algo(&v)?;
+        }
+        if t.chunk == 0 {
+            return Err(Error::Config("TANDEM_COLL_CHUNK must be positive".into()));
+        }
+        if !(1..=MAX_LANES).contains(&t.lanes) {
+            return Err(Error::Config(format!(
+                "TANDEM_COLL_LANES must be 1..={MAX_LANES}, got {}",
+                t.lanes
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Checks the pipeline's shape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero chunk or lanes outside
+    /// 1..=[`MAX_LANES`].
+    pub fn validate(&self) -> Result<()> {
+        if self.chunk == 0 || !(1..=MAX_LANES).contains(&self.lanes) {
+            return Err(Error::InvalidArgument(format!(
+                "pipeline: chunk must be positive and lanes 1..={MAX_LANES} (got {}, {})",
+                self.chunk, self.lanes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets the pipeline: chunk bytes and lanes.
+    ///
+    /// # Errors
+    /// As [`validate`](Self::validate); the value is then unchanged.
+    pub fn pipeline(mut self, chunk: usize, lanes: usize) -> Result<Self> {
+        self.set_pipeline(chunk, lanes)?;
+        Ok(self)
+    }
+
+    /// [`pipeline`](Self::pipeline) in place.
+    pub(crate) fn set_pipeline(&mut self, chunk: usize, lanes: usize) -> Result<()> {
+        let old = (self.chunk, self.lanes);
+        (self.chunk, self.lanes) = (chunk, lanes);
+        self.validate()
+            .inspect_err(|_| (self.chunk, self.lanes) = old)
+    }
+
+    /// Forces `a` for `c` (`None`: choose by size again).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn algorithm(mut self, c: Collective, a: Option<Algorithm>) -> Self {
+        self.force[c.index()] = a;
+        self
+    }
+
+    /// The algorithm for `c` moving `bytes` (the larger of a rank's input
+    /// and output), and whether it was forced.
+    pub fn choose(&self, c: Collective, bytes: usize) -> (Algorithm, bool) {
+        match self.force[c.index()] {
+            Some(a) => (a, true),
+            None if bytes <= self.tree_max[c.index()] => (Algorithm::Tree, false),
+            None => (Algorithm::Ring, false),
+        }
+    }
+}
+
+/// Parses `TANDEM_ALGO`.
+fn parse_algo(v: &str) -> Result<[Option<Algorithm>; 7]> {
+    let one = |s: &str| match s.trim() {
+        "ring" => Ok(Some(Algorithm::Ring)),
+        "tree" => Ok(Some(Algorithm::Tree)),
+        "auto" | "" => Ok(None),
+        other => Err(Error::Config(format!(
+            "TANDEM_ALGO: unknown algorithm {other:?} (ring, tree or auto)"
+        ))),
+    };
+    let mut out = [None; 7];
+    if !v.contains('=') {
+        return Ok([one(v)?; 7]);
+    }
+    for part in v.split(',').filter(|p| !p.trim().is_empty()) {
+        let (c, a) = part.split_once('=').ok_or_else(|| {
+            Error::Config(format!("TANDEM_ALGO: {part:?} is not collective=algorithm"))
+        })?;
+        let c = Collective::parse(c.trim()).ok_or_else(|| {
+            Error::Config(format!("TANDEM_ALGO: unknown collective {:?}", c.trim()))
+        })?;
+        out[c.index()] = one(a)?;
+    }
+    Ok(out)
+}
+
+/// Which transport links the ranks (`TANDEM_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransportChoice {
+    /// Shared memory within a host; between hosts verbs where both ranks
+    /// have an RDMA device (and the `verbs` feature), else TCP (`auto`,
+    /// the default).
+    #[default]
+    Auto,
+    /// Shared memory; never verbs (a job over several hosts still needs
+    /// TCP between them) (`shm`).
+    Shm,
+    /// TCP between every pair of ranks, also on one host (`tcp`).
+    Tcp,
+    /// RDMA over the software RC NIC between every pair of ranks, also on
+    /// one host; it rides the TCP connections of the mesh (`soft`).
+    Soft,
+    /// RDMA over a verbs device between every pair of ranks, or fail
+    /// (`verbs`, also spelt `rdma`).
+    Verbs,
+}
+
+impl TransportChoice {
+    /// The choice `TANDEM_TRANSPORT` spells `s` (`""` is `auto`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for any other word.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "" | "auto" => Ok(Self::Auto),
+            "shm" => Ok(Self::Shm),
+            "tcp" => Ok(Self::Tcp),
+            "soft" => Ok(Self::Soft),
+            "verbs" | "rdma" => Ok(Self::Verbs),
+            other => Err(Error::Config(format!(
+                "TANDEM_TRANSPORT={other:?}: expected auto, shm, tcp, soft or verbs"
+            ))),
+        }
+    }
+
+    /// Its name as `TANDEM_TRANSPORT` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Shm => "shm",
+            Self::Tcp => "tcp",
+            Self::Soft => "soft",
+            Self::Verbs => "verbs",
+        }
+    }
+
+    /// Whether every pair of ranks meets over the network (no shared
+    /// memory even on one host).
+    pub fn networked(self) -> bool {
+        matches!(self, Self::Tcp | Self::Soft | Self::Verbs)
+    }
+}
+
+/// How ranks meet and connect over the network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetConfig {
+    /// Which transport links the ranks (`TANDEM_TRANSPORT`).
+    pub transport: TransportChoice,
+    /// How long the whole bootstrap may take before it names the ranks
+    /// that never came (`TANDEM_BOOT_TIMEOUT`, seconds; default 60).
+    pub boot_timeout: Duration,
+    /// The IP address this rank advertises for its data connections
+    /// (`TANDEM_ADDR`; default: the interface that routes to the root).
+    pub addr: Option<IpAddr>,
+    /// The port this rank listens on for data connections
+    /// (`TANDEM_DATA_PORT`; 0, the default: any).
+    pub data_port: u16,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self {
+            transport: TransportChoice::Auto,
+            boot_timeout: Duration::from_secs(60),
+            addr: None,
+            data_port: 0,
+        }
+    }
+}
+
+impl NetConfig {
+    /// The defaults with `TANDEM_TRANSPORT`, `TANDEM_BOOT_TIMEOUT`,
+    /// `TANDEM_ADDR` and `TANDEM_DATA_PORT` applied.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the variable whose value is not what it
+    /// should be.
+    pub fn from_env() -> Result<Self> {
+        let d = Self::default();
+        let addr =
+            match std::env::var("TANDEM_ADDR") {
+                Ok(a) => Some(a.trim().parse().map_err(|_| {
+                    Error::Config(format!("TANDEM_ADDR={a:?} is not an IP address"))
+                })?),
+                Err(_) => None,
+            };
+        Ok(Self {
+            transport: match std::env::var("TANDEM_TRANSPORT") {
+                Ok(v) => TransportChoice::parse(&v)?,
+                Err(_) => d.transport,
+            },
+            boot_timeout: env_secs("TANDEM_BOOT_TIMEOUT", false)?.unwrap_or(d.boot_timeout),
+            addr,
+            data_port: env_num("TANDEM_DATA_PORT")?.unwrap_or(d.data_port),
+        })
+    }
+}
+
+/// How rendezvous payloads cross an RDMA link (`TANDEM_RDMA_RNDV`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rendezvous {
+    /// The sender writes into the receive buffer the CTS names (NCCL)
+    /// (`write`, the default).
+    #[default]
+    Write,
+    /// The receiver reads the send buffer the RTS names (`read`).
+    Read,
+}
+
+/// RDMA links: the verbs device and the queue pairs' attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaConfig {
+    /// How rendezvous payloads cross (`TANDEM_RDMA_RNDV`).
+    pub rendezvous: Rendezvous,
+    /// Receiver-not-ready retries of the queue pairs, 0..=7, 7 meaning
+    /// forever (`TANDEM_RNR_RETRY`; default 0: a receiver-not-ready would
+    /// be a bug, and fails the link at once).
+    pub rnr_retry: u8,
+    /// The verbs device (`TANDEM_IB_DEV`; `None`, the default: the first
+    /// with an ACTIVE port).
+    pub device: Option<String>,
+    /// The device's port (`TANDEM_IB_PORT`; default 1).
+    pub port: u8,
+    /// The source GID index (`TANDEM_IB_GID_INDEX`; `None`, the default:
+    /// the first RoCE v2 GID).
+    pub gid_index: Option<u8>,
+    /// The soft NIC waits up to this many microseconds (pseudo-random)
+    /// before each request it handles: tests of timing independence
+    /// (`TANDEM_SOFT_DELAY_US`; default 0).
+    pub soft_delay_us: u32,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        Self {
+            rendezvous: Rendezvous::Write,
+            rnr_retry: 0,
+            device: None,
+            port: 1,
+            gid_index: None,
+            soft_delay_us: 0,
+        }
+    }
+}
+
+impl RdmaConfig {
+    /// The defaults with `TANDEM_RDMA_RNDV`, `TANDEM_RNR_RETRY`,
+    /// `TANDEM_IB_DEV`, `TANDEM_IB_PORT`, `TANDEM_IB_GID_INDEX` and
+    /// `TANDEM_SOFT_DELAY_US` applied.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the variable: a number that does not
+    /// parse, a `TANDEM_RNR_RETRY` above 7, a `TANDEM_RDMA_RNDV` other than
+    /// `write` or `read`.
+    pub fn from_env() -> Result<Self> {
+        let d = Self::default();
+        let c = Self {
+            rendezvous: match std::env::var("TANDEM_RDMA_RNDV").ok().as_deref() {
+                None | Some("") | Some("write") => Rendezvous::Write,
+                Some("read") => Rendezvous::Read,
+                Some(o) => {
+                    return Err(Error::Config(format!(
+                        "TANDEM_RDMA_RNDV={o:?}: expected write or read"
+                    )))
+                }
+            },
+            rnr_retry: env_num("TANDEM_RNR_RETRY")?.unwrap_or(d.rnr_retry),
+            device: std::env::var("TANDEM_IB_DEV")
+                .ok()
+                .filter(|s| !s.is_empty()),
+            port: env_num("TANDEM_IB_PORT")?.unwrap_or(d.port),
+            gid_index: env_num("TANDEM_IB_GID_INDEX")?,
+            soft_delay_us: env_num("TANDEM_SOFT_DELAY_US")?.unwrap_or(d.soft_delay_us),
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the attributes a queue pair takes.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an `rnr_retry` above 7.
+    pub fn validate(&self) -> Result<()> {
+        if self.rnr_retry > 7 {
+            return Err(Error::Config(format!(
+                "TANDEM_RNR_RETRY must be 0..=7 (7: retry forever), got {}",
+                self.rnr_retry
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Per-rank settings (the layout comes from the job).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -320,6 +763,13 @@ pub struct Config {
     /// Pin the calling thread to this core when the communicator is created
     /// (`TANDEM_PIN_CORE`).
     pub pin_core: Option<usize>,
+    /// Collectives: algorithm choice and pipeline.
+    pub coll: CollConfig,
+    /// Meeting and connecting: the transport, the bootstrap's deadline, the
+    /// data connections' address and port.
+    pub net: NetConfig,
+    /// RDMA links: device, port, GID, rendezvous, retries.
+    pub rdma: RdmaConfig,
 }
 
 impl Default for Config {
@@ -332,16 +782,22 @@ impl Default for Config {
             cma_min: 32 * 1024,
             proxy_core: None,
             pin_core: None,
+            coll: CollConfig::default(),
+            net: NetConfig::default(),
+            rdma: RdmaConfig::default(),
         }
     }
 }
 
 impl Config {
-    /// Defaults with `TANDEM_*` overrides applied.
+    /// Defaults with `TANDEM_*` overrides applied: the one place the
+    /// environment's tuning is read (the sub-structs' `from_env` included).
     ///
     /// # Errors
     /// [`Error::Config`] for a `TANDEM_TIMEOUT` that is not a positive number
-    /// of seconds, or another variable that is not a number of its type.
+    /// of seconds, another variable that is not a number of its type, or
+    /// what [`CollConfig::from_env`], [`NetConfig::from_env`] and
+    /// [`RdmaConfig::from_env`] refuse.
     pub fn from_env() -> Result<Self> {
         let d = Self::default();
         let mut c = Self {
@@ -352,6 +808,9 @@ impl Config {
             cma_min: env_num("TANDEM_CMA_MIN")?.unwrap_or(d.cma_min),
             proxy_core: env_num("TANDEM_PROXY_CORE")?,
             pin_core: env_num("TANDEM_PIN_CORE")?,
+            coll: CollConfig::from_env()?,
+            net: NetConfig::from_env()?,
+            rdma: RdmaConfig::from_env()?,
         };
         c.wait.spin = env_num("TANDEM_SPIN")?.unwrap_or(c.wait.spin);
         c.wait.yields = env_num("TANDEM_YIELDS")?.unwrap_or(c.wait.yields);
@@ -408,6 +867,34 @@ impl Config {
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn pin_core(mut self, core: Option<usize>) -> Self {
         self.pin_core = core;
+        self
+    }
+
+    /// Sets the collectives' settings.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn coll(mut self, c: CollConfig) -> Self {
+        self.coll = c;
+        self
+    }
+
+    /// Sets the network settings.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn net(mut self, n: NetConfig) -> Self {
+        self.net = n;
+        self
+    }
+
+    /// Sets the transport (`TANDEM_TRANSPORT`).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn transport(mut self, t: TransportChoice) -> Self {
+        self.net.transport = t;
+        self
+    }
+
+    /// Sets the RDMA settings.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn rdma(mut self, r: RdmaConfig) -> Self {
+        self.rdma = r;
         self
     }
 }
@@ -519,6 +1006,51 @@ mod tests {
     /// Seconds from the environment: numbers a `Duration` holds are taken;
     /// infinity, NaN, overflow, negatives and words are a `Config` error
     /// naming the variable, never a panic.
+    #[test]
+    fn algo_settings_parse() {
+        assert_eq!(parse_algo("ring").unwrap(), [Some(Algorithm::Ring); 7]);
+        let v = parse_algo("allreduce=tree, broadcast=ring").unwrap();
+        assert_eq!(v[0], Some(Algorithm::Tree));
+        assert_eq!(v[2], Some(Algorithm::Ring));
+        assert_eq!(v[1], None);
+        assert!(parse_algo("fast").is_err());
+        assert!(parse_algo("allsum=ring").is_err());
+        assert!(parse_algo("allreduce").is_err());
+    }
+
+    #[test]
+    fn transport_names_round_trip() {
+        for t in [
+            TransportChoice::Auto,
+            TransportChoice::Shm,
+            TransportChoice::Tcp,
+            TransportChoice::Soft,
+            TransportChoice::Verbs,
+        ] {
+            assert_eq!(TransportChoice::parse(t.name()), Ok(t));
+        }
+        assert_eq!(TransportChoice::parse("rdma"), Ok(TransportChoice::Verbs));
+        assert!(
+            matches!(TransportChoice::parse("udp"), Err(Error::Config(m)) if m.contains("udp"))
+        );
+    }
+
+    #[test]
+    fn a_refused_pipeline_leaves_the_settings_as_they_were() {
+        let mut c = CollConfig::default();
+        assert!(c.set_pipeline(0, 2).is_err());
+        assert!(c.set_pipeline(4096, MAX_LANES + 1).is_err());
+        assert_eq!(c, CollConfig::default());
+        c.set_pipeline(4096, 3).unwrap();
+        assert_eq!((c.chunk, c.lanes), (4096, 3));
+        assert!(RdmaConfig {
+            rnr_retry: 8,
+            ..RdmaConfig::default()
+        }
+        .validate()
+        .is_err());
+    }
+
     #[test]
     fn seconds_out_of_range_are_config_errors_not_panics() {
         assert_eq!(secs("T", "2.5", false), Ok(Duration::from_millis(2500)));

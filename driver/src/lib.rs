@@ -67,7 +67,9 @@ pub use comm::{
     CollRequest, Comm, Group, PersistentRecv, PersistentSend, Registered, Request, Scope, Tag,
     ANY_SOURCE, ANY_TAG,
 };
-pub use config::{Config, Layout, WaitPolicy};
+pub use config::{
+    CollConfig, Config, Layout, NetConfig, RdmaConfig, Rendezvous, TransportChoice, WaitPolicy,
+};
 pub use error::{Error, IoError, OpKind, Result, Wait};
 pub use half::{bf16, f16};
 pub use progress::{Status, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};

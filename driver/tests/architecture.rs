@@ -241,3 +241,64 @@ fn readme_lists_every_environment_variable() {
         "in README's tables but read nowhere: {stale:?}"
     );
 }
+
+/// Settings in one place: every variable of README's `Config` and
+/// `Layout` tables is looked up in the driver only in `config.rs`,
+/// which `Config::from_env` and `Layout::from_env` read them from (the
+/// launcher passes the layout's on to ranks it starts elsewhere through
+/// `Layout::vars`, also there); the bootstrap, the transports and the
+/// collectives take their settings from the `Config` they are given.
+#[test]
+fn tuning_variables_are_read_only_by_config() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let start = readme
+        .find("### Configuration")
+        .expect("a Configuration section");
+    let end = start + readme[start..].find("\n## ").expect("a section after it");
+    let mut tuning = std::collections::BTreeSet::new();
+    let mut in_settings = false;
+    for l in readme[start..end].lines() {
+        if l.starts_with("| variable |") {
+            in_settings = l.contains("`Config` field") || l.contains("`Layout` field");
+        } else if in_settings && l.starts_with("| `TANDEM_") {
+            tuning.extend(tandem_vars(l.split('|').nth(1).unwrap_or("")));
+        }
+    }
+    assert!(
+        tuning.len() >= 25 && tuning.contains("TANDEM_RNR_RETRY"),
+        "the settings tables list {tuning:?}"
+    );
+    let mut files = Vec::new();
+    rust_files(&root().join("driver/src"), &mut files);
+    let mut strays = Vec::new();
+    for f in files {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name == "config.rs" || name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let c = code(&f);
+        for (at, _) in c.match_indices("\"TANDEM_") {
+            // A read: the literal is the argument of an environment lookup
+            // (messages may name a variable).
+            let before = &c[at.saturating_sub(12)..at];
+            if !["var(", "var_os(", "env_num(", "env_secs(", "num("]
+                .iter()
+                .any(|r| before.ends_with(r))
+            {
+                continue;
+            }
+            for v in tandem_vars(&c[at + 1..at + 60.min(c.len() - at)])
+                .into_iter()
+                .take(1)
+            {
+                if tuning.contains(&v) {
+                    strays.push(format!("{}: {v}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        strays.is_empty(),
+        "tuning variables read outside config.rs: {strays:?}"
+    );
+}

@@ -47,7 +47,9 @@ use proptest::test_runner::TestCaseError;
 use std::time::Duration;
 use tandem_core::sync::{AtomicU64, Ordering};
 use tandem_driver::bytemuck;
-use tandem_driver::{bf16, f16, Algorithm, Collective, Comm, Config, Element, Layout, ReduceOp};
+use tandem_driver::{
+    bf16, f16, Algorithm, CollConfig, Collective, Comm, Config, Element, Layout, ReduceOp,
+};
 
 /// The direct (small-message) paths' limit in bytes (`coll::exec::FAST_MAX`).
 const FAST_MAX: usize = 8192;
@@ -56,7 +58,8 @@ const MAX_SLICES: usize = 40;
 
 /// Spin briefly, then yield: more ranks than cores.
 fn cfg() -> Config {
-    let mut c = Config::default();
+    // The crossover may be moved for a run (`TANDEM_COLL_TREE_MAX`).
+    let mut c = Config::default().coll(CollConfig::from_env().expect("TANDEM_COLL_* settings"));
     c.wait.spin = 200;
     c.timeout = Duration::from_secs(60);
     c
@@ -340,16 +343,9 @@ impl Mode {
     /// The algorithm `c` runs for `bytes`.
     fn algo(self, c: Collective, bytes: usize) -> Algorithm {
         self.forced().unwrap_or_else(|| {
-            let max = match std::env::var("TANDEM_COLL_TREE_MAX") {
-                Ok(v) => v.trim().parse().expect("TANDEM_COLL_TREE_MAX"),
-                Err(_) if c == Collective::Allreduce => 2048,
-                Err(_) => 32768,
-            };
-            if bytes <= max {
-                Algorithm::Tree
-            } else {
-                Algorithm::Ring
-            }
+            let mut coll = cfg().coll;
+            coll.force = [None; 7];
+            coll.choose(c, bytes).0
         })
     }
 }

@@ -64,9 +64,11 @@ fn run(
     msgs: &[Msg],
     exact: bool,
 ) -> std::result::Result<(), String> {
-    let cfg = Config::default()
+    // Random NIC delays of up to 200 µs per request.
+    let mut cfg = Config::default()
         .wait(WaitPolicy::SHARED_CORES)
         .timeout(Duration::from_secs(30));
+    cfg.rdma.soft_delay_us = 200;
     let links = if read { Links::SoftRead } else { Links::Soft };
     let max = msgs.iter().map(|m| m.len).max().unwrap_or(0) + SLACK;
     let out = Comm::threads_on(n, links, &layout, cfg, |comm| -> Result<Vec<String>> {
@@ -216,10 +218,6 @@ proptest! {
 
     #[test]
     fn random_traffic_over_the_soft_fabric((n, layout, read, msgs) in world()) {
-        // Random NIC delays of up to 200 µs per request (set before any
-        // queue pair of this process exists; this binary holds no other
-        // test).
-        std::env::set_var("TANDEM_SOFT_DELAY_US", "200");
         let rnr = rnr_events_total();
         for exact in [false, true] {
             if let Err(e) = run(n, layout, read, &msgs, exact) {

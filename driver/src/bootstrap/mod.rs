@@ -11,7 +11,7 @@ pub(crate) mod launcher;
 mod meet;
 pub(crate) mod pmi;
 
-use crate::config::{debug_level, Config, DebugLevel, Layout};
+use crate::config::{debug_level, Config, DebugLevel, Layout, RdmaConfig, TransportChoice};
 use crate::error::{Error, Result};
 use crate::progress::{Engine, Protocol, WaitBoard};
 use crate::transport::fabric::soft::{SoftOptions, SoftQp, Wire};
@@ -72,93 +72,51 @@ pub(crate) fn shm_world(map: Arc<JobMap>, rank: usize, cfg: &Config) -> Result<J
     })
 }
 
-/// Which transport a job may use between ranks of one host
-/// (`TANDEM_TRANSPORT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Choice {
-    /// Shared memory on one host, TCP between hosts (the default).
-    Auto,
-    /// Shared memory; a job over several hosts still needs TCP between
-    /// them.
-    Shm,
-    /// TCP between every pair of ranks, also on one host.
-    Tcp,
-    /// RDMA over the software RC NIC between every pair of ranks, also on
-    /// one host (it rides the TCP connections of the mesh).
-    Soft,
-    /// RDMA over a verbs device between every pair of ranks.
-    Verbs,
-}
+/// Which transport a job may use between ranks ([`NetConfig::transport`],
+/// `TANDEM_TRANSPORT`).
+type Choice = TransportChoice;
 
-impl Choice {
-    fn from_env() -> Result<Self> {
-        match std::env::var("TANDEM_TRANSPORT").ok().as_deref() {
-            None | Some("") | Some("auto") => Ok(Choice::Auto),
-            Some("shm") => Ok(Choice::Shm),
-            Some("tcp") => Ok(Choice::Tcp),
-            Some("soft") => Ok(Choice::Soft),
-            Some("verbs") | Some("rdma") => Ok(Choice::Verbs),
-            Some(other) => Err(Error::Config(format!(
-                "TANDEM_TRANSPORT={other:?}: expected auto, shm, tcp, soft or verbs"
-            ))),
-        }
+/// The RDMA device this rank would use for `choice`: required with
+/// `verbs`, tried with `auto` (a job without one falls back to TCP between
+/// hosts); `rdma.device` names it, or the first usable one.
+fn rdma_device(choice: Choice, rdma: &RdmaConfig) -> Result<Option<String>> {
+    let want = matches!(choice, Choice::Verbs);
+    if !matches!(choice, Choice::Verbs | Choice::Auto) {
+        return Ok(None);
     }
-    fn name(self) -> &'static str {
-        match self {
-            Choice::Auto => "auto",
-            Choice::Shm => "shm",
-            Choice::Tcp => "tcp",
-            Choice::Soft => "soft",
-            Choice::Verbs => "verbs",
-        }
+    if !cfg!(feature = "verbs") {
+        return match want {
+            true => Err(Error::Config(
+                "TANDEM_TRANSPORT=verbs: this tandem was built without verbs support \
+                 (build tandem-driver with --features verbs)"
+                    .into(),
+            )),
+            false => Ok(None),
+        };
     }
-    /// Whether every pair of ranks meets over the network (no shared
-    /// memory even on one host).
-    fn networked(self) -> bool {
-        matches!(self, Choice::Tcp | Choice::Soft | Choice::Verbs)
-    }
-    /// The RDMA device this rank would use: required with `verbs`, tried
-    /// with `auto` (a job without one falls back to TCP between hosts).
-    fn rdma_device(self) -> Result<Option<String>> {
-        let want = matches!(self, Choice::Verbs);
-        if !matches!(self, Choice::Verbs | Choice::Auto) {
-            return Ok(None);
-        }
-        if !cfg!(feature = "verbs") {
-            return match want {
-                true => Err(Error::Config(
-                    "TANDEM_TRANSPORT=verbs: this tandem was built without verbs support \
-                     (build tandem-driver with --features verbs)"
-                        .into(),
-                )),
-                false => Ok(None),
-            };
-        }
-        match transport::fabric::verbs::probe() {
-            Ok(d) => Ok(Some(d)),
-            Err(e) if want => Err(Error::Config(format!("TANDEM_TRANSPORT=verbs: {e}"))),
-            Err(_) => Ok(None),
-        }
-    }
-
-    /// What carries the mesh's connections by default.
-    fn net(self) -> Result<Net> {
-        match self {
-            Choice::Soft => Ok(Net::Soft(None)),
-            _ => Ok(Net::Tcp),
-        }
+    match transport::fabric::verbs::probe_named(rdma.device.as_deref()) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if want => Err(Error::Config(format!("TANDEM_TRANSPORT=verbs: {e}"))),
+        Err(_) => Ok(None),
     }
 }
 
-/// The soft NIC's options from the environment: `TANDEM_SOFT_DELAY_US`
-/// makes it wait up to that many microseconds before each request it
-/// handles (tests of timing independence).
-fn soft_options(rank: usize) -> Result<SoftOptions> {
-    let max_delay_us = crate::config::env_num("TANDEM_SOFT_DELAY_US")?.unwrap_or(0);
-    Ok(SoftOptions {
-        max_delay_us,
+/// What carries the mesh's connections by default for `choice`.
+fn default_net(choice: Choice) -> Net {
+    match choice {
+        Choice::Soft => Net::Soft(None),
+        _ => Net::Tcp,
+    }
+}
+
+/// The soft NIC's options: `rdma.soft_delay_us` makes it wait up to that
+/// many microseconds before each request it handles (tests of timing
+/// independence), with delays seeded by the rank.
+fn soft_options(rank: usize, rdma: &RdmaConfig) -> SoftOptions {
+    SoftOptions {
+        max_delay_us: rdma.soft_delay_us,
         seed: 0x9e37_79b9_7f4a_7c15 ^ rank as u64,
-    })
+    }
 }
 
 /// What carries the connections between hosts.
@@ -167,16 +125,11 @@ pub(crate) enum Net {
     /// TCP.
     Tcp,
     /// RDMA over the soft NIC, which runs over the TCP connection;
-    /// rendezvous as given, or as `TANDEM_RDMA_RNDV` says.
+    /// rendezvous as given, or as [`RdmaConfig::rendezvous`] says.
     Soft(Option<Rendezvous>),
     /// RDMA over this verbs device; the TCP connection stays open as the
     /// sign of the peer's life.
     Verbs,
-}
-
-/// Seconds the whole bootstrap may take (`TANDEM_BOOT_TIMEOUT`, default 60).
-fn boot_timeout() -> Result<Duration> {
-    Ok(crate::config::env_secs("TANDEM_BOOT_TIMEOUT", false)?.unwrap_or(Duration::from_secs(60)))
 }
 
 /// An identity shared by exactly the processes that can share memory and
@@ -325,14 +278,13 @@ fn check_agreement(me: usize, records: &[Record]) -> Result<()> {
     Ok(())
 }
 
-/// The address this rank advertises for data connections.
-fn data_ip(meet: &str, root_local: Option<IpAddr>) -> Result<IpAddr> {
-    if let Ok(a) = std::env::var("TANDEM_ADDR") {
-        return a
-            .parse()
-            .map_err(|_| Error::Config(format!("TANDEM_ADDR={a:?} is not an IP address")));
+/// The address this rank advertises for data connections: `given`
+/// ([`NetConfig::addr`]), else one found from how the ranks meet.
+fn data_ip(given: Option<IpAddr>, meet: &str, root_local: Option<IpAddr>) -> IpAddr {
+    if let Some(a) = given {
+        return a;
     }
-    Ok(match meet {
+    match meet {
         // The interface that reaches the root reaches the other hosts.
         "root" => root_local.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         "local" => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -347,7 +299,7 @@ fn data_ip(meet: &str, root_local: Option<IpAddr>) -> Result<IpAddr> {
                 .map(|a| a.ip())
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
         }
-    })
+    }
 }
 
 const DATA_HELLO: &[u8; 4] = b"TDA1";
@@ -546,7 +498,7 @@ fn assemble(
     let mut links = Vec::with_capacity(size);
     let eager = protocol.eager_limit as usize;
     let rdma_opts = |r: Option<Rendezvous>| -> Result<RdmaOptions> {
-        let mut o = RdmaOptions::from_env(eager)?;
+        let mut o = RdmaOptions::new(eager, &cfg.rdma)?;
         o.rendezvous = r.unwrap_or(o.rendezvous);
         Ok(o)
     };
@@ -559,14 +511,14 @@ fn assemble(
             )),
             (Some(s), Net::Verbs) => {
                 let dev = rdma_dev.unwrap_or_default();
-                verbs_link(s, p, dev, eager, rdma_opts(None)?)?
+                verbs_link(s, p, dev, &cfg.rdma, eager, rdma_opts(None)?)?
             }
             (Some(s), Net::Soft(r)) => {
                 let opts = rdma_opts(r)?;
                 let io = |e: std::io::Error| Error::io(format!("soft RDMA link to rank {p}"), e);
                 let wire = Wire::Tcp(s.try_clone().map_err(io)?);
-                let qp =
-                    SoftQp::new(wire, transport::rdma::caps(), soft_options(rank)?).map_err(io)?;
+                let qp = SoftQp::new(wire, transport::rdma::caps(), soft_options(rank, &cfg.rdma))
+                    .map_err(io)?;
                 Link::Soft(Box::new(rdma_connect(qp, s, p, eager, opts)?))
             }
             (None, _) => {
@@ -610,11 +562,16 @@ fn rdma_connect<Q: transport::fabric::QueuePair>(
 /// The verbs link to rank `p` over device `dev`, brought up through the
 /// bootstrap connection `s`, which then stays open to tell the peer's end.
 #[cfg(feature = "verbs")]
-fn verbs_link(s: TcpStream, p: usize, dev: &str, eager: usize, opts: RdmaOptions) -> Result<Link> {
+fn verbs_link(
+    s: TcpStream,
+    p: usize,
+    dev: &str,
+    rdma: &RdmaConfig,
+    eager: usize,
+    opts: RdmaOptions,
+) -> Result<Link> {
     use transport::fabric::verbs_qp;
-    let port: u8 = crate::config::env_num("TANDEM_IB_PORT")?.unwrap_or(1);
-    let gid: Option<u8> = crate::config::env_num("TANDEM_IB_GID_INDEX")?;
-    let mut qp = verbs_qp::open(dev, port, gid, transport::rdma::caps())
+    let mut qp = verbs_qp::open(dev, rdma.port, rdma.gid_index, transport::rdma::caps())
         .map_err(|e| Error::Config(format!("RDMA device {dev}: {e}")))?;
     let io = |e: std::io::Error| Error::io(format!("verbs link to rank {p}"), e);
     qp.watch_peer(s.try_clone().map_err(io)?).map_err(io)?;
@@ -622,7 +579,14 @@ fn verbs_link(s: TcpStream, p: usize, dev: &str, eager: usize, opts: RdmaOptions
 }
 
 #[cfg(not(feature = "verbs"))]
-fn verbs_link(_: TcpStream, _: usize, dev: &str, _: usize, _: RdmaOptions) -> Result<Link> {
+fn verbs_link(
+    _: TcpStream,
+    _: usize,
+    dev: &str,
+    _: &RdmaConfig,
+    _: usize,
+    _: RdmaOptions,
+) -> Result<Link> {
     Err(Error::Config(format!(
         "RDMA device {dev}: this tandem was built without verbs support"
     )))
@@ -735,7 +699,7 @@ impl NetPlan {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| Error::Config(format!("rank {rank} joined twice")))?;
-        let deadline = Instant::now() + boot_timeout()?;
+        let deadline = Instant::now() + cfg.net.boot_timeout;
         let streams = mesh(
             rank,
             n,
@@ -760,7 +724,7 @@ impl NetPlan {
 
 /// Joins the job described by the environment (see [`launcher`]).
 pub(crate) fn join(cfg: &Config) -> Result<Joined> {
-    let choice = Choice::from_env()?;
+    let choice = cfg.net.transport;
     // tandem-run on one host: the shared-memory file is inherited.
     if !choice.networked() && std::env::var_os("TANDEM_SHM_FD").is_some() {
         return join_inherited(cfg);
@@ -792,7 +756,7 @@ pub(crate) fn local_world(
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let layout = Layout::from_env()?;
     let (map, children) = crate::launch::spawn_world(n, &layout, &exe, &args)?;
-    let j = if tcp_forced()? {
+    let j = if cfg.net.transport.networked() {
         join_as_local_root(cfg, n, map.job())?
     } else {
         shm_world(Arc::new(map), 0, cfg)?
@@ -810,22 +774,16 @@ fn join_as_local_root(cfg: &Config, size: usize, job: u64) -> Result<Joined> {
         job: format!("{job:016x}"),
         meet: Meet::Local,
     };
-    join_launched(cfg, launch, Choice::from_env()?)
-}
-
-/// Whether ranks of this process's job must meet (TCP forced) rather than
-/// share the file their launcher made.
-fn tcp_forced() -> Result<bool> {
-    Ok(Choice::from_env()?.networked())
+    join_launched(cfg, launch, cfg.net.transport)
 }
 
 fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Result<Joined> {
     let (rank, size) = (launch.rank, launch.size);
     let layout = Layout::from_env()?;
     layout.validate()?;
-    let net = choice.net()?;
-    let rdma_dev = choice.rdma_device()?;
-    let deadline = Instant::now() + boot_timeout()?;
+    let net = default_net(choice);
+    let rdma_dev = rdma_device(choice, &cfg.rdma)?;
+    let deadline = Instant::now() + cfg.net.boot_timeout;
     let given = match std::env::var("TANDEM_SECRET") {
         Ok(t) if !t.is_empty() => Some(t),
         _ => None,
@@ -871,8 +829,8 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
         }
     };
     // Data connections: a listener before anyone can try to connect.
-    let ip = data_ip(meet_kind, root_local)?;
-    let port: u16 = crate::config::env_num("TANDEM_DATA_PORT")?.unwrap_or(0);
+    let ip = data_ip(cfg.net.addr, meet_kind, root_local);
+    let port = cfg.net.data_port;
     let bind_ip = match meet_kind {
         "PMI" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         _ => ip,

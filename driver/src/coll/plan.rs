@@ -9,7 +9,7 @@
 //! algorithm and the number of ranks, so results are identical on every
 //! rank and from run to run.
 
-use super::Collective;
+use super::{Algorithm, Collective};
 
 /// Which buffer a region lies in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,20 +66,6 @@ const EMPTY: Step = Step {
     recv: None,
     after: After::None,
 };
-
-/// The two families of algorithms `TANDEM_ALGO` chooses between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Bandwidth-optimal, pipelined in chunks through fixed scratch
-    /// slots: the ring (allreduce = reduce-scatter + allgather,
-    /// reduce_scatter, allgather), the chain (reduce, broadcast), pairwise
-    /// exchange (alltoall).
-    Ring,
-    /// Latency-optimal for small messages: recursive doubling (allreduce;
-    /// allgather on a power-of-two number of ranks), binomial trees
-    /// (reduce, broadcast).
-    Tree,
-}
 
 impl Algorithm {
     /// What the algorithm is for collective `c` ("ring", "recursive

@@ -11,8 +11,9 @@
 
 use super::{explain, Comm, Scope, Waiter, FAST_POLLS};
 use crate::coll::exec::{mismatch, Call, Table, Ticket, FAST_MAX};
-use crate::coll::plan::Algorithm;
-use crate::coll::{plan, types::not_applicable, Collective, Element, ReduceOp, Shape, Tunables};
+use crate::coll::Algorithm;
+use crate::coll::{plan, types::not_applicable, CollConfig, Collective, Element, ReduceOp, Shape};
+use crate::config::{debug_level, DebugLevel};
 use crate::error::OpKind;
 use crate::error::{Error, Result};
 use crate::progress::MAX_CONTEXTS;
@@ -25,17 +26,25 @@ pub(super) const COLL_CTX: u16 = MAX_CONTEXTS / 2;
 /// A communicator's collectives: the table in flight and the settings.
 pub(super) struct CollState {
     pub(super) table: Table,
-    tun: Tunables,
+    tun: CollConfig,
+    info: bool,
     last: [Option<Algorithm>; 7],
 }
 
 impl CollState {
-    pub(super) fn new() -> Result<Self> {
-        Ok(Self {
+    /// A communicator's collectives with settings `tun`.
+    pub(super) fn new(tun: CollConfig) -> Self {
+        Self {
             table: Table::new(),
-            tun: Tunables::from_env()?,
+            tun,
+            info: debug_level() >= DebugLevel::Info,
             last: [None; 7],
-        })
+        }
+    }
+
+    /// The settings (what a duplicate starts with).
+    pub(super) fn settings(&self) -> &CollConfig {
+        &self.tun
     }
 }
 
@@ -108,7 +117,14 @@ impl Comm {
         self.check_root(shape.root)?;
         let mut st = self.coll.borrow_mut();
         let st = &mut *st;
-        let plan = plan(&st.tun, &mut st.last, &shape, self.rank(), self.size());
+        let plan = plan(
+            &st.tun,
+            st.info,
+            &mut st.last,
+            &shape,
+            self.rank(),
+            self.size(),
+        );
         Ok(Call {
             plan,
             kernel,
@@ -210,7 +226,7 @@ impl Comm {
                 return None;
             }
             let shape = shape::<T>(Collective::Allreduce, Some(op), recv.len(), 0, in_place);
-            let plan = plan(&st.tun, &mut st.last, &shape, r, n);
+            let plan = plan(&st.tun, st.info, &mut st.last, &shape, r, n);
             if plan.algo != Algorithm::Tree {
                 return None;
             }
@@ -315,7 +331,14 @@ impl Comm {
         if st.table.busy() {
             return None;
         }
-        let plan = plan(&st.tun, &mut st.last, &shape, self.rank(), self.size());
+        let plan = plan(
+            &st.tun,
+            st.info,
+            &mut st.last,
+            &shape,
+            self.rank(),
+            self.size(),
+        );
         if algo.is_some_and(|a| a != plan.algo) {
             return None;
         }
@@ -559,7 +582,8 @@ impl Comm {
     }
 
     /// Uses algorithm `a` for collective `c` on this communicator from now
-    /// on (`None`: choose by size, the default), overriding `TANDEM_ALGO`.
+    /// on (`None`: choose by size, the default), overriding
+    /// [`CollConfig::force`](field@crate::CollConfig::force) (`TANDEM_ALGO`).
     /// Like every collective setting, it must be the same on every rank.
     ///
     /// ```
@@ -573,19 +597,21 @@ impl Comm {
     /// assert_eq!(*out[1].as_ref().unwrap(), 2);
     /// ```
     pub fn set_algorithm(&self, c: Collective, a: Option<Algorithm>) {
-        self.coll.borrow_mut().tun.force(c, a);
+        let mut st = self.coll.borrow_mut();
+        st.tun.force[c.index()] = a;
     }
 
     /// Sets this communicator's collective pipeline: `chunk` bytes per
     /// transfer of the pipelined algorithms and `lanes` (1 to 8)
-    /// concurrent pipelines, overriding `TANDEM_COLL_CHUNK` and
-    /// `TANDEM_COLL_LANES`. Must be the same on every rank.
+    /// concurrent pipelines, overriding the communicator's
+    /// [`CollConfig`] (`TANDEM_COLL_CHUNK`, `TANDEM_COLL_LANES`). Must be the
+    /// same on every rank.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `chunk` is 0 or `lanes` is not in 1..=8;
     /// the settings are then unchanged.
     pub fn set_pipeline(&self, chunk: usize, lanes: usize) -> Result<()> {
-        self.coll.borrow_mut().tun.pipeline(chunk, lanes)
+        self.coll.borrow_mut().tun.set_pipeline(chunk, lanes)
     }
 
     /// Advances every collective in flight (called from every wait).

@@ -141,8 +141,8 @@ impl Comm {
     /// Like [`from_env`](Self::from_env) with an explicit configuration.
     ///
     /// # Errors
-    /// As [`from_env`](Self::from_env); the variables `cfg` stands for are not
-    /// read.
+    /// As [`from_env`](Self::from_env). The tuning variables `cfg` stands for
+    /// are not read: only the job's identity comes from the environment.
     pub fn from_env_with(cfg: Config) -> Result<Self> {
         let j = crate::bootstrap::join(&cfg)?;
         Self::start(j, cfg)
@@ -197,8 +197,7 @@ impl Comm {
     /// ([`JobMap::anon`](crate::transport::shm::map::JobMap::anon); then
     /// every entry holds it, a single one for `n` of 0), or
     /// [`Error::Config`] from `cfg` (a
-    /// [`pin_core`](field@Config::pin_core) that cannot be pinned) or a
-    /// `TANDEM_COLL_*` variable.
+    /// [`pin_core`](field@Config::pin_core) that cannot be pinned).
     ///
     /// ```
     /// use tandem_driver::{Comm, Config, Layout};
@@ -304,11 +303,12 @@ impl Comm {
                 .spawn(move || proxy_loop(weak, stop, core))?;
             *sh.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
         }
+        let coll = std::cell::RefCell::new(CollState::new(sh.cfg.coll.clone()));
         Ok(Self {
             sh,
             ctx: 0,
             primary: true,
-            coll: std::cell::RefCell::new(CollState::new()?),
+            coll,
             _not_sync: PhantomData,
         })
     }
@@ -388,7 +388,11 @@ impl Comm {
     /// rank must call `dup` in the same order (contexts are numbered
     /// locally). The duplicate shares this rank's engine; it may be moved to
     /// another thread (calls on the two are then serialized by the engine's
-    /// lock, which `dup` switches to its atomic protocol).
+    /// lock, which `dup` switches to its atomic protocol). The duplicate's
+    /// collectives start with this communicator's settings
+    /// ([`set_algorithm`](Self::set_algorithm),
+    /// [`set_pipeline`](Self::set_pipeline) included), as `MPI_Comm_dup`
+    /// copies a communicator's hints.
     ///
     /// ```
     /// use tandem_driver::{Comm, Config, Layout, ANY_TAG};
@@ -411,8 +415,7 @@ impl Comm {
     /// # Errors
     /// [`Error::Config`] past 512 communicators on this rank (the world and its
     /// duplicates: each takes two of the [`MAX_CONTEXTS`](crate::MAX_CONTEXTS)
-    /// contexts), or for a `TANDEM_COLL_*` or `TANDEM_ALGO` variable that does
-    /// not parse (read again for the duplicate).
+    /// contexts).
     pub fn dup(&self) -> Result<Comm> {
         // The duplicate may be moved to another thread: from now on the
         // engine is locked atomically (we are its only user right now).
@@ -427,7 +430,7 @@ impl Comm {
             sh: self.sh.clone(),
             ctx: c as u16,
             primary: false,
-            coll: std::cell::RefCell::new(CollState::new()?),
+            coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
             _not_sync: PhantomData,
         })
     }

@@ -49,6 +49,7 @@ use super::fabric::{
     WcOpcode, WcStatus, QP_ADDR_LEN,
 };
 use super::{Kind, Liveness, MemDesc, Peek, PullStart, Route, Transport, PEEK_LEN};
+use crate::config::RdmaConfig;
 use crate::error::Error;
 use std::io::{Read, Write};
 use tandem_core::sync::{AtomicU64, Ordering};
@@ -91,20 +92,12 @@ enum Sig {
     Probe,
 }
 
-/// How rendezvous payloads cross (`TANDEM_RDMA_RNDV`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rendezvous {
-    /// The sender writes into the receive buffer the CTS names (NCCL).
-    Write,
-    /// The receiver reads the send buffer the RTS names.
-    Read,
-}
+pub use crate::config::Rendezvous;
 
 /// Options of an RDMA link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RdmaOptions {
-    /// Queue-pair attributes; `rnr_retry` is 0 unless `TANDEM_RNR_RETRY`
-    /// says otherwise.
+    /// Queue-pair attributes; `rnr_retry` is [`RdmaConfig::rnr_retry`].
     pub attrs: RcAttrs,
     /// How rendezvous payloads cross.
     pub rendezvous: Rendezvous,
@@ -114,35 +107,29 @@ pub struct RdmaOptions {
 
 impl RdmaOptions {
     /// The options for messages of at most `eager_limit` bytes of body,
-    /// from the environment (`TANDEM_RNR_RETRY`, `TANDEM_RDMA_RNDV`).
+    /// with the queue pairs' retries and the rendezvous `rdma` gives.
     ///
     /// # Errors
-    /// [`Error::Config`] for a `TANDEM_RNR_RETRY` that is not a number in
-    /// 0..=7, or a `TANDEM_RDMA_RNDV` other than `write` or `read`.
-    pub fn from_env(eager_limit: usize) -> Result<Self, Error> {
-        let rnr: u8 = crate::config::env_num("TANDEM_RNR_RETRY")?.unwrap_or(0);
-        if rnr > 7 {
-            return Err(Error::Config(format!(
-                "TANDEM_RNR_RETRY must be 0..=7 (7: retry forever), got {rnr}"
-            )));
-        }
-        let rendezvous = match std::env::var("TANDEM_RDMA_RNDV").ok().as_deref() {
-            None | Some("") | Some("write") => Rendezvous::Write,
-            Some("read") => Rendezvous::Read,
-            Some(o) => {
-                return Err(Error::Config(format!(
-                    "TANDEM_RDMA_RNDV={o:?}: expected write or read"
-                )))
-            }
-        };
+    /// What [`RdmaConfig::validate`] refuses (an `rnr_retry` above 7).
+    pub fn new(eager_limit: usize, rdma: &RdmaConfig) -> Result<Self, Error> {
+        rdma.validate()?;
         Ok(Self {
             attrs: RcAttrs {
-                rnr_retry: rnr,
+                rnr_retry: rdma.rnr_retry,
                 ..RcAttrs::default()
             },
-            rendezvous,
+            rendezvous: rdma.rendezvous,
             ring: ring_for(eager_limit),
         })
+    }
+
+    /// [`new`](Self::new) with the settings [`RdmaConfig::from_env`] reads
+    /// (`TANDEM_RNR_RETRY`, `TANDEM_RDMA_RNDV`, ...).
+    ///
+    /// # Errors
+    /// What [`RdmaConfig::from_env`] refuses.
+    pub fn from_env(eager_limit: usize) -> Result<Self, Error> {
+        Self::new(eager_limit, &RdmaConfig::from_env()?)
     }
 }
 
