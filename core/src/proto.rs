@@ -82,7 +82,7 @@
 //! # let _ = store;
 //! ```
 
-use crate::credit::CreditWindow;
+use crate::credit::Credits;
 use crate::mutation::{active, Mutant};
 use crate::wire::{Header, Kind, MemDesc};
 
@@ -434,18 +434,11 @@ impl List {
 /// Per-peer protocol state (contents private).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Peer {
-    /// Sender side: entries the peer holds for us, and eager buffers.
-    window: CreditWindow,
-    bwindow: CreditWindow,
-    /// Totals the peer reported freed for us (entries, buffers).
-    seen_freed: u64,
-    seen_bfreed: u64,
-    /// Receiver side: entries and buffers freed for this peer, and the
-    /// counts last told.
-    freed: u64,
-    told: u64,
-    bfreed: u64,
-    btold: u64,
+    /// Receive entries, both ways: those the peer holds for us (our
+    /// window) and those we hold for it and freed (what we owe it).
+    entries: Credits,
+    /// Eager buffers, the same way.
+    buffers: Credits,
     send_seq: u16,
     recv_seq: u16,
     held: u16,
@@ -457,36 +450,42 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Applies the freed counts of a header from this peer (`c` entries and
-    /// `k` buffers are the windows); `None` if it claims more than was sent.
+    /// Applies the freed counts of a header from this peer (entries,
+    /// buffers); `None` if it claims more than was sent.
     #[inline(always)]
-    fn apply_credit(&mut self, credit: u16, ecredit: u16, c: u64, k: u64) -> Option<()> {
+    fn apply_credit(&mut self, credit: u16, ecredit: u16) -> Option<()> {
         // Most headers return nothing new: two compares.
-        if credit == self.seen_freed as u16 && ecredit == self.seen_bfreed as u16 {
+        if self.entries.is_current(credit) && self.buffers.is_current(ecredit) {
             return Some(());
         }
-        grant(&mut self.window, &mut self.seen_freed, credit, c)?;
-        grant(&mut self.bwindow, &mut self.seen_bfreed, ecredit, k)
+        self.entries.apply(credit)?;
+        self.buffers.apply(ecredit)
     }
 
-    /// Whether this many frees (entries, buffers) are owed to the peer
-    /// that an explicit credit message is due (`due`: the engine's
-    /// thresholds).
+    /// Whether enough frees (entries or buffers) are owed to the peer that
+    /// an explicit credit message is due.
     #[inline(always)]
-    fn owes(&self, due: (u64, u64)) -> bool {
-        self.freed - self.told >= due.0 || self.bfreed - self.btold >= due.1
+    fn owes(&self) -> bool {
+        self.entries.due() || self.buffers.due()
+    }
+
+    /// Our freed counts as a header to this peer carries them.
+    #[inline(always)]
+    fn counts(&self) -> (u64, u64) {
+        (self.entries.count(), self.buffers.count())
+    }
+
+    /// A header carrying `counts` (from [`counts`](Self::counts)) went out.
+    #[inline(always)]
+    fn told(&mut self, counts: (u64, u64)) {
+        self.entries.told(counts.0);
+        self.buffers.told(counts.1);
     }
 
     /// Unused peer state.
     pub const EMPTY: Peer = Peer {
-        window: CreditWindow::new(0),
-        bwindow: CreditWindow::new(0),
-        seen_freed: 0,
-        seen_bfreed: 0,
-        freed: 0,
-        told: 0,
-        bfreed: 0,
-        btold: 0,
+        entries: Credits::EMPTY,
+        buffers: Credits::EMPTY,
         send_seq: 0,
         recv_seq: 0,
         held: 0,
@@ -550,8 +549,8 @@ pub struct Tx {
     pub header: Header,
     /// What follows it.
     pub what: TxWhat,
-    freed: u64,
-    bfreed: u64,
+    /// The freed counts (entries, buffers) the header carries.
+    counts: (u64, u64),
     entry: u32,
 }
 
@@ -625,9 +624,6 @@ pub struct Engine<O, E, P, B> {
     posted: List,
     unexpected: List,
     pulls: List,
-    /// Frees owed (entries, buffers) that make an explicit credit return
-    /// due, from the parameters.
-    due: (u64, u64),
 }
 
 type R<T> = Result<T, ProtoError>;
@@ -698,22 +694,21 @@ where
         for (i, b) in bufs.as_mut()[..n * k].iter_mut().enumerate() {
             *b = if (i + 1) % k != 0 { i as u32 + 1 } else { NIL };
         }
+        // Frees owed (entries, buffers) that make an explicit credit return
+        // due.
+        let threshold = p.credit_threshold.max(1) as u64;
         for (i, q) in peers.as_mut()[..n].iter_mut().enumerate() {
+            // The freed counts start where the sequence numbers do, so a
+            // test that starts near 2^16 crosses the wrap of the 16-bit
+            // credit fields.
+            let start = p.seq_start as u64;
             *q = Peer {
-                window: CreditWindow::starting_at(c as u64, p.seq_start as u64),
-                bwindow: CreditWindow::starting_at(k as u64, p.seq_start as u64),
+                entries: Credits::new(c as u64, threshold, start),
+                buffers: Credits::new(k as u64, threshold.min(k as u64), start),
                 free: (i * c) as u32,
                 bfree: (i * k) as u32,
                 send_seq: p.seq_start,
                 recv_seq: p.seq_start,
-                // The freed counts start there too, so a test that starts
-                // near 2^16 crosses the wrap of the 16-bit credit fields.
-                seen_freed: p.seq_start as u64,
-                seen_bfreed: p.seq_start as u64,
-                freed: p.seq_start as u64,
-                told: p.seq_start as u64,
-                bfreed: p.seq_start as u64,
-                btold: p.seq_start as u64,
                 ..Peer::EMPTY
             };
         }
@@ -728,10 +723,6 @@ where
             posted: List::EMPTY,
             unexpected: List::EMPTY,
             pulls: List::EMPTY,
-            due: {
-                let t = p.credit_threshold.max(1) as u64;
-                (t, t.min(k as u64))
-            },
         })
     }
 
@@ -912,7 +903,7 @@ where
         let head = q.bfree;
         q.bfree = b;
         if !active(Mutant::CreditReturnLost) {
-            q.bfreed += 1;
+            q.buffers.freed();
         }
         self.bufs.as_mut()[b as usize] = head;
     }
@@ -928,7 +919,7 @@ where
         let q = self.peer_mut(peer);
         q.free = e;
         if !active(Mutant::CreditReturnLost) {
-            q.freed += 1;
+            q.entries.freed();
         }
     }
 
@@ -1130,13 +1121,13 @@ where
             return None;
         }
         let mut h = Header::new(Kind::Credit, 0, 0, 0);
-        h.credit = q.freed as u16;
-        h.ecredit = q.bfreed as u16;
+        let counts = q.counts();
+        h.credit = counts.0 as u16;
+        h.ecredit = counts.1 as u16;
         let mut tx = Tx {
             header: h,
             what: TxWhat::Control,
-            freed: q.freed,
-            bfreed: q.bfreed,
+            counts,
             entry: NIL,
         };
         if q.ctrlq.head != NIL {
@@ -1161,7 +1152,7 @@ where
         }
         let i = q.sendq.head;
         let skip = active(Mutant::SkipCreditCheck);
-        if i == NIL || (q.window.available() == 0 && !skip) {
+        if i == NIL || (q.entries.available() == 0 && !skip) {
             return None;
         }
         let o = self.op(i);
@@ -1169,7 +1160,7 @@ where
         // Out of eager buffers at the peer: announce it as an RTS, which
         // needs only an entry, rather than wait (unreceived messages must
         // not keep this one, perhaps matchable, from the receiver).
-        let (kind, what) = if o.len > self.p.eager_limit || (q.bwindow.available() == 0 && !skip) {
+        let (kind, what) = if o.len > self.p.eager_limit || (q.buffers.available() == 0 && !skip) {
             (Kind::Rts, TxWhat::Rts(h))
         } else if o.sync {
             (Kind::EagerSync, TxWhat::Payload(h))
@@ -1188,9 +1179,7 @@ where
     /// Records that `tx` (the latest [`next_tx`](Self::next_tx) for `peer`)
     /// went out.
     pub fn tx_done(&mut self, peer: u32, tx: &Tx) {
-        let q = self.peer_mut(peer);
-        q.told = q.told.max(tx.freed);
-        q.btold = q.btold.max(tx.bfreed);
+        self.peer_mut(peer).told(tx.counts);
         match tx.header.kind() {
             Kind::Credit => {}
             Kind::Cts | Kind::Fin | Kind::Ack => {
@@ -1205,10 +1194,10 @@ where
                 self.unlink(Lst::Send(peer), NIL, i);
                 let q = self.peer_mut(peer);
                 let skip = active(Mutant::SkipCreditCheck);
-                let took = q.window.try_take(1);
+                let took = q.entries.try_take(1);
                 debug_assert!(took || skip);
                 if kind.is_eager() {
-                    let took = q.bwindow.try_take(1);
+                    let took = q.buffers.try_take(1);
                     debug_assert!(took || skip);
                 }
                 q.send_seq = q.send_seq.wrapping_add(1);
@@ -1239,20 +1228,18 @@ where
         if q.dead
             || q.sendq.head != NIL
             || q.ctrlq.head != NIL
-            || q.window.available() == 0
-            || q.bwindow.available() == 0
+            || q.entries.available() == 0
+            || q.buffers.available() == 0
         {
             return None;
         }
-        let took = q.window.try_take(1) && q.bwindow.try_take(1);
+        let took = q.entries.try_take(1) && q.buffers.try_take(1);
         debug_assert!(took);
         let mut h = Header::new(Kind::Eager, ctx, tag, len);
         h.seq = q.send_seq;
-        h.credit = q.freed as u16;
-        h.ecredit = q.bfreed as u16;
+        h.credit = q.entries.tell() as u16;
+        h.ecredit = q.buffers.tell() as u16;
         q.send_seq = q.send_seq.wrapping_add(1);
-        q.told = q.freed;
-        q.btold = q.bfreed;
         Some(h)
     }
 
@@ -1303,15 +1290,13 @@ where
         {
             return Ok(None);
         }
-        let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
-        let due = self.due;
         let Some(q) = self.peers.as_mut().get_mut(peer as usize) else {
             return Ok(None);
         };
         if q.dead || q.held != 0 || seq != q.recv_seq {
             return Ok(None);
         }
-        q.apply_credit(credit, ecredit, c, k)
+        q.apply_credit(credit, ecredit)
             .ok_or(ProtoError::BadCredit { peer })?;
         if q.free == NIL || q.bfree == NIL {
             return Err(ProtoError::CreditOverrun { peer });
@@ -1320,9 +1305,9 @@ where
         if !active(Mutant::FastRecvSeqStuck) {
             q.recv_seq = q.recv_seq.wrapping_add(1);
         }
-        q.freed += 1;
-        q.bfreed += 1;
-        Ok(Some(q.owes(due)))
+        q.entries.freed();
+        q.buffers.freed();
+        Ok(Some(q.owes()))
     }
 
     // ---- receive ----
@@ -1390,9 +1375,8 @@ where
 
     #[inline(always)]
     fn apply_credit(&mut self, peer: u32, credit: u16, ecredit: u16) -> R<()> {
-        let (c, k) = (self.p.envelopes as u64, self.p.credits as u64);
         self.peer_mut(peer)
-            .apply_credit(credit, ecredit, c, k)
+            .apply_credit(credit, ecredit)
             .ok_or(ProtoError::BadCredit { peer })
     }
 
@@ -1864,7 +1848,7 @@ where
     /// Whether enough frees are owed to `q` for an explicit credit message.
     #[inline]
     fn credit_due(&self, q: &Peer) -> bool {
-        q.owes(self.due)
+        q.owes()
     }
 
     /// Whether a receive is posted that nothing has matched yet.
@@ -1877,7 +1861,7 @@ where
         self.peers
             .as_ref()
             .get(peer as usize)
-            .map_or(0, |q| q.window.available())
+            .map_or(0, |q| q.entries.available())
     }
 
     /// The credit ledger with `peer`, for model checkers: receive entries
@@ -1892,39 +1876,12 @@ where
             .as_ref()
             .get(peer as usize)
             .map_or(Ledger::default(), |q| Ledger {
-                entries_available: q.window.available(),
-                buffers_available: q.bwindow.available(),
-                entries_owed: q.freed - q.told,
-                buffers_owed: q.bfreed - q.btold,
+                entries_available: q.entries.available(),
+                buffers_available: q.buffers.available(),
+                entries_owed: q.entries.owed(),
+                buffers_owed: q.buffers.owed(),
             })
     }
-}
-
-/// Applies a 16-bit freed count from the peer to `window`: `seen` is the
-/// full count so far (it starts where the window's counts do), `initial`
-/// the window's size. `None` if the peer claims to have freed more than we
-/// ever sent.
-#[inline(always)]
-fn grant(window: &mut CreditWindow, seen: &mut u64, count: u16, initial: u64) -> Option<()> {
-    // Counts are 16-bit and at most a window (< 2^15) apart, so the signed
-    // difference tells a newer count from a stale one that a reordering
-    // transport delivered late.
-    let mut diff = count.wrapping_sub(*seen as u16) as i16;
-    if active(Mutant::CreditCountWrap) && count < *seen as u16 {
-        diff = 0;
-    }
-    if diff <= 0 {
-        return Some(());
-    }
-    let total = *seen + diff as u64;
-    if total > window.used() {
-        return None;
-    }
-    *seen = total;
-    // The window was granted `initial + *seen` before, so this grows it, and
-    // `total <= used` keeps what is available within `initial`.
-    window.grow_to(initial + total);
-    Some(())
 }
 
 impl Header {
