@@ -194,16 +194,21 @@ fn tandem_vars(text: &str) -> std::collections::BTreeSet<String> {
     out
 }
 
-/// README's configuration tables list every `TANDEM_*` variable that the
-/// library and the tools read, and nothing they do not.
-#[test]
-fn readme_lists_every_environment_variable() {
+/// README's "Configuration" section, up to the next section.
+fn readme_configuration() -> String {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
     let start = readme
         .find("### Configuration")
         .expect("a Configuration section");
     let end = start + readme[start..].find("\n## ").expect("a section after it");
-    let rows: String = readme[start..end]
+    readme[start..end].to_string()
+}
+
+/// README's configuration tables list every `TANDEM_*` variable that the
+/// library and the tools read, and nothing they do not.
+#[test]
+fn readme_lists_every_environment_variable() {
+    let rows: String = readme_configuration()
         .lines()
         .filter(|l| l.starts_with("| `TANDEM_"))
         .map(|l| l.split('|').nth(1).unwrap_or(""))
@@ -250,14 +255,9 @@ fn readme_lists_every_environment_variable() {
 /// collectives take their settings from the `Config` they are given.
 #[test]
 fn tuning_variables_are_read_only_by_config() {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    let start = readme
-        .find("### Configuration")
-        .expect("a Configuration section");
-    let end = start + readme[start..].find("\n## ").expect("a section after it");
     let mut tuning = std::collections::BTreeSet::new();
     let mut in_settings = false;
-    for l in readme[start..end].lines() {
+    for l in readme_configuration().lines() {
         if l.starts_with("| variable |") {
             in_settings = l.contains("`Config` field") || l.contains("`Layout` field");
         } else if in_settings && l.starts_with("| `TANDEM_") {

@@ -75,9 +75,11 @@ fn an_explicit_config_ignores_the_environments_tuning() {
             assert_eq!(r, Ok(3), "{links:?}");
         }
     }
-    // Settings given in the Config are the ones used: a forced algorithm
-    // and a pipeline of small chunks, a soft NIC with delays, read
-    // rendezvous, a short bootstrap deadline.
+    // Non-default settings given in the Config run correctly: a forced
+    // ring with a pipeline of small chunks, a soft NIC with delays, read
+    // rendezvous, a short bootstrap deadline. (That the explicit Config is
+    // what the links read shows below: its invalid RNR retry is refused
+    // while the environment's is ignored.)
     let mut c = cfg()
         .coll(
             CollConfig::default()

@@ -42,6 +42,11 @@ impl CollState {
         }
     }
 
+    /// Plans `shape` for rank `r` of `n` with this communicator's settings.
+    fn plan(&mut self, shape: &Shape, r: usize, n: usize) -> crate::coll::plan::Plan {
+        plan(&self.tun, self.info, &mut self.last, shape, r, n)
+    }
+
     /// The settings (what a duplicate starts with).
     pub(super) fn settings(&self) -> &CollConfig {
         &self.tun
@@ -117,14 +122,7 @@ impl Comm {
         self.check_root(shape.root)?;
         let mut st = self.coll.borrow_mut();
         let st = &mut *st;
-        let plan = plan(
-            &st.tun,
-            st.info,
-            &mut st.last,
-            &shape,
-            self.rank(),
-            self.size(),
-        );
+        let plan = st.plan(&shape, self.rank(), self.size());
         Ok(Call {
             plan,
             kernel,
@@ -226,7 +224,7 @@ impl Comm {
                 return None;
             }
             let shape = shape::<T>(Collective::Allreduce, Some(op), recv.len(), 0, in_place);
-            let plan = plan(&st.tun, st.info, &mut st.last, &shape, r, n);
+            let plan = st.plan(&shape, r, n);
             if plan.algo != Algorithm::Tree {
                 return None;
             }
@@ -331,14 +329,7 @@ impl Comm {
         if st.table.busy() {
             return None;
         }
-        let plan = plan(
-            &st.tun,
-            st.info,
-            &mut st.last,
-            &shape,
-            self.rank(),
-            self.size(),
-        );
+        let plan = st.plan(&shape, self.rank(), self.size());
         if algo.is_some_and(|a| a != plan.algo) {
             return None;
         }
