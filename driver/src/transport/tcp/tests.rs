@@ -48,6 +48,17 @@ use std::time::{Duration, Instant};
 /// kernel doubles it): small, so buffers fill in the middle of frames.
 const SOCK_BUF: libc::c_int = 4096;
 
+/// Largest segment asked for on every test socket, set before the
+/// handshake so both ends announce it. Loopback's own (65483 bytes) is far
+/// larger than `SOCK_BUF`: a window smaller than one segment is a regime no
+/// real link is in, where Linux's receiver does not announce the window it
+/// reopens by reading and the sender waits for its tail-loss probe, about
+/// 200 ms each time (seen as `TCPLossProbes` = `DSACKOldSent` in `nstat`,
+/// hundreds per run on a loaded machine, enough to push one case past a
+/// minute). With several segments per window, as on Ethernet, writes still
+/// stop in the middle of frames but the window opens as the reader drains.
+const SEGMENT: libc::c_int = 1024;
+
 /// The rank the links under test name as their peer.
 const PEER: usize = 7;
 
@@ -80,14 +91,18 @@ fn bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn small_buffers(fd: RawFd) {
-    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+    for (level, opt, value) in [
+        (libc::SOL_SOCKET, libc::SO_SNDBUF, SOCK_BUF),
+        (libc::SOL_SOCKET, libc::SO_RCVBUF, SOCK_BUF),
+        (libc::IPPROTO_TCP, libc::TCP_MAXSEG, SEGMENT),
+    ] {
         // SAFETY: the option value is a live c_int and its size is passed.
         let rc = unsafe {
             libc::setsockopt(
                 fd,
-                libc::SOL_SOCKET,
+                level,
                 opt,
-                (&SOCK_BUF as *const libc::c_int).cast(),
+                (&value as *const libc::c_int).cast(),
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
