@@ -218,3 +218,40 @@ pub(crate) fn pin_to(core: usize) -> crate::error::Result<()> {
         )))
     }
 }
+
+/// Reserves `len` bytes of `file` (`posix_fallocate`), so that touching the
+/// mapping later cannot fail with `SIGBUS` on a full `/dev/shm`.
+pub(crate) fn reserve(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+    let len =
+        libc::off_t::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: plain syscall on a descriptor `file` keeps open.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        rc => Err(std::io::Error::from_raw_os_error(rc)),
+    }
+}
+
+/// Prepares `cmd`'s child between fork and exec: `keep` (if any) stays open
+/// across the exec, the child is killed when this process dies
+/// (`PR_SET_PDEATHSIG`), and it refuses to start if its parent is no longer
+/// `parent` (the launcher died between fork and `prctl`).
+pub(crate) fn child_of(cmd: &mut std::process::Command, keep: Option<RawFd>, parent: libc::pid_t) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe calls (fcntl, prctl, getppid) on values it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = keep {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("launcher exited during start"));
+            }
+            Ok(())
+        });
+    }
+}

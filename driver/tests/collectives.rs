@@ -831,3 +831,83 @@ fn a_pending_wildcard_receive_never_takes_collective_traffic() {
         Ok(())
     });
 }
+
+/// Small blocking collectives run again from the program compiled for the
+/// previous call of the same shape: a repeat must use this call's buffers
+/// (same lengths, other addresses and values), and a change in between
+/// (in place or not, another root, a forced algorithm, another collective,
+/// a non-blocking one) must plan again. Every result against the reference.
+#[test]
+fn repeated_small_collectives_use_each_calls_own_buffers_and_settings() {
+    for n in [2, 3, 4] {
+        on_threads(n, |comm| {
+            let (r, n) = (comm.rank(), comm.size());
+            let sum = |k: i64| (0..n as i64).map(|q| q * 10 + k).sum::<i64>();
+            for round in 0..6i64 {
+                // Two buffers of one length, alternated: same shape, new addresses.
+                let mine_a = [r as i64 * 10 + round, 1];
+                let mine_b = [r as i64 * 10 + round + 1, 2];
+                let (mut out_a, mut out_b) = ([0i64; 2], [0i64; 2]);
+                comm.allreduce(&mine_a, &mut out_a, ReduceOp::Sum)?;
+                comm.allreduce(&mine_b, &mut out_b, ReduceOp::Sum)?;
+                assert_eq!(out_a, [sum(round), n as i64], "rank {r} round {round}");
+                assert_eq!(
+                    out_b,
+                    [sum(round + 1), 2 * n as i64],
+                    "rank {r} round {round}"
+                );
+                let mut inplace = [r as i64 * 10 + round, 3];
+                comm.allreduce_in_place(&mut inplace, ReduceOp::Sum)?;
+                assert_eq!(inplace, [sum(round), 3 * n as i64]);
+                // The same call again after the in-place one.
+                comm.allreduce(&mine_a, &mut out_b, ReduceOp::Sum)?;
+                assert_eq!(out_b, [sum(round), n as i64]);
+                // The same lengths with another operator, then another root,
+                // back to back.
+                comm.allreduce(&mine_a, &mut out_a, ReduceOp::Max)?;
+                assert_eq!(out_a, [(n as i64 - 1) * 10 + round, 1]);
+                for root in [round as usize % n, (round as usize + 1) % n] {
+                    let mut b = if r == root {
+                        [round, root as i64]
+                    } else {
+                        [-1, -1]
+                    };
+                    comm.broadcast(&mut b, root)?;
+                    assert_eq!(b, [round, root as i64], "rank {r} broadcast from {root}");
+                }
+                for (root, op) in [
+                    (0, ReduceOp::Max),
+                    (n - 1, ReduceOp::Max),
+                    (n - 1, ReduceOp::Min),
+                ] {
+                    let mut red = [0i64; 2];
+                    comm.reduce(&mine_a, &mut red, op, root)?;
+                    if r == root {
+                        let want = if op == ReduceOp::Max {
+                            (n as i64 - 1) * 10
+                        } else {
+                            0
+                        };
+                        assert_eq!(red, [want + round, 1], "rank {r} reduce to {root}");
+                    }
+                }
+                comm.barrier()?;
+                // A forced algorithm between two equal calls must be used
+                // by the second, and a non-blocking call plans in between.
+                comm.allreduce(&mine_b, &mut out_a, ReduceOp::Sum)?;
+                let algo = if round % 2 == 0 {
+                    Algorithm::Ring
+                } else {
+                    Algorithm::Tree
+                };
+                comm.set_algorithm(Collective::Allreduce, Some(algo));
+                comm.allreduce(&mine_b, &mut out_a, ReduceOp::Sum)?;
+                assert_eq!(out_a, [sum(round + 1), 2 * n as i64]);
+                comm.set_algorithm(Collective::Allreduce, None);
+                comm.scope(|s| s.iallreduce(&mine_a, &mut out_b, ReduceOp::Sum)?.wait())??;
+                assert_eq!(out_b, [sum(round), n as i64]);
+            }
+            Ok(())
+        });
+    }
+}

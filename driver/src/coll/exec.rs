@@ -7,6 +7,7 @@
 
 use super::plan::{After, Buf, Plan, Region};
 use super::types::Kernel;
+use super::Shape;
 use crate::error::{Error, OpKind, Result};
 use crate::progress::{delivered, Engine, Fast, OpId, Status};
 
@@ -75,6 +76,179 @@ pub(crate) struct Views {
     lane_bytes: usize,
     slot_bytes: usize,
     nlanes: usize,
+}
+
+/// Most steps of a collective run inline by its caller; longer ones (an
+/// all-to-all on many ranks) run through the table.
+const INLINE_STEPS: usize = 16;
+
+/// Which of a call's buffers a place lies in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Base {
+    #[default]
+    Src,
+    Dst,
+    Tmp,
+}
+
+/// `len` bytes at byte offset `off` of a call's buffer `base`, checked
+/// against that buffer's length when it was resolved.
+#[derive(Debug, Clone, Copy, Default)]
+struct Place {
+    base: Base,
+    off: usize,
+    len: usize,
+}
+
+/// One step of a compiled program: its transfers (place, peer) and its
+/// reduction (out, a, b, elements).
+#[derive(Debug, Clone, Copy, Default)]
+struct Resolved {
+    send: Option<(Place, usize)>,
+    recv: Option<(Place, usize)>,
+    reduce: Option<(Place, Place, Place, usize)>,
+}
+
+/// What a program was compiled for: a call with an equal key has the same
+/// plan and the same places. `epoch` counts the communicator's plans and
+/// changes of settings, so either in between (a forced algorithm, or a
+/// plan that may print a change of algorithm) makes the next call plan
+/// again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InlineKey {
+    pub shape: Shape,
+    pub src_len: usize,
+    pub dst_len: usize,
+    pub epoch: u64,
+}
+
+/// A small blocking collective compiled for its caller: the plan's steps
+/// for lane 0 with every region resolved to a checked place, kept so that
+/// the next call of the same shape runs without planning again. It holds
+/// offsets, never addresses: each run applies them to that call's own
+/// buffers, whose lengths the key pins.
+pub(crate) struct Program {
+    key: Option<InlineKey>,
+    plan: Plan,
+    kernel: Option<Kernel>,
+    copy: Option<(Place, Place)>,
+    steps: [Resolved; INLINE_STEPS],
+    len: usize,
+}
+
+impl Default for Program {
+    fn default() -> Self {
+        Self {
+            key: None,
+            plan: Plan::NONE,
+            kernel: None,
+            copy: None,
+            steps: [Resolved::default(); INLINE_STEPS],
+            len: 0,
+        }
+    }
+}
+
+impl Program {
+    /// The plan of the call compiled last ([`Plan::NONE`] before any).
+    pub(crate) fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Compiles lane 0 of `v`'s plan, checking every region. `Ok(false)`
+    /// (and nothing kept) when it has more steps than a program holds.
+    fn compile(&mut self, v: &Views, key: InlineKey) -> Result<bool> {
+        self.key = None;
+        let plan = &v.call.plan;
+        self.copy = match plan.pre_copy() {
+            Some((from, to)) => Some((v.place(from, 0)?, v.place(to, 0)?)),
+            None => None,
+        };
+        let mut k = 0;
+        while let Some(step) = plan.step(0, k) {
+            if k == INLINE_STEPS {
+                return Ok(false);
+            }
+            let xfer = |x: Option<super::plan::Xfer>| -> Result<Option<(Place, usize)>> {
+                x.map(|x| Ok((v.place(x.region, 0)?, x.peer))).transpose()
+            };
+            let reduce = match step.after {
+                After::None => None,
+                After::Reduce { out, a, b } => {
+                    if v.call.kernel.is_none() {
+                        return Err(Error::Internal("a reduction without a kernel".into()));
+                    }
+                    Some((v.place(out, 0)?, v.place(a, 0)?, v.place(b, 0)?, out.len))
+                }
+            };
+            self.steps[k] = Resolved {
+                send: xfer(step.send)?,
+                recv: xfer(step.recv)?,
+                reduce,
+            };
+            k += 1;
+        }
+        self.len = k;
+        self.plan = *plan;
+        self.kernel = v.call.kernel;
+        self.key = Some(key);
+        Ok(true)
+    }
+
+    /// Runs the program over one call's buffers (`src`, `dst`, with the
+    /// lengths its key names, and the scratch `tmp` it was compiled
+    /// against): the local copy, then each step through `exchange` (a send
+    /// and a receive in full) and its reduction. The one runner of
+    /// inline collectives.
+    pub(crate) fn run(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        tmp: *mut u8,
+        mut exchange: impl FnMut(Option<(&[u8], usize)>, Option<(&mut [u8], usize)>) -> Result<()>,
+    ) -> Result<()> {
+        let at = |p: Place| {
+            let base = match p.base {
+                Base::Src => src as *mut u8,
+                Base::Dst => dst,
+                Base::Tmp => tmp,
+            };
+            base.wrapping_add(p.off)
+        };
+        if let Some((from, to)) = self.copy {
+            let (f, t) = (at(from), at(to));
+            if from.len > 0 && f != t {
+                // SAFETY: both places lie in their buffers (checked at
+                // compile time against the lengths the key pins), and
+                // distinct buffers or distinct blocks of one never overlap.
+                unsafe { std::ptr::copy_nonoverlapping(f, t, from.len) };
+            }
+        }
+        for s in &self.steps[..self.len] {
+            let send = s.send.map(|(p, peer)| {
+                // SAFETY: the place lies in the caller's buffers or the
+                // scratch (checked at compile time), all held for the whole
+                // call; only read while sending.
+                let buf = unsafe { std::slice::from_raw_parts(at(p), p.len) };
+                (buf, peer)
+            });
+            let recv = s.recv.map(|(p, peer)| {
+                // SAFETY: as above; a step's receive place is disjoint from
+                // its send place (the plan's invariant) and nothing else
+                // touches it meanwhile.
+                let buf = unsafe { std::slice::from_raw_parts_mut(at(p), p.len) };
+                (buf, peer)
+            });
+            exchange(send, recv)?;
+            if let (Some((o, a, b, n)), Some(k)) = (s.reduce, self.kernel) {
+                // SAFETY: the places lie in their buffers (checked); `out`
+                // is `a`, `b` or disjoint from both, as the kernel requires
+                // (the plan's invariant), and no transfer is running.
+                unsafe { k(at(o), at(a), at(b), n) };
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Active {
@@ -208,38 +382,43 @@ impl Table {
         }
     }
 
-    /// Takes `call` to run inline by the caller (a blocking collective
-    /// while no other runs): makes its local copy ([`Views::pre_copy`]),
-    /// then numbers it like [`start`](Self::start) and returns its views
-    /// and tag. A refused copy numbers nothing. `None` (nothing done)
-    /// while other collectives run.
-    pub(crate) fn inline(&mut self, call: Call) -> Option<Result<(Views, u32)>> {
+    /// Takes `call` to run inline by its caller (a blocking collective
+    /// while no other runs): compiles it into `prog` (every region resolved
+    /// and checked), then numbers it like [`start`](Self::start) and
+    /// returns its tag and the scratch the program's `Tmp` places lie in.
+    /// A refused call numbers nothing. `None` (nothing numbered) while
+    /// other collectives run or when the call has more steps than a
+    /// program holds.
+    pub(crate) fn inline(
+        &mut self,
+        call: Call,
+        key: InlineKey,
+        prog: &mut Program,
+    ) -> Option<Result<(u32, *mut u8)>> {
         if self.running > 0 {
             return None;
         }
         let v = self.views(0, call);
-        if let Err(e) = v.pre_copy() {
-            return Some(Err(e));
+        match prog.compile(&v, key) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return Some(Err(e)),
         }
         self.seq = self.seq.wrapping_add(1);
-        Some(Ok((v, tag_of(self.seq))))
+        Some(Ok((tag_of(self.seq), v.tmp)))
     }
 
-    /// Whether any collective runs.
-    pub(crate) fn busy(&self) -> bool {
-        self.running > 0
-    }
-
-    /// For a caller that runs a small collective itself while none runs:
-    /// scratch of at least `bytes` (slot 0's, grown once) and the call's
-    /// tag, numbered like [`start`](Self::start) numbers.
-    pub(crate) fn inline_scratch(&mut self, bytes: usize) -> (*mut u8, u32) {
-        let s = &mut self.scratch[0];
-        if s.len() * 64 < bytes {
-            s.resize(bytes.div_ceil(64), Line([0; 64]));
+    /// Numbers a repeat of the call `prog` was compiled for (equal `key`),
+    /// to run inline again: its tag and scratch. `None` (nothing numbered)
+    /// while other collectives run or when `prog` holds another call.
+    pub(crate) fn repeat(&mut self, key: &InlineKey, prog: &Program) -> Option<(u32, *mut u8)> {
+        if self.running > 0 || prog.key.as_ref() != Some(key) {
+            return None;
         }
         self.seq = self.seq.wrapping_add(1);
-        (s.as_mut_ptr().cast(), tag_of(self.seq))
+        // Slot 0's scratch only grows, so it still holds what the program
+        // was compiled against.
+        Some((tag_of(self.seq), self.scratch[0].as_mut_ptr().cast()))
     }
 
     /// Advances every running collective as far as it goes without
@@ -466,27 +645,42 @@ impl Views {
     /// stray write).
     #[inline]
     pub(crate) fn region(&self, r: Region, lane: usize) -> Result<*mut u8> {
+        let p = self.place(r, lane)?;
+        let c = &self.call;
+        let base = match p.base {
+            Base::Src => c.src as *mut u8,
+            Base::Dst => c.dst,
+            Base::Tmp => self.tmp,
+        };
+        Ok(base.wrapping_add(p.off))
+    }
+
+    /// Where `r` lies in lane `lane`'s view, in bytes, after checking that
+    /// it lies inside its buffer.
+    #[inline]
+    fn place(&self, r: Region, lane: usize) -> Result<Place> {
         let c = &self.call;
         let es = c.esize;
-        let (base, cap) = match r.buf {
-            Buf::Src if c.plan.in_place => (c.dst, c.dst_len),
-            Buf::Src => (c.src as *mut u8, c.src_len),
-            Buf::Dst => (c.dst, c.dst_len),
+        let (base, start, cap) = match r.buf {
+            Buf::Src if c.plan.in_place => (Base::Dst, 0, c.dst_len),
+            Buf::Src => (Base::Src, 0, c.src_len),
+            Buf::Dst => (Base::Dst, 0, c.dst_len),
             Buf::Tmp(s) => {
                 let s = s as usize;
                 let fits =
                     lane < self.nlanes.max(1) && (s + 1) * self.slot_bytes <= self.lane_bytes;
                 let at = lane * self.lane_bytes + s * self.slot_bytes;
-                (
-                    self.tmp.wrapping_add(at),
-                    if fits { self.slot_bytes } else { 0 },
-                )
+                (Base::Tmp, at, if fits { self.slot_bytes } else { 0 })
             }
         };
         if (r.off + r.len) * es > cap {
             return Err(self.beyond(r, cap));
         }
-        Ok(base.wrapping_add(r.off * es))
+        Ok(Place {
+            base,
+            off: start + r.off * es,
+            len: r.len * es,
+        })
     }
 
     /// A schedule bug: a region beyond its buffer.

@@ -17,6 +17,7 @@ pub use crate::config::{Algorithm, CollConfig, Collective};
 pub use types::{reduce_local, Dtype, Element, ReduceOp};
 
 /// A collective call's shape, as the comm layer validated it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Shape {
     pub coll: Collective,
     pub dtype: Dtype,

@@ -115,6 +115,19 @@ fn ceil_pow2(n: usize) -> usize {
 }
 
 impl Plan {
+    /// A one-rank barrier: no steps (what an empty program holds).
+    pub(crate) const NONE: Plan = Plan {
+        coll: Collective::Barrier,
+        algo: Algorithm::Tree,
+        n: 1,
+        r: 0,
+        root: 0,
+        count: 0,
+        chunk: 1,
+        lanes: 1,
+        in_place: true,
+    };
+
     /// Slices of the data each lane takes in turn.
     fn slices(&self) -> usize {
         let span = match self.coll {

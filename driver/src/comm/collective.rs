@@ -10,7 +10,7 @@
 //! waiting.
 
 use super::{explain, Comm, Scope, Waiter, FAST_POLLS};
-use crate::coll::exec::{mismatch, Call, Table, Ticket, FAST_MAX};
+use crate::coll::exec::{mismatch, Call, InlineKey, Program, Table, Ticket, FAST_MAX};
 use crate::coll::Algorithm;
 use crate::coll::{plan, types::not_applicable, CollConfig, Collective, Element, ReduceOp, Shape};
 use crate::config::{debug_level, DebugLevel};
@@ -29,6 +29,9 @@ pub(super) struct CollState {
     tun: CollConfig,
     info: bool,
     last: [Option<Algorithm>; 7],
+    /// Plans made and settings changed so far: what an inline program's
+    /// key records, so that either makes the next call plan again.
+    epoch: u64,
 }
 
 impl CollState {
@@ -39,12 +42,21 @@ impl CollState {
             tun,
             info: debug_level() >= DebugLevel::Info,
             last: [None; 7],
+            epoch: 0,
         }
     }
 
     /// Plans `shape` for rank `r` of `n` with this communicator's settings.
     fn plan(&mut self, shape: &Shape, r: usize, n: usize) -> crate::coll::plan::Plan {
+        self.epoch = self.epoch.wrapping_add(1);
         plan(&self.tun, self.info, &mut self.last, shape, r, n)
+    }
+
+    /// The settings, to change (a new epoch: no inline program compiled
+    /// under the old ones runs again).
+    fn tune(&mut self) -> &mut CollConfig {
+        self.epoch = self.epoch.wrapping_add(1);
+        &mut self.tun
     }
 
     /// The settings (what a duplicate starts with).
@@ -145,130 +157,66 @@ impl Comm {
     /// Runs a small blocking collective right here, step by step, through
     /// the blocking calls' fast paths (no table entry, no operation
     /// recorded while messages arrive in time): `None` if it does not
-    /// qualify (several lanes, large buffers, other collectives running).
-    fn coll_inline(&self, call: Call) -> Option<Result<()>> {
+    /// qualify (several lanes, large buffers, many steps, other
+    /// collectives running).
+    fn coll_inline(&self, call: Call, shape: Shape) -> Option<Result<()>> {
         if call.src_len.max(call.dst_len) > FAST_MAX || call.plan.lanes_used() > 1 {
             return None;
         }
-        let (v, tag) = match self.coll.borrow_mut().table.inline(call)? {
-            Ok(x) => x,
-            Err(e) => return Some(Err(e)),
-        };
-        let plan = v.call.plan;
-        let ctx = self.ctx + COLL_CTX;
-        let es = v.call.esize;
-        let seq = tag >> 6;
-        let run = || -> Result<()> {
-            let mut k = 0;
-            while let Some(step) = plan.step(0, k) {
-                let send = match step.send {
-                    Some(x) => {
-                        let p = v.region(x.region, 0)?;
-                        // SAFETY: the region lies in the caller's buffers or
-                        // this communicator's scratch (checked), held for
-                        // this whole call; only read while sending.
-                        Some((
-                            unsafe { std::slice::from_raw_parts(p, x.region.len * es) },
-                            x.peer,
-                        ))
-                    }
-                    None => None,
-                };
-                let recv = match step.recv {
-                    Some(x) => {
-                        let p = v.region(x.region, 0)?;
-                        // SAFETY: as above; a step's receive region is
-                        // disjoint from its send region (the plan's
-                        // invariant), and nothing else touches it meanwhile.
-                        let buf = unsafe { std::slice::from_raw_parts_mut(p, x.region.len * es) };
-                        Some((buf, x.peer))
-                    }
-                    None => None,
-                };
-                self.exchange(send, recv, ctx, tag, &plan, seq)?;
-                v.reduce(step.after, 0)?;
-                k += 1;
+        let mut prog = self.inline.try_borrow_mut().ok()?;
+        let (tag, tmp) = {
+            let mut st = self.coll.borrow_mut();
+            let key = InlineKey {
+                shape,
+                src_len: call.src_len,
+                dst_len: call.dst_len,
+                epoch: st.epoch,
+            };
+            match st.table.inline(call, key, &mut prog)? {
+                Ok(x) => x,
+                Err(e) => return Some(Err(e)),
             }
-            Ok(())
         };
-        Some(run().map_err(|e| annotate(e, &plan, seq)))
+        drop(prog);
+        let prog = self.inline.try_borrow().ok()?;
+        Some(self.run_inline(&prog, call.src, call.dst, tmp, tag))
     }
 
-    /// A small allreduce on `2^k` ranks while no other collective runs:
-    /// recursive doubling straight over the blocking calls' fast paths,
-    /// without a schedule or table entry. The same steps, tags and operand
-    /// order as `Plan::allreduce_rd`, so a peer that runs it through the
-    /// table interoperates. `None`: take the general path.
-    fn allreduce_small<T: Element>(
-        &self,
-        send: *const T,
-        recv: &mut [T],
-        op: ReduceOp,
-        in_place: bool,
-    ) -> Option<Result<()>> {
-        let (n, r) = (self.size(), self.rank());
-        let bytes = std::mem::size_of_val(recv);
-        if bytes > FAST_MAX || !n.is_power_of_two() {
-            return None;
-        }
-        // Everything is validated before the call takes a number: a refused
-        // call must leave no trace, or this rank's next collective would
-        // run one number ahead of its peers.
-        let Some(k) = T::kernel(op) else {
-            return Some(Err(not_applicable(T::DTYPE, op)));
-        };
-        let (tmp, tag, plan) = {
+    /// Runs again, right here, the small blocking collective compiled
+    /// last, if this call is one of the same shape with nothing planned
+    /// since: no validation or planning is repeated (they gave the same
+    /// answers). `None` otherwise.
+    fn coll_repeat(&self, shape: Shape, b: &Bufs) -> Option<Result<()>> {
+        let prog = self.inline.try_borrow().ok()?;
+        let (tag, tmp) = {
             let mut st = self.coll.borrow_mut();
-            let st = &mut *st;
-            if st.table.busy() {
-                return None;
-            }
-            let shape = shape::<T>(Collective::Allreduce, Some(op), recv.len(), 0, in_place);
-            let plan = st.plan(&shape, r, n);
-            if plan.algo != Algorithm::Tree {
-                return None;
-            }
-            let (tmp, tag) = st.table.inline_scratch(bytes);
-            (tmp, tag, plan)
+            let key = InlineKey {
+                shape,
+                src_len: b.src_len,
+                dst_len: b.dst_len,
+                epoch: st.epoch,
+            };
+            st.table.repeat(&key, &prog)?
         };
-        let dst: *mut u8 = recv.as_mut_ptr().cast();
-        if !in_place {
-            // SAFETY: `send` is the caller's input of `recv.len()` elements
-            // (checked by the caller), a distinct borrow from `recv`.
-            unsafe { std::ptr::copy_nonoverlapping(send.cast::<u8>(), dst, bytes) };
-        }
+        Some(self.run_inline(&prog, b.src, b.dst, tmp, tag))
+    }
+
+    /// Runs `prog` over this call's buffers.
+    fn run_inline(
+        &self,
+        prog: &Program,
+        src: *const u8,
+        dst: *mut u8,
+        tmp: *mut u8,
+        tag: u32,
+    ) -> Result<()> {
         let ctx = self.ctx + COLL_CTX;
         let seq = tag >> 6;
-        let run = || -> Result<()> {
-            let mut bit = 1;
-            while bit < n {
-                let peer = r ^ bit;
-                // SAFETY: `dst` is the caller's output, borrowed for the
-                // whole call; `tmp` this communicator's scratch of at least
-                // `bytes`, not resized while no other collective can start,
-                // and disjoint from the caller's buffers.
-                let (sbuf, rbuf) = unsafe {
-                    (
-                        std::slice::from_raw_parts(dst, bytes),
-                        std::slice::from_raw_parts_mut(tmp, bytes),
-                    )
-                };
-                self.exchange(Some((sbuf, peer)), Some((rbuf, peer)), ctx, tag, &plan, seq)?;
-                // SAFETY: `dst` and `tmp` are disjoint and hold
-                // `recv.len()` elements of `T`; the kernel allows `out` to
-                // be either input. Lower rank first, as in the schedule.
-                unsafe {
-                    if r < peer {
-                        k(dst, dst, tmp, recv.len())
-                    } else {
-                        k(dst, tmp, dst, recv.len())
-                    }
-                };
-                bit <<= 1;
-            }
-            Ok(())
-        };
-        Some(run().map_err(|e| annotate(e, &plan, seq)))
+        let plan = prog.plan();
+        let done = prog.run(src, dst, tmp, |send, recv| {
+            self.exchange(send, recv, ctx, tag, plan, seq)
+        });
+        done.map_err(|e| annotate(e, plan, seq))
     }
 
     /// One step of a small collective run directly: sends `send` (through
@@ -312,178 +260,6 @@ impl Comm {
             self.wait_one(id, OpKind::Send)?;
         }
         Ok(())
-    }
-
-    /// Claims the table for a small collective run directly: the plan
-    /// (printed at INFO like any), its tag, and scratch of `scratch`
-    /// bytes. `None` while other collectives run or when the plan is not
-    /// `algo` (if given).
-    fn direct(
-        &self,
-        shape: Shape,
-        algo: Option<Algorithm>,
-        scratch: usize,
-    ) -> Option<(crate::coll::plan::Plan, u32, *mut u8)> {
-        let mut st = self.coll.borrow_mut();
-        let st = &mut *st;
-        if st.table.busy() {
-            return None;
-        }
-        let plan = st.plan(&shape, self.rank(), self.size());
-        if algo.is_some_and(|a| a != plan.algo) {
-            return None;
-        }
-        let (tmp, tag) = st.table.inline_scratch(scratch);
-        Some((plan, tag, tmp))
-    }
-
-    /// A small broadcast run directly: the binomial tree of
-    /// `Plan::bcast_tree` (same steps and tags), receive from the parent,
-    /// then send to each child, farthest first.
-    fn broadcast_small<T: Element>(&self, buf: &mut [T], root: usize) -> Option<Result<()>> {
-        let (n, r) = (self.size(), self.rank());
-        let bytes = std::mem::size_of_val(buf);
-        if bytes > FAST_MAX || root >= n {
-            return None;
-        }
-        let shape = shape::<T>(Collective::Broadcast, None, buf.len(), root, true);
-        let (plan, tag, _) = self.direct(shape, Some(Algorithm::Tree), 0)?;
-        let (ctx, seq) = (self.ctx + COLL_CTX, tag >> 6);
-        let v = (r + n - root) % n;
-        let abs = |x: usize| (x + root) % n;
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let mut run = || -> Result<()> {
-            if n == 1 {
-                return Ok(());
-            }
-            let top = if v == 0 {
-                n.next_power_of_two()
-            } else {
-                1 << v.trailing_zeros()
-            };
-            if v > 0 {
-                self.exchange(
-                    None,
-                    Some((&mut *bytes, abs(v - top))),
-                    ctx,
-                    tag,
-                    &plan,
-                    seq,
-                )?;
-            }
-            let mut mask = top >> 1;
-            while mask > 0 {
-                if v + mask < n {
-                    self.exchange(Some((&*bytes, abs(v + mask))), None, ctx, tag, &plan, seq)?;
-                }
-                mask >>= 1;
-            }
-            Ok(())
-        };
-        Some(run().map_err(|e| annotate(e, &plan, seq)))
-    }
-
-    /// A small reduce run directly: the binomial tree of
-    /// `Plan::reduce_tree` (same steps, tags and operand order). `send` and
-    /// `out` are the same buffer when in place; `out` is only written on
-    /// the root.
-    fn reduce_small<T: Element>(
-        &self,
-        send: *const T,
-        out: *mut T,
-        count: usize,
-        op: ReduceOp,
-        root: usize,
-        in_place: bool,
-    ) -> Option<Result<()>> {
-        let (n, r) = (self.size(), self.rank());
-        let es = std::mem::size_of::<T>();
-        let bytes = count * es;
-        if bytes > FAST_MAX || root >= n {
-            return None;
-        }
-        // Validated before the call takes a number (see `allreduce_small`).
-        let Some(k) = T::kernel(op) else {
-            return Some(Err(not_applicable(T::DTYPE, op)));
-        };
-        let shape = shape::<T>(Collective::Reduce, Some(op), count, root, in_place);
-        // Two scratch slots: a child's partial, and this rank's own partial
-        // when it is not the root.
-        let (plan, tag, tmp) = self.direct(shape, Some(Algorithm::Tree), 2 * bytes)?;
-        let (ctx, seq) = (self.ctx + COLL_CTX, tag >> 6);
-        let v = (r + n - root) % n;
-        let abs = |x: usize| (x + root) % n;
-        let send = send.cast::<u8>();
-        let (t0, t1) = (tmp, tmp.wrapping_add(bytes));
-        let has_child = v % 2 == 0 && v + 1 < n;
-        // The partial: the input itself on a leaf, else the output (root)
-        // or scratch, starting as a copy of the input.
-        let w: *mut u8 = match (has_child, v == 0) {
-            (false, _) => send as *mut u8,
-            (true, true) => out.cast(),
-            (true, false) => t1,
-        };
-        if has_child && !std::ptr::eq(w, send) {
-            // SAFETY: `send` is the caller's input of `count` elements; `w`
-            // the caller's output (root, not in place: a distinct borrow)
-            // or this communicator's scratch; both `bytes` long, disjoint.
-            unsafe { std::ptr::copy_nonoverlapping(send, w, bytes) };
-        }
-        let run = || -> Result<()> {
-            if n == 1 {
-                if !in_place {
-                    // SAFETY: as above; the root's output, distinct from the input.
-                    unsafe { std::ptr::copy_nonoverlapping(send, out.cast::<u8>(), bytes) };
-                }
-                return Ok(());
-            }
-            let mut bit = 1;
-            while bit < n {
-                if v & bit != 0 {
-                    // SAFETY: `w` holds `bytes` of this rank's partial (see
-                    // above), read only while sending.
-                    let buf = unsafe { std::slice::from_raw_parts(w, bytes) };
-                    return self.exchange(Some((buf, abs(v - bit))), None, ctx, tag, &plan, seq);
-                }
-                if v + bit < n {
-                    // SAFETY: `t0` is scratch of `bytes`, disjoint from `w`.
-                    let buf = unsafe { std::slice::from_raw_parts_mut(t0, bytes) };
-                    self.exchange(None, Some((buf, abs(v + bit))), ctx, tag, &plan, seq)?;
-                    // SAFETY: `w` and `t0` are disjoint, `count` elements of
-                    // `T` each; lower relative ranks first, as in the schedule.
-                    unsafe { k(w, w, t0, count) };
-                }
-                bit <<= 1;
-            }
-            Ok(())
-        };
-        Some(run().map_err(|e| annotate(e, &plan, seq)))
-    }
-
-    /// A barrier run directly: the dissemination steps of `Plan::barrier`.
-    fn barrier_small(&self) -> Option<Result<()>> {
-        let (n, r) = (self.size(), self.rank());
-        // The barrier has one algorithm, whatever is forced.
-        let sh = shape::<u8>(Collective::Barrier, None, 0, 0, true);
-        let (plan, tag, _) = self.direct(sh, None, 0)?;
-        let (ctx, seq) = (self.ctx + COLL_CTX, tag >> 6);
-        let run = || -> Result<()> {
-            let mut d = 1;
-            while d < n {
-                let none: &mut [u8] = &mut [];
-                self.exchange(
-                    Some((&[], (r + d) % n)),
-                    Some((none, (r + n - d) % n)),
-                    ctx,
-                    tag,
-                    &plan,
-                    seq,
-                )?;
-                d <<= 1;
-            }
-            Ok(())
-        };
-        Some(run().map_err(|e| annotate(e, &plan, seq)))
     }
 
     /// A receive polled for on the link while the wait policy spins, then
@@ -589,7 +365,7 @@ impl Comm {
     /// ```
     pub fn set_algorithm(&self, c: Collective, a: Option<Algorithm>) {
         let mut st = self.coll.borrow_mut();
-        st.tun.force[c.index()] = a;
+        st.tune().force[c.index()] = a;
     }
 
     /// Sets this communicator's collective pipeline: `chunk` bytes per
@@ -602,7 +378,7 @@ impl Comm {
     /// [`Error::InvalidArgument`] if `chunk` is 0 or `lanes` is not in 1..=8;
     /// the settings are then unchanged.
     pub fn set_pipeline(&self, chunk: usize, lanes: usize) -> Result<()> {
-        self.coll.borrow_mut().tun.set_pipeline(chunk, lanes)
+        self.coll.borrow_mut().tune().set_pipeline(chunk, lanes)
     }
 
     /// Advances every collective in flight (called from every wait).
@@ -613,8 +389,11 @@ impl Comm {
     }
 
     fn coll_blocking<T: Element>(&self, shape: Shape, b: Bufs) -> Result<()> {
+        if let Some(r) = self.coll_repeat(shape, &b) {
+            return r;
+        }
         let call = self.coll_call::<T>(shape, b)?;
-        if let Some(r) = self.coll_inline(call) {
+        if let Some(r) = self.coll_inline(call, shape) {
             return r;
         }
         let t = {
@@ -663,9 +442,6 @@ impl Comm {
     /// * [`Error::Internal`]: a bug in a schedule.
     pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         check_same("allreduce", send.len(), recv.len())?;
-        if let Some(r) = self.allreduce_small(send.as_ptr(), recv, op, false) {
-            return r;
-        }
         self.coll_blocking::<T>(
             shape::<T>(Collective::Allreduce, Some(op), send.len(), 0, false),
             bufs(send, recv),
@@ -677,9 +453,6 @@ impl Comm {
     /// # Errors
     /// As [`allreduce`](Self::allreduce).
     pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        if let Some(r) = self.allreduce_small(buf.as_ptr(), buf, op, true) {
-            return r;
-        }
         let n = buf.len();
         self.coll_blocking::<T>(
             shape::<T>(Collective::Allreduce, Some(op), n, 0, true),
@@ -706,10 +479,6 @@ impl Comm {
         if self.rank() == root {
             check_same("reduce", send.len(), recv.len())?;
         }
-        let out = recv.as_mut_ptr();
-        if let Some(r) = self.reduce_small(send.as_ptr(), out, send.len(), op, root, false) {
-            return r;
-        }
         self.coll_blocking::<T>(
             shape::<T>(Collective::Reduce, Some(op), send.len(), root, false),
             bufs(send, recv),
@@ -729,10 +498,6 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         let n = buf.len();
-        let p = buf.as_mut_ptr();
-        if let Some(r) = self.reduce_small(p, p, n, op, root, true) {
-            return r;
-        }
         self.coll_blocking::<T>(
             shape::<T>(Collective::Reduce, Some(op), n, root, true),
             in_place(buf),
@@ -745,9 +510,6 @@ impl Comm {
     /// As [`allreduce`](Self::allreduce); [`Error::InvalidRank`] for `root`
     /// not below `size()`.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
-        if let Some(r) = self.broadcast_small(buf, root) {
-            return r;
-        }
         let n = buf.len();
         self.coll_blocking::<T>(
             shape::<T>(Collective::Broadcast, None, n, root, true),
@@ -840,9 +602,6 @@ impl Comm {
     /// As [`allreduce`](Self::allreduce), from the second point on: a barrier
     /// has no argument to refuse.
     pub fn barrier(&self) -> Result<()> {
-        if let Some(r) = self.barrier_small() {
-            return r;
-        }
         let none: &mut [u8] = &mut [];
         self.coll_blocking::<u8>(
             shape::<u8>(Collective::Barrier, None, 0, 0, true),

@@ -97,6 +97,9 @@ pub struct Comm {
     primary: bool,
     /// Collectives in flight and their settings.
     coll: std::cell::RefCell<CollState>,
+    /// The small blocking collective compiled last, run again by a call of
+    /// the same shape.
+    inline: std::cell::RefCell<Box<crate::coll::exec::Program>>,
     /// `!Sync`: one thread at a time drives a communicator (it may be moved
     /// to another thread). Ranks in threads each get their own.
     _not_sync: PhantomData<std::cell::Cell<()>>,
@@ -309,6 +312,7 @@ impl Comm {
             ctx: 0,
             primary: true,
             coll,
+            inline: Default::default(),
             _not_sync: PhantomData,
         })
     }
@@ -431,6 +435,7 @@ impl Comm {
             ctx: c as u16,
             primary: false,
             coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
+            inline: Default::default(),
             _not_sync: PhantomData,
         })
     }

@@ -14,7 +14,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -147,23 +147,7 @@ fn spawn_ranks(
         if prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        // SAFETY: the closure runs between fork and exec and only makes
-        // async-signal-safe calls (fcntl, prctl, getppid).
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(fd) = fd {
-                    let flags = libc::fcntl(fd, libc::F_GETFD);
-                    if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if libc::getppid() != me {
-                    return Err(std::io::Error::other("launcher exited during start"));
-                }
-                Ok(())
-            });
-        }
+        crate::sys::child_of(&mut cmd, fd, me);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

@@ -19,7 +19,6 @@
 use crate::config::Layout;
 use crate::error::{Error, Result};
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use tandem_core::line_ring::LineRing;
 use tandem_core::slot_ring::SlotRing;
@@ -163,14 +162,12 @@ impl JobMap {
             .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         let guard = Unlink(Some(path.clone()));
         let len = job_len(nranks, layout)?;
-        // SAFETY: plain syscall on a descriptor we own.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
-        if rc != 0 {
-            return Err(Error::io(
+        crate::sys::reserve(&file, len as u64).map_err(|e| {
+            Error::io(
                 format!("reserving {len} bytes in /dev/shm for {nranks} ranks (is /dev/shm large enough?)"),
-                std::io::Error::from_raw_os_error(rc),
-            ));
-        }
+                e,
+            )
+        })?;
         let map = memmap2::MmapRaw::map_raw(&file)?;
         // SAFETY: the mapping is at least one page long and page aligned,
         // and nobody else has it yet.
