@@ -38,12 +38,12 @@ cd "$(dirname "$0")/.."
 # after --lib would apply to every test binary named, so a file checked by
 # integration tests names whole binaries instead.
 table=(
-    "auth|tandem-driver|driver/src/bootstrap/auth.rs|30||--lib bootstrap::auth"
+    "auth|tandem-driver|driver/src/world/bootstrap/auth.rs|30||--lib world::bootstrap::auth"
     "persistent|tandem-driver|driver/src/comm/persistent.rs|60||--test persistent"
     "tcp|tandem-driver|driver/src/transport/tcp.rs|30||--lib transport::tcp transport::contract"
     "soft|tandem-fabric|fabric/src/soft.rs|15||--lib soft"
     "rdma|tandem-driver|driver/src/transport/rdma.rs|60|TANDEM_CONFORMANCE_LINKS=soft-rdma,soft-rdma-read|--lib --test soft_rdma_props --test faults --test conformance"
-    "shm|tandem-driver|driver/src/transport/shm/*.rs|90|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance --test faults"
+    "shm|tandem-driver|driver/src/transport/shm/*.rs driver/src/job.rs|90|TANDEM_CONFORMANCE_LINKS=shm|--test p2p --test conformance --test faults"
     "coll|tandem-driver|driver/src/coll/mod.rs driver/src/coll/exec.rs driver/src/coll/plan.rs driver/src/coll/types.rs|40||--test coll_props --test collectives"
     "collective|tandem-driver|driver/src/comm/collective.rs|40||--test coll_props --test collectives"
 )

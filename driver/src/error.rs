@@ -273,6 +273,80 @@ impl Error {
     pub fn io(context: impl Into<String>, error: std::io::Error) -> Self {
         Self::Io(IoError::new(context, error))
     }
+
+    /// What the error concerns, so that a caller can decide what to do
+    /// without matching every variant: a job that could not start, a
+    /// call refused for its arguments, a failed peer, an operation that
+    /// ended without its result, the operating system, or a bug.
+    ///
+    /// ```
+    /// use tandem_driver::{Error, ErrorClass};
+    /// assert_eq!(Error::Config("x".into()).class(), ErrorClass::Setup);
+    /// assert_eq!(Error::InvalidRank { rank: 9, size: 2 }.class(), ErrorClass::Argument);
+    /// assert_eq!(Error::Cancelled.class(), ErrorClass::Operation);
+    /// ```
+    #[must_use]
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::NotLaunched(_)
+            | Self::Bootstrap(_)
+            | Self::Config(_)
+            | Self::JobMismatch { .. }
+            | Self::Mismatch { .. } => ErrorClass::Setup,
+            Self::InvalidTag { .. }
+            | Self::InvalidRank { .. }
+            | Self::InvalidArgument(_)
+            | Self::MessageTooLarge { .. }
+            | Self::TooManyRequests { .. } => ErrorClass::Argument,
+            Self::PeerLost { .. }
+            | Self::Protocol { .. }
+            | Self::ChannelBroken { .. }
+            | Self::RankFailed { .. } => ErrorClass::Peer,
+            Self::Truncated { .. }
+            | Self::Cancelled
+            | Self::Timeout { .. }
+            | Self::Deadlock { .. } => ErrorClass::Operation,
+            Self::Io(_) => ErrorClass::System,
+            Self::Internal(_) | Self::Panicked(_) => ErrorClass::Bug,
+        }
+    }
+}
+
+/// What an [`Error`] concerns ([`Error::class`]): setup errors stop a job
+/// from starting; the others come from one call or operation while the
+/// job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// The job could not start or join: a setting, the environment, a rank
+    /// that never came or disagrees ([`Error::NotLaunched`],
+    /// [`Error::Bootstrap`], [`Error::Config`], [`Error::JobMismatch`],
+    /// [`Error::Mismatch`]). Change the setting or the launch, and start
+    /// again.
+    Setup,
+    /// The call was refused for its arguments before anything was sent
+    /// ([`Error::InvalidTag`], [`Error::InvalidRank`],
+    /// [`Error::InvalidArgument`], [`Error::MessageTooLarge`],
+    /// [`Error::TooManyRequests`]); nothing changed, other operations go
+    /// on.
+    Argument,
+    /// A peer failed, or the channel to it did ([`Error::PeerLost`],
+    /// [`Error::Protocol`], [`Error::ChannelBroken`],
+    /// [`Error::RankFailed`]): operations with that peer fail; those with
+    /// others go on.
+    Peer,
+    /// The operation ended without its full result ([`Error::Truncated`],
+    /// [`Error::Cancelled`], [`Error::Timeout`], [`Error::Deadlock`]). The
+    /// channel stays usable, except after a timeout in the middle of a
+    /// bulk transfer: later operations with that peer then report
+    /// [`Error::ChannelBroken`].
+    Operation,
+    /// An operating-system call failed ([`Error::Io`], its
+    /// [`std::io::Error`] as the source).
+    System,
+    /// A bug: tandem's own ([`Error::Internal`]) or a panic in user code
+    /// inside a scope ([`Error::Panicked`]).
+    Bug,
 }
 
 /// An operating-system error with what tandem was doing when it happened.

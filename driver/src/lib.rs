@@ -10,10 +10,11 @@
 //! ```text
 //! comm        Comm / Scope / Group / Request / CollRequest: the API, with
 //!             no transport names
-//! bootstrap   turns an environment into a running job: launcher
-//!             detection, meeting (PMI-1, root, local socket), secret,
-//!             parameter agreement, routing and the links to every peer
-//! launch      tandem-run: local ranks, and remote hosts via an exec command
+//! world       turns an environment or a thread plan into a running job:
+//!             bootstrap (launcher detection, meeting by PMI-1, root or
+//!             local socket, secret, parameter agreement, routing, the
+//!             links to every peer) and launch (tandem-run: local ranks,
+//!             remote hosts via an exec command, the job file's creation)
 //! coll        collectives: fixed schedules (ring, chain, recursive
 //!             doubling, trees) run over progress's point-to-point
 //!             operations in a context of their own; element types and
@@ -21,8 +22,11 @@
 //! progress    drives core::proto for every transport: user buffers,
 //!             post / take / withdraw, dispatch of the engine's actions
 //! transport   per peer: shm (line ring, eager cells, slot ring, CMA,
-//!             pidfd; the job file) | tcp | rdma (over the tandem-fabric
-//!             crate: the soft NIC, verbs)
+//!             pidfd) | tcp | rdma (over the tandem-fabric crate: the soft
+//!             NIC, verbs)
+//! job         the job's shared file: header, pid table, wait board and
+//!             every channel's rings, created by world, used by transport
+//!             and progress
 //! sys         the operating-system calls that need unsafe
 //! config      settings
 //! error       the error type
@@ -48,17 +52,17 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod bootstrap;
 pub mod coll;
 mod comm;
 pub mod config;
 pub mod error;
-pub mod launch;
+pub mod job;
+pub use world::launch;
 mod progress;
 mod sys;
 pub mod transport;
+mod world;
 
-pub use bootstrap::Links;
 /// The `bytemuck` tandem's typed calls take [`bytemuck::Pod`] from (for
 /// `#[derive(Pod, Zeroable)]` with the same version).
 pub use bytemuck;
@@ -70,6 +74,7 @@ pub use comm::{
 pub use config::{
     CollConfig, Config, Layout, NetConfig, RdmaConfig, Rendezvous, TransportChoice, WaitPolicy,
 };
-pub use error::{Error, IoError, OpKind, Result, Wait};
+pub use error::{Error, ErrorClass, IoError, OpKind, Result, Wait};
 pub use half::{bf16, f16};
 pub use progress::{Status, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};
+pub use world::bootstrap::Links;

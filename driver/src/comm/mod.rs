@@ -2,8 +2,8 @@
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, OpKind, Result, Wait};
-use crate::launch::Children;
 use crate::progress::{delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
+use crate::world::launch::Children;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -147,7 +147,7 @@ impl Comm {
     /// As [`from_env`](Self::from_env). The tuning variables `cfg` stands for
     /// are not read: only the job's identity comes from the environment.
     pub fn from_env_with(cfg: Config) -> Result<Self> {
-        let j = crate::bootstrap::join(&cfg)?;
+        let j = crate::world::bootstrap::join(&cfg)?;
         Self::start(j, cfg)
     }
 
@@ -176,14 +176,14 @@ impl Comm {
     /// * Under a launcher: as [`from_env_with`](Self::from_env_with), and
     ///   [`Error::JobMismatch`] if the launched job does not have `n` ranks.
     /// * Otherwise: [`Error::Config`] for `n` of 0 or above
-    ///   [`MAX_RANKS`](crate::transport::shm::map::MAX_RANKS), a layout
+    ///   [`MAX_RANKS`](crate::job::MAX_RANKS), a layout
     ///   [`Layout::from_env`] refuses, a job file over 1 TiB or an invalid
     ///   `TANDEM_TRANSPORT`; [`Error::Io`] if the program cannot be found or
     ///   started again, or the job file cannot be made (`/dev/shm` full); then
     ///   the errors of joining, as for [`from_env`](Self::from_env), here and
     ///   in each copy.
     pub fn local_with(n: usize, cfg: Config) -> Result<Self> {
-        let (j, children) = crate::bootstrap::local_world(n, &cfg)?;
+        let (j, children) = crate::world::bootstrap::local_world(n, &cfg)?;
         let c = Self::start(j, cfg)?;
         *c.sh.children.lock().unwrap_or_else(|e| e.into_inner()) = children;
         Ok(c)
@@ -197,7 +197,7 @@ impl Comm {
     /// A rank's entry is `Err` with `f`'s error, with [`Error::Panicked`] if
     /// its thread panicked, or with what kept its communicator from being
     /// made: [`Error::Config`] or [`Error::Io`] from the shared memory
-    /// ([`JobMap::anon`](crate::transport::shm::map::JobMap::anon); then
+    /// ([`JobMap::anon`](crate::job::JobMap::anon); then
     /// every entry holds it, a single one for `n` of 0), or
     /// [`Error::Config`] from `cfg` (a
     /// [`pin_core`](field@Config::pin_core) that cannot be pinned).
@@ -222,7 +222,7 @@ impl Comm {
         cfg: Config,
         f: impl Fn(Comm) -> Result<R> + Sync,
     ) -> Vec<Result<R>> {
-        Self::threads_on(n, crate::bootstrap::Links::Shm, layout, cfg, f)
+        Self::threads_on(n, crate::world::bootstrap::Links::Shm, layout, cfg, f)
     }
 
     /// Like [`Comm::threads`], with the ranks connected as `links` says:
@@ -248,20 +248,20 @@ impl Comm {
     /// ```
     pub fn threads_on<R: Send>(
         n: usize,
-        links: crate::bootstrap::Links,
+        links: crate::world::bootstrap::Links,
         layout: &Layout,
         cfg: Config,
         f: impl Fn(Comm) -> Result<R> + Sync,
     ) -> Vec<Result<R>> {
-        let plan = match crate::bootstrap::ThreadPlan::new(n, links, layout) {
+        let plan = match crate::world::bootstrap::ThreadPlan::new(n, links, layout) {
             Ok(p) => p,
             Err(e) => return (0..n.max(1)).map(|_| Err(e.clone())).collect(),
         };
         on_threads(n, cfg, |r, cfg| plan.join(r, cfg), f)
     }
 
-    fn start(j: crate::bootstrap::Joined, cfg: Config) -> Result<Self> {
-        let crate::bootstrap::Joined { engine, rank, size } = j;
+    fn start(j: crate::world::bootstrap::Joined, cfg: Config) -> Result<Self> {
+        let crate::world::bootstrap::Joined { engine, rank, size } = j;
         if let Some(core) = cfg.pin_core {
             crate::sys::pin_to(core)?;
         }
@@ -978,7 +978,7 @@ impl Drop for Shared {
 fn on_threads<R: Send>(
     n: usize,
     cfg: Config,
-    join: impl Fn(usize, &Config) -> Result<crate::bootstrap::Joined> + Sync,
+    join: impl Fn(usize, &Config) -> Result<crate::world::bootstrap::Joined> + Sync,
     f: impl Fn(Comm) -> Result<R> + Sync,
 ) -> Vec<Result<R>> {
     std::thread::scope(|s| {

@@ -33,7 +33,7 @@ mod sim_tests;
 
 use crate::config::{debug_level, Config, DebugLevel};
 use crate::error::{Error, OpKind, Result};
-use crate::transport::shm::map::{JobMap, WAIT_VALID};
+use crate::job::{JobMap, WAIT_VALID};
 use crate::transport::{Kind as LinkKind, Link, Liveness, MemDesc, Peek, PullStart, Transport};
 use crate::transport::{DESC_LEN, PEEK_LEN};
 use buffers::UserBuf;
@@ -225,6 +225,8 @@ impl Engine {
             vec![proto::Peer::EMPTY; n].into_boxed_slice(),
             vec![0u32; n * credits].into_boxed_slice(),
         )
+        // The parameters come from the layout the caller chose (credits
+        // against envelopes): a refusal is a setting to change.
         .map_err(|e| Error::Config(e.to_string()))?;
         Ok(Self {
             rank,
@@ -264,7 +266,16 @@ impl Engine {
             },
             proto::ProtoError::TooManyOps { capacity } => Error::TooManyRequests { capacity },
             proto::ProtoError::PeerLost { peer } => self.lost(peer as usize),
-            other => Error::Config(other.to_string()),
+            proto::ProtoError::InvalidTag(tag) => Error::InvalidTag { tag },
+            // What a peer's header broke: that peer's protocol error.
+            proto::ProtoError::CreditOverrun { peer }
+            | proto::ProtoError::BadCredit { peer }
+            | proto::ProtoError::BadToken { peer, .. }
+            | proto::ProtoError::BadSeq { peer, .. } => Error::Protocol {
+                peer: peer as usize,
+                detail: e.to_string(),
+            },
+            proto::ProtoError::Setup(_) => Error::Internal(e.to_string()),
         }
     }
 

@@ -278,8 +278,9 @@ pub(crate) fn suite<L: Transport>(pair: impl Fn() -> (L, L), eager: usize) {
 mod tests {
     use super::suite;
     use crate::config::Layout;
+    use crate::job::JobMap;
     use crate::transport::rdma::{tests::pair as rdma_pair, Rendezvous};
-    use crate::transport::shm::{map::JobMap, ShmLink, ShmOptions};
+    use crate::transport::shm::{ShmLink, ShmOptions};
     use crate::transport::tcp::TcpLink;
     use std::sync::Arc;
 

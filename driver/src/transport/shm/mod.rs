@@ -2,7 +2,7 @@
 //!
 //! Per directed pair of ranks the job's mapping ([`map::JobMap`]) holds a
 //! **line ring**, a **slot ring** and **eager cells**, in that order
-//! (`map.rs` draws the layout):
+//! ([`crate::job`] draws the layout):
 //!
 //! * the line ring carries every header; an eager payload shorter than
 //!   `cell_min` follows its header in the same lines, and the [`MemDesc`]
@@ -20,12 +20,14 @@
 //! A peer's death is seen through a pidfd: the kernel makes it readable
 //! when the process exits.
 
-pub mod map;
+/// The job file the links live in (its own room, [`crate::job`]; here for
+/// the paths that named it before).
+pub use crate::job as map;
 
 use super::{Kind, Liveness, MemDesc, Peek, PullStart, Transport, PEEK_LEN};
 use crate::error::Error;
+use crate::job::JobMap;
 use crate::sys;
-use map::JobMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD, LINE_WORDS};

@@ -13,10 +13,10 @@ pub(crate) mod pmi;
 
 use crate::config::{debug_level, Config, DebugLevel, Layout, RdmaConfig, TransportChoice};
 use crate::error::{Error, Result};
+use crate::job::JobMap;
 use crate::progress::{Engine, Protocol, WaitBoard};
 use crate::transport::fabric::soft::{SoftOptions, SoftQp, Wire};
 use crate::transport::rdma::{RdmaLink, RdmaOptions, Rendezvous};
-use crate::transport::shm::map::JobMap;
 use crate::transport::shm::{ShmLink, ShmOptions};
 use crate::transport::tcp::TcpLink;
 use crate::transport::{self, Link};
@@ -740,7 +740,7 @@ pub(crate) fn join(cfg: &Config) -> Result<Joined> {
 pub(crate) fn local_world(
     n: usize,
     cfg: &Config,
-) -> Result<(Joined, Option<crate::launch::Children>)> {
+) -> Result<(Joined, Option<crate::world::launch::Children>)> {
     if launcher::present() {
         let j = join(cfg)?;
         if j.size != n {
@@ -755,7 +755,7 @@ pub(crate) fn local_world(
         .map_err(|e| Error::io("finding this program to start it again", e))?;
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let layout = Layout::from_env()?;
-    let (map, children) = crate::launch::spawn_world(n, &layout, &exe, &args)?;
+    let (map, children) = crate::world::launch::spawn_world(n, &layout, &exe, &args)?;
     let j = if cfg.net.transport.networked() {
         join_as_local_root(cfg, n, map.job())?
     } else {
@@ -928,7 +928,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     };
     // The name goes away however this function ends (a failed round, an
     // error opening): only a process killed in between can leave it.
-    let _unlink = crate::transport::shm::map::Unlink(match &created {
+    let _unlink = crate::job::Unlink(match &created {
         Some(Ok((_, p))) => Some(p.clone()),
         _ => None,
     });
@@ -943,7 +943,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
         Some(Ok((f, _))) => JobMap::open(f, file_job, local.len()),
         Some(Err(e)) => Err(e.clone()),
         None => {
-            let path = crate::transport::shm::map::shm_path(file_job);
+            let path = crate::job::shm_path(file_job);
             std::fs::File::options()
                 .read(true)
                 .write(true)

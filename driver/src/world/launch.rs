@@ -1,6 +1,6 @@
 //! Starting ranks: `tandem-run`, [`crate::Comm::local`] and test harnesses.
 //!
-//! The launcher creates the job's shared-memory file (see [`crate::transport::shm::map`]),
+//! The launcher creates the job's shared-memory file (see [`crate::job`]),
 //! starts every rank with `TANDEM_RANK`, `TANDEM_SIZE`, `TANDEM_JOB` and
 //! `TANDEM_SHM_FD` in its environment and the file's descriptor inherited,
 //! then unlinks the file's name. Ranks are started with
@@ -9,7 +9,7 @@
 
 use crate::config::Layout;
 use crate::error::{Error, Result};
-use crate::transport::shm::map::{new_job_id, JobMap};
+use crate::job::{new_job_id, JobMap};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use crate::transport::shm::map::shm_path;
+pub use crate::job::shm_path;
 
 /// 32 random bytes as hex: the secret of a job this launcher starts (empty
 /// if the kernel gives no randomness; the ranks then refuse to meet over
@@ -429,7 +429,7 @@ impl Launcher {
     /// * [`Error::Config`] for `n` of 0, a `TANDEM_KILL_GRACE` that is not
     ///   zero or positive seconds, or a `TANDEM_*` layout variable
     ///   [`Layout::from_env`] refuses; on this host, for more than
-    ///   [`MAX_RANKS`](crate::transport::shm::map::MAX_RANKS) ranks or a
+    ///   [`MAX_RANKS`](crate::job::MAX_RANKS) ranks or a
     ///   layout [`Layout::validate`] refuses; with [`hosts`](Self::hosts),
     ///   for an empty [`exec`](Self::exec) command;
     /// * [`Error::Io`] if the job file cannot be created or its memory
