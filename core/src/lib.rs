@@ -16,6 +16,9 @@
 //! * [`wire`]: the fixed-size wire header, validated on decode.
 //! * [`lock`]: the test-and-set lock a user thread and a proxy thread share.
 //! * [`sync`]: the only place atomics and shared cells come from.
+//! * `harness` (core's tests, and the `harness` feature): engines joined by
+//!   in-memory wires, the one driver of the engine for its unit tests, the
+//!   fuzzer and the model check; test tooling that allocates.
 //! * [`mutation`]: deliberately broken variants for `tandem-verify`'s
 //!   mutation checks (compiled in only with the `mutants` feature).
 //!
@@ -26,6 +29,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod credit;
+#[cfg(any(test, feature = "harness"))]
+pub mod harness;
 pub mod line_ring;
 pub mod lock;
 pub mod mutation;

@@ -8,8 +8,9 @@
 //!
 //! * [`header`]: header and descriptor decoding never panic, and whatever
 //!   decodes re-encodes to the same header.
-//! * [`engine`]: two protocol engines joined by FIFO wires, driven by an
-//!   arbitrary sequence of calls: posts of sends and receives (wildcards,
+//! * [`engine`]: two protocol engines joined by the harness's wires
+//!   (`tandem_core::harness`: FIFO or reordering, rendezvous streams on a
+//!   channel of their own), driven by an arbitrary sequence of calls: posts of sends and receives (wildcards,
 //!   truncating capacities, synchronous sends, two contexts whose
 //!   traffic must never cross), transmissions and
 //!   deliveries in any interleaving, pulls that succeed or fall back to a
@@ -27,9 +28,10 @@
 //! [`audit`]: tandem_core::proto::Engine::audit
 
 use arbitrary::{Arbitrary, Unstructured};
-use std::collections::VecDeque;
+use tandem_core::harness::{EngineOf, Frame, Host, Net, Storage};
 use tandem_core::proto::{
-    Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Taken, TxWhat, ANY_SOURCE, ANY_TAG,
+    Entry, Handle, Op, OpError, Params, Peer, ProtoError, Pull, SlotCopy, Taken, TxWhat,
+    ANY_SOURCE, ANY_TAG,
 };
 use tandem_core::wire::{Header, Kind, Limits, MemDesc, DESC_LEN, HEADER_LEN};
 
@@ -74,15 +76,23 @@ pub fn header(data: &[u8]) -> FuzzResult {
 const OPS: usize = 24;
 const ENVELOPES: usize = 8;
 const CREDITS: usize = 4;
-type Eng = Engine<[Op; OPS], [Entry; 2 * ENVELOPES], [Peer; 2], [u32; 2 * CREDITS]>;
+/// The engines' storage: fixed arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Arrays;
 
-#[derive(Debug, Clone, Copy)]
-enum Frame {
-    /// A header; `msg`: the message it announces or carries, if any.
-    Msg { h: Header, msg: Option<usize> },
-    /// The end of a rendezvous stream for the receive with this token.
-    StreamEnd { token: u32 },
+impl Storage for Arrays {
+    type Ops = [Op; OPS];
+    type Entries = [Entry; 2 * ENVELOPES];
+    type Peers = [Peer; 2];
+    type Bufs = [u32; 2 * CREDITS];
 }
+
+type Eng = EngineOf<Arrays>;
+
+/// What follows a header on the fuzzer's wires: the message a frame
+/// announces or carries, if any (no bytes move; the reference matcher
+/// checks who gets what).
+type Body = Option<usize>;
 
 #[derive(Debug, Clone, Copy)]
 struct Message {
@@ -167,10 +177,13 @@ enum Call {
 }
 
 struct World {
-    e: [Eng; 2],
-    wire: [VecDeque<Frame>; 2],
-    /// Receives answered by CTS, per receiver, awaiting their stream.
-    cts: [Vec<Handle>; 2],
+    net: Net<Arrays, Body>,
+    m: Ref,
+}
+
+/// Everything the fuzzer knows besides the engines: the operations, the
+/// messages and the reference matcher; the harness's host.
+struct Ref {
     ops: [Vec<OpRec>; 2],
     msgs: Vec<Message>,
     /// Reference matcher: per receiver, arrived messages not yet matched.
@@ -198,50 +211,7 @@ fn lens(eager: u64) -> [u64; 6] {
     ]
 }
 
-impl World {
-    fn new(u: &mut Unstructured<'_>) -> arbitrary::Result<Result<Self, String>> {
-        let credits = u.int_in_range(1..=CREDITS as u16)?;
-        let envelopes = u.int_in_range(credits + 1..=ENVELOPES as u16)?;
-        let eager = *u.choose(&[0u64, 1, 8, 64])?;
-        let threshold = u.int_in_range(1..=credits)?;
-        let seq_start = *u.choose(&[0u16, 65_530])?;
-        let mk = |rank| {
-            Eng::new(
-                Params {
-                    rank,
-                    nranks: 2,
-                    credits,
-                    envelopes,
-                    credit_threshold: threshold,
-                    eager_limit: eager,
-                    seq_start,
-                },
-                [Op::EMPTY; OPS],
-                [Entry::EMPTY; 2 * ENVELOPES],
-                [Peer::EMPTY; 2],
-                [0u32; 2 * CREDITS],
-            )
-        };
-        let (a, b) = match (mk(0), mk(1)) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return Ok(Err(format!("engine refused params: {e}"))),
-        };
-        Ok(Ok(World {
-            e: [a, b],
-            wire: [VecDeque::new(), VecDeque::new()],
-            cts: [Vec::new(), Vec::new()],
-            ops: [Vec::new(), Vec::new()],
-            msgs: Vec::new(),
-            arrived: [Vec::new(), Vec::new()],
-            eager,
-            hostile: false,
-            reorder: u.ratio(1, 3)?,
-            sent: [Vec::new(), Vec::new()],
-            released: [0, 0],
-            early: [Vec::new(), Vec::new()],
-        }))
-    }
-
+impl Ref {
     /// Contexts are never wildcarded: traffic of another communicator
     /// never matches.
     fn fits(m: &Message, src: u32, ctx: u16, tag: u32) -> bool {
@@ -282,23 +252,178 @@ impl World {
     fn find(&self, r: usize, h: Handle) -> Option<usize> {
         self.ops[r].iter().position(|o| o.h == h && !o.taken)
     }
+}
+
+impl Host<Arrays, Body> for Ref {
+    type Error = String;
+
+    fn eager(&mut self, r: usize, op: Handle) -> Result<Body, String> {
+        Ok(self.find(r, op).and_then(|i| match self.ops[r][i].what {
+            Kind2::Send { msg } => Some(msg),
+            Kind2::Recv { .. } => None,
+        }))
+    }
+
+    fn rts(&mut self, r: usize, op: Handle) -> Result<(MemDesc, Body), String> {
+        Ok((MemDesc::NONE, self.eager(r, op)?))
+    }
+
+    fn empty(&mut self) -> Body {
+        None
+    }
+
+    fn sent(&mut self, r: usize, _p: usize, frame: &Frame<Body>, what: TxWhat) {
+        if let (Some(m), TxWhat::Payload(_) | TxWhat::Rts(_)) = (frame.body, what) {
+            self.sent[r].push(m);
+        }
+    }
+
+    fn refused(
+        &mut self,
+        _from: usize,
+        to: usize,
+        frame: &Frame<Body>,
+        e: ProtoError,
+    ) -> Result<(), String> {
+        if self.hostile {
+            return Ok(());
+        }
+        Err(format!(
+            "rank {to} refused an honest {:?}: {e}",
+            frame.header.kind()
+        ))
+    }
+
+    fn arrived(&mut self, from: usize, to: usize, frame: &Frame<Body>) -> Result<(), String> {
+        if let (Some(m), Kind::Eager | Kind::EagerSync | Kind::Rts) =
+            (frame.body, frame.header.kind())
+        {
+            // The engine releases the peer's messages in sequence order
+            // (holding back early ones).
+            self.early[to].push(m);
+            while let Some(&next) = self.sent[from].get(self.released[to]) {
+                let Some(k) = self.early[to].iter().position(|&x| x == next) else {
+                    break;
+                };
+                self.early[to].remove(k);
+                self.released[to] += 1;
+                self.ref_arrive(to, next);
+            }
+        }
+        Ok(())
+    }
+
+    fn copy(&mut self, _r: usize, _c: SlotCopy) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        _to: usize,
+        _from: usize,
+        _op: Handle,
+        _len: u64,
+        _f: &Frame<Body>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn store(
+        &mut self,
+        _to: usize,
+        _from: usize,
+        _slot: usize,
+        _f: &Frame<Body>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn stream_out(&mut self, _r: usize, _op: Handle, _len: u64) -> Result<Body, String> {
+        Ok(None)
+    }
+
+    fn stream_in(
+        &mut self,
+        _r: usize,
+        _from: usize,
+        _op: Handle,
+        _body: &Body,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn unknown_stream(&mut self, r: usize, _from: usize, _token: u32) -> Result<(), String> {
+        if self.hostile {
+            return Ok(());
+        }
+        Err(format!("rank {r}: a stream nobody asked for"))
+    }
+
+    fn pull(&mut self, _: &[Eng], _r: usize, _p: &Pull, _pulled: bool) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl World {
+    fn new(u: &mut Unstructured<'_>) -> arbitrary::Result<Result<Self, String>> {
+        let credits = u.int_in_range(1..=CREDITS as u16)?;
+        let envelopes = u.int_in_range(credits + 1..=ENVELOPES as u16)?;
+        let eager = *u.choose(&[0u64, 1, 8, 64])?;
+        let threshold = u.int_in_range(1..=credits)?;
+        let seq_start = *u.choose(&[0u16, 65_530])?;
+        let mk = |rank| {
+            Eng::new(
+                Params {
+                    rank,
+                    nranks: 2,
+                    credits,
+                    envelopes,
+                    credit_threshold: threshold,
+                    eager_limit: eager,
+                    seq_start,
+                },
+                [Op::EMPTY; OPS],
+                [Entry::EMPTY; 2 * ENVELOPES],
+                [Peer::EMPTY; 2],
+                [0u32; 2 * CREDITS],
+            )
+        };
+        let (a, b) = match (mk(0), mk(1)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(format!("engine refused params: {e}"))),
+        };
+        Ok(Ok(World {
+            net: Net::new(vec![a, b]),
+            m: Ref {
+                ops: [Vec::new(), Vec::new()],
+                msgs: Vec::new(),
+                arrived: [Vec::new(), Vec::new()],
+                eager,
+                hostile: false,
+                reorder: u.ratio(1, 3)?,
+                sent: [Vec::new(), Vec::new()],
+                released: [0, 0],
+                early: [Vec::new(), Vec::new()],
+            },
+        }))
+    }
 
     fn step(&mut self, c: &Call) -> FuzzResult {
         match *c {
             Call::Send { r, tag, len, sync } => {
                 let r = r as usize;
-                let len = lens(self.eager)[len as usize % 6];
+                let len = lens(self.m.eager)[len as usize % 6];
                 let ctx = (tag >> 7) as u16;
                 let tag = (tag % 3) as u32;
-                if let Ok(h) = self.e[r].post_send(1 - r as u32, ctx, tag, len, sync) {
-                    let msg = self.msgs.len();
-                    self.msgs.push(Message {
+                if let Ok(h) = self.net.engines[r].post_send(1 - r as u32, ctx, tag, len, sync) {
+                    let msg = self.m.msgs.len();
+                    self.m.msgs.push(Message {
                         src: r,
                         ctx,
                         tag,
                         len,
                     });
-                    self.ops[r].push(OpRec {
+                    self.m.ops[r].push(OpRec {
                         h,
                         what: Kind2::Send { msg },
                         taken: false,
@@ -319,146 +444,90 @@ impl World {
                     3 => ANY_TAG,
                     t => t as u32,
                 };
-                let cap = lens(self.eager)[cap as usize % 6];
-                if let Ok((h, _copy)) = self.e[r].post_recv(src, ctx, tag, cap) {
-                    self.ops[r].push(OpRec {
+                let cap = lens(self.m.eager)[cap as usize % 6];
+                if let Ok((h, _copy)) = self.net.engines[r].post_recv(src, ctx, tag, cap) {
+                    self.m.ops[r].push(OpRec {
                         h,
                         what: Kind2::Recv { src, ctx, tag, cap },
                         taken: false,
                         cancelled: false,
                         bound: None,
                     });
-                    let i = self.ops[r].len() - 1;
-                    self.ref_post(r, i);
+                    let i = self.m.ops[r].len() - 1;
+                    self.m.ref_post(r, i);
                 }
             }
             Call::Transmit { r } => {
                 let r = r as usize;
-                let p = 1 - r as u32;
-                if let Some(tx) = self.e[r].next_tx(p) {
-                    let msg = match tx.what {
-                        TxWhat::Payload(h) | TxWhat::Rts(h) => {
-                            self.find(r, h).and_then(|i| match self.ops[r][i].what {
-                                Kind2::Send { msg } => Some(msg),
-                                _ => None,
-                            })
-                        }
-                        TxWhat::Cts(h) => {
-                            self.cts[r].push(h);
-                            None
-                        }
-                        TxWhat::Control => None,
-                    };
-                    self.e[r].tx_done(p, &tx);
-                    if let (Some(m), TxWhat::Payload(_) | TxWhat::Rts(_)) = (msg, tx.what) {
-                        self.sent[r].push(m);
-                    }
-                    self.wire[r].push_back(Frame::Msg { h: tx.header, msg });
-                }
+                self.net.transmit(&mut self.m, r, 1 - r)?;
             }
             Call::Deliver { to, pick } => {
+                // The wire's frames, or the streams a sender sent after a
+                // CTS (a channel of their own, as shared memory's slot
+                // ring is): the pick's top bit chooses when both wait.
                 let t = to as usize;
                 let f = 1 - t;
-                let at = match self.wire[f].len() {
-                    0 => return Ok(()),
-                    n if self.reorder => pick as usize % n,
-                    _ => 0,
-                };
-                let fr = self.wire[f].remove(at).expect("in range");
-                match fr {
-                    Frame::Msg { h, msg } => {
-                        let res = self.e[t].on_message(f as u32, &h, MemDesc::NONE, &mut |_| {});
-                        let act = match res {
-                            Ok(a) => a,
-                            Err(_) if self.hostile => return Ok(()),
-                            Err(e) => {
-                                return Err(format!(
-                                    "rank {t} refused an honest {:?}: {e}",
-                                    h.kind()
-                                ))
-                            }
-                        };
-                        if let (Some(m), Kind::Eager | Kind::EagerSync | Kind::Rts) =
-                            (msg, h.kind())
-                        {
-                            // The engine releases the peer's messages in
-                            // sequence order (holding back early ones).
-                            self.early[t].push(m);
-                            while let Some(&next) = self.sent[f].get(self.released[t]) {
-                                let Some(k) = self.early[t].iter().position(|&x| x == next) else {
-                                    break;
-                                };
-                                self.early[t].remove(k);
-                                self.released[t] += 1;
-                                self.ref_arrive(t, next);
-                            }
-                        }
-                        if let Action::Stream { op, remote, .. } = act {
-                            self.e[t].stream_done(op);
-                            self.wire[t].push_back(Frame::StreamEnd { token: remote });
-                        }
-                    }
-                    Frame::StreamEnd { token } => {
-                        match self.cts[t].iter().position(|h| h.token() == token) {
-                            Some(i) => {
-                                let h = self.cts[t].remove(i);
-                                self.e[t].stream_done(h);
-                            }
-                            None if self.hostile => {}
-                            None => return Err(format!("rank {t}: a stream nobody asked for")),
-                        }
-                    }
+                let i = self.net.pair(f, t);
+                let (frames, streams) = (self.net.wires[i].len(), self.net.streams[i].len());
+                let reorder = self.m.reorder;
+                let at = |n: usize| if reorder { pick as usize % n } else { 0 };
+                if streams > 0 && (frames == 0 || pick & 0x80 != 0) {
+                    self.net.stream_in(&mut self.m, f, t, at(streams))?;
+                } else if frames > 0 {
+                    self.net.deliver(&mut self.m, f, t, at(frames))?;
                 }
             }
             Call::Pull { r, pulled } => {
-                let r = r as usize;
-                if let Some(p) = self.e[r].next_pull() {
-                    self.e[r].pull_done(p.op, pulled);
-                }
+                self.net.pull(&mut self.m, r as usize, pulled)?;
             }
             Call::Take { r, i } => self.take(r as usize, i as usize)?,
             Call::Cancel { r, i } => {
                 let r = r as usize;
-                let live: Vec<usize> = (0..self.ops[r].len())
-                    .filter(|&k| !self.ops[r][k].taken && !self.ops[r][k].cancelled)
+                let live: Vec<usize> = (0..self.m.ops[r].len())
+                    .filter(|&k| !self.m.ops[r][k].taken && !self.m.ops[r][k].cancelled)
                     .collect();
                 if live.is_empty() {
                     return Ok(());
                 }
                 let k = live[i as usize % live.len()];
-                let o = self.ops[r][k];
-                let ok = self.e[r].cancel(o.h);
+                let o = self.m.ops[r][k];
+                let ok = self.net.engines[r].cancel(o.h);
                 if let Kind2::Recv { .. } = o.what {
-                    if !self.hostile && ok == o.bound.is_some() {
+                    if !self.m.hostile && ok == o.bound.is_some() {
                         return Err(format!(
                             "rank {r}: cancel said {ok} for a receive the reference {} matched",
                             if o.bound.is_some() { "had" } else { "had not" }
                         ));
                     }
                     if ok {
-                        self.ops[r][k].cancelled = true;
+                        self.m.ops[r][k].cancelled = true;
                     }
                 } else if ok {
                     // A send not yet transmitted: its message never exists.
-                    self.ops[r][k].cancelled = true;
+                    self.m.ops[r][k].cancelled = true;
                 }
             }
             Call::FastSend { r, tag, len } => {
                 let r = r as usize;
                 let ctx = (tag >> 7) as u16;
                 let tag = (tag % 3) as u32;
-                let len = lens(self.eager)[len as usize % 6];
-                if let Some(h) = self.e[r].eager_now(1 - r as u32, ctx, tag, len) {
+                let len = lens(self.m.eager)[len as usize % 6];
+                if let Some(h) = self.net.engines[r].eager_now(1 - r as u32, ctx, tag, len) {
                     // Committed: it goes out now and completes at once.
-                    let m = self.msgs.len();
-                    self.msgs.push(Message {
+                    let m = self.m.msgs.len();
+                    self.m.msgs.push(Message {
                         src: r,
                         ctx,
                         tag,
                         len,
                     });
-                    self.sent[r].push(m);
-                    self.wire[r].push_back(Frame::Msg { h, msg: Some(m) });
+                    self.m.sent[r].push(m);
+                    let i = self.net.pair(r, 1 - r);
+                    self.net.wires[i].push_back(Frame {
+                        header: h,
+                        desc: MemDesc::NONE,
+                        body: Some(m),
+                    });
                 }
             }
             Call::FastRecv { r, tag } => {
@@ -466,19 +535,25 @@ impl World {
                 let p = 1 - r;
                 let ctx = (tag >> 7) as u16;
                 let tag = (tag % 3) as u32;
-                let Some(&Frame::Msg { h, msg }) = self.wire[p].front() else {
+                let i = self.net.pair(p, r);
+                let Some(&Frame {
+                    header: h,
+                    body: msg,
+                    ..
+                }) = self.net.wires[i].front()
+                else {
                     return Ok(());
                 };
-                let took = match self.e[r].eager_recv_now(p as u32, ctx, tag, &h) {
+                let took = match self.net.engines[r].eager_recv_now(p as u32, ctx, tag, &h) {
                     Ok(t) => t,
-                    Err(_) if self.hostile => return Ok(()),
+                    Err(_) if self.m.hostile => return Ok(()),
                     Err(e) => return Err(format!("rank {r}: the receive shortcut refused: {e}")),
                 };
                 if !took {
                     return Ok(());
                 }
-                self.wire[p].pop_front();
-                if self.hostile {
+                self.net.wires[i].pop_front();
+                if self.m.hostile {
                     return Ok(());
                 }
                 // The shortcut must take exactly what a posted receive
@@ -489,37 +564,42 @@ impl World {
                         "rank {r}: the receive shortcut took a control message"
                     ));
                 };
-                let next = self.sent[p].get(self.released[r]).copied();
-                let posted = self.ops[r].iter().any(|o| {
+                let next = self.m.sent[p].get(self.m.released[r]).copied();
+                let posted = self.m.ops[r].iter().any(|o| {
                     matches!(o.what, Kind2::Recv { .. })
                         && o.bound.is_none()
                         && !o.cancelled
                         && !o.taken
                 });
-                let earlier = self.arrived[r]
+                let earlier = self.m.arrived[r]
                     .iter()
-                    .any(|&x| Self::fits(&self.msgs[x], p as u32, ctx, tag));
-                let want = self.msgs[m];
+                    .any(|&x| Ref::fits(&self.m.msgs[x], p as u32, ctx, tag));
+                let want = self.m.msgs[m];
                 if next != Some(m) || posted || earlier || want.tag != tag || want.ctx != ctx {
                     return Err(format!(
                         "rank {r}: the receive shortcut took message {m} {want:?} (next in \
                          sequence {next:?}, a receive posted {posted}, an earlier match {earlier})"
                     ));
                 }
-                self.released[r] += 1;
+                self.m.released[r] += 1;
             }
             Call::Hostile { to, bytes } => {
                 let t = to as usize;
                 let limits = Limits {
-                    eager_max: self.eager,
+                    eager_max: self.m.eager,
                     msg_max: 1 << 40,
                     contexts: 2,
                 };
                 if let Ok(h) = Header::decode(&bytes, &limits) {
-                    self.hostile = true;
+                    self.m.hostile = true;
                     // Whatever it says, the engine must not panic or break
                     // its invariants (the audit after this step).
-                    let _ = self.e[t].on_message(1 - t as u32, &h, MemDesc::NONE, &mut |_| {});
+                    let _ = self.net.engines[t].on_message(
+                        1 - t as u32,
+                        &h,
+                        MemDesc::NONE,
+                        &mut |_| {},
+                    );
                 }
             }
         }
@@ -527,19 +607,19 @@ impl World {
     }
 
     fn take(&mut self, r: usize, i: usize) -> FuzzResult {
-        let live: Vec<usize> = (0..self.ops[r].len())
-            .filter(|&k| !self.ops[r][k].taken)
+        let live: Vec<usize> = (0..self.m.ops[r].len())
+            .filter(|&k| !self.m.ops[r][k].taken)
             .collect();
         if live.is_empty() {
             return Ok(());
         }
         let k = live[i % live.len()];
-        let o = self.ops[r][k];
-        let Taken::Done(res) = self.e[r].take(o.h) else {
+        let o = self.m.ops[r][k];
+        let Taken::Done(res) = self.net.engines[r].take(o.h) else {
             return Ok(());
         };
-        self.ops[r][k].taken = true;
-        if self.hostile {
+        self.m.ops[r][k].taken = true;
+        if self.m.hostile {
             return Ok(());
         }
         match (o.what, res) {
@@ -555,7 +635,7 @@ impl World {
                         "rank {r}: a receive completed ({res:?}) that the reference never matched"
                     ));
                 };
-                let want = self.msgs[m];
+                let want = self.m.msgs[m];
                 let st = match res {
                     Ok(st) if want.len <= cap => st,
                     Err(OpError::Truncated { status, got }) if want.len > cap && got == cap => status,
@@ -580,22 +660,18 @@ impl World {
         for _ in 0..10_000 {
             let mut moved = false;
             for r in 0..2 {
-                while self.e[r].next_tx(1 - r as u32).is_some() {
-                    self.step(&Call::Transmit { r: r == 1 })?;
+                while self.net.transmit(&mut self.m, r, 1 - r)? {
                     moved = true;
                 }
-                // (`next_pull` takes the pull it returns.)
-                while let Some(p) = self.e[r].next_pull() {
-                    self.e[r].pull_done(p.op, true);
+                while self.net.pull(&mut self.m, r, true)? {
                     moved = true;
                 }
             }
             for t in 0..2 {
-                while !self.wire[1 - t].is_empty() {
-                    self.step(&Call::Deliver {
-                        to: t == 1,
-                        pick: 0,
-                    })?;
+                while self.net.deliver(&mut self.m, 1 - t, t, 0)? {
+                    moved = true;
+                }
+                while self.net.stream_in(&mut self.m, 1 - t, t, 0)? {
                     moved = true;
                 }
             }
@@ -609,7 +685,7 @@ impl World {
 
     fn audit(&self) -> FuzzResult {
         for r in 0..2 {
-            self.e[r]
+            self.net.engines[r]
                 .audit()
                 .map_err(|e| format!("rank {r}: audit failed: {e}"))?;
         }
@@ -619,8 +695,8 @@ impl World {
     /// After draining: every send and every matched receive is complete.
     fn settled(&mut self) -> FuzzResult {
         for r in 0..2 {
-            for k in 0..self.ops[r].len() {
-                let o = self.ops[r][k];
+            for k in 0..self.m.ops[r].len() {
+                let o = self.m.ops[r][k];
                 if o.taken {
                     continue;
                 }
@@ -633,24 +709,24 @@ impl World {
                             Kind2::Send { msg } => msg,
                             _ => unreachable!(),
                         };
-                        self.ops[1 - r]
+                        self.m.ops[1 - r]
                             .iter()
                             .any(|x| x.bound == Some(msg) && !x.cancelled)
                     }
                     Kind2::Recv { .. } => o.bound.is_some() || o.cancelled,
                 };
                 if must {
-                    if let Taken::Pending = self.e[r].take(o.h) {
-                        let m = o.bound.map(|m| (m, self.msgs[m]));
+                    if let Taken::Pending = self.net.engines[r].take(o.h) {
+                        let m = o.bound.map(|m| (m, self.m.msgs[m]));
                         return Err(format!(
                             "rank {r}: {:?} never completed after the wires drained (phase {:?}, \
                              info {:?}, the reference's message {m:?})",
                             o.what,
-                            self.e[r].phase(o.h),
-                            self.e[r].info(o.h)
+                            self.net.engines[r].phase(o.h),
+                            self.net.engines[r].info(o.h)
                         ));
                     }
-                    self.ops[r][k].taken = true;
+                    self.m.ops[r][k].taken = true;
                 }
             }
         }
@@ -694,12 +770,12 @@ pub fn engine(data: &[u8]) -> FuzzResult {
         w.step(&c)?;
         w.audit()?;
     }
-    if !w.hostile {
+    if !w.m.hostile {
         w.drain()?;
         // Take what finished (checked against the reference), then insist
         // on what must have.
         for r in 0..2 {
-            for i in 0..w.ops[r].len() {
+            for i in 0..w.m.ops[r].len() {
                 w.take(r, i)?;
             }
         }
@@ -720,16 +796,16 @@ impl World {
                 let p = 1 - r;
                 // A wildcard receive (any source, any tag) in the context
                 // of each send still waiting and of each message waiting.
-                let waiting: Vec<u16> = self.ops[p]
+                let waiting: Vec<u16> = self.m.ops[p]
                     .iter()
                     .filter(|o| !o.taken && !o.cancelled)
                     .filter_map(|o| match o.what {
-                        Kind2::Send { msg } => Some(self.msgs[msg].ctx),
+                        Kind2::Send { msg } => Some(self.m.msgs[msg].ctx),
                         _ => None,
                     })
                     // And messages that arrived unmatched (their sends may
                     // be complete): they hold this side's entries.
-                    .chain(self.arrived[r].iter().map(|&m| self.msgs[m].ctx))
+                    .chain(self.m.arrived[r].iter().map(|&m| self.m.msgs[m].ctx))
                     .collect();
                 for ctx in waiting {
                     let c = Call::Recv {
@@ -743,14 +819,14 @@ impl World {
             }
             self.drain()?;
             for r in 0..2 {
-                for i in 0..self.ops[r].len() {
+                for i in 0..self.m.ops[r].len() {
                     self.take(r, i)?;
                 }
             }
             self.settled()?;
         }
         for r in 0..2 {
-            if let Some(o) = self.ops[r]
+            if let Some(o) = self.m.ops[r]
                 .iter()
                 .find(|o| !o.taken && !o.cancelled && matches!(o.what, Kind2::Send { .. }))
             {
@@ -758,7 +834,7 @@ impl World {
                     "rank {r}: {:?} never completed although its peer received everything \
                      (phase {:?})",
                     o.what,
-                    self.e[r].phase(o.h)
+                    self.net.engines[r].phase(o.h)
                 ));
             }
         }

@@ -14,7 +14,9 @@
 //! delivery order the network allows, and both answers to every rendezvous
 //! (pull the data single-copy, or have it streamed after a clear-to-send).
 //! States are fingerprinted (64-bit SipHash of the whole state) so each is
-//! expanded once. The explicit-credit threshold is the driver's
+//! expanded once. The engines and the network are `tandem_core::harness`'s
+//! [`Net`], the driver of the engine the unit tests and the fuzzer share;
+//! the checker is its host (the programs' buffers and bookkeeping). The explicit-credit threshold is the driver's
 //! (`credits.div_ceil(2)`); sequence numbers and credit counts can start
 //! just below 2^16 so both 16-bit wraps are crossed.
 //!
@@ -69,13 +71,14 @@
 //! loop that never ends.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
+use tandem_core::harness::{EngineOf, Frame as Wired, Host, Net, Storage};
 use tandem_core::proto::{
-    Action, Engine, Entry, Handle, Op, OpError, Params, Peer, Phase, ProtoError, SlotCopy, Status,
-    Taken, TxWhat, ANY_SOURCE, ANY_TAG,
+    Engine, Entry, Handle, Op, OpError, Params, Peer, Phase, ProtoError, Pull, SlotCopy, Status,
+    Taken, ANY_SOURCE, ANY_TAG,
 };
 use tandem_core::wire::{Header, Kind, Limits, MemDesc};
 
@@ -96,12 +99,18 @@ const BUF: usize = MAX_LEN + 2;
 /// What receive buffers are filled with before anything is written.
 const GUARD: u8 = 0xEE;
 
-type Eng = Engine<
-    [Op; MAX_STEPS],
-    [Entry; MAX_RANKS * MAX_ENVELOPES],
-    [Peer; MAX_RANKS],
-    [u32; MAX_RANKS * MAX_CREDITS],
->;
+/// The engines' storage: fixed arrays, so states hash and clone cheaply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Fixed;
+
+impl Storage for Fixed {
+    type Ops = [Op; MAX_STEPS];
+    type Entries = [Entry; MAX_RANKS * MAX_ENVELOPES];
+    type Peers = [Peer; MAX_RANKS];
+    type Bufs = [u32; MAX_RANKS * MAX_CREDITS];
+}
+
+type Eng = EngineOf<Fixed>;
 
 /// One operation of a rank's program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -260,20 +269,17 @@ pub struct Spec {
     pub expect: Expect,
 }
 
-/// A message on the wire.
+/// What follows a header on the model's wires (and what a stream
+/// carries): the payload, and the sending rank's program step (the
+/// model's bookkeeping, not on the wire; `u8::MAX` for none).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Msg {
-    h: Header,
-    addr: u64,
+struct Carried {
     payload: Vec<u8>,
-    /// The sending rank's program step (the model's bookkeeping, not on the
-    /// wire).
     step: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct RankSt {
-    e: Eng,
     pc: u8,
     handles: [Option<Handle>; MAX_STEPS],
     done: [bool; MAX_STEPS],
@@ -288,8 +294,6 @@ struct RankSt {
     slots: [[u8; MAX_LEN]; MAX_RANKS * MAX_CREDITS],
     /// Which (sender, step) each receive step got.
     got: [Option<(u8, u8)>; MAX_STEPS],
-    /// Receives waiting for a stream, per peer (CTS order).
-    rx_streams: [Vec<Handle>; MAX_RANKS],
     /// This rank has died.
     dead: bool,
     /// Peers this rank has declared lost.
@@ -302,11 +306,10 @@ struct RankSt {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct State {
+    /// The engines, the messages in flight per (from, to), the streamed
+    /// payloads in flight, and the receives waiting for them.
+    net: Net<Fixed, Carried>,
     ranks: Vec<RankSt>,
-    /// Per (from, to): messages in flight.
-    wire: Vec<VecDeque<Msg>>,
-    /// Per (from, to): streamed payloads in flight (receive token, bytes).
-    data: Vec<VecDeque<(u32, Vec<u8>)>>,
 }
 
 /// What a model check found.
@@ -374,6 +377,7 @@ impl Checker<'_> {
     fn initial(&self) -> Res<State> {
         let s = self.spec;
         let mut ranks = Vec::new();
+        let mut engines = Vec::new();
         for r in 0..self.n {
             let p = Params {
                 rank: r as u32,
@@ -393,8 +397,8 @@ impl Checker<'_> {
                 [0u32; MAX_RANKS * MAX_CREDITS],
             )
             .map_err(|e| format!("bad spec: {e}"))?;
+            engines.push(e);
             ranks.push(RankSt {
-                e,
                 pc: 0,
                 handles: [None; MAX_STEPS],
                 done: [false; MAX_STEPS],
@@ -403,7 +407,6 @@ impl Checker<'_> {
                 bufs: [[GUARD; BUF]; MAX_STEPS],
                 slots: [[0; MAX_LEN]; MAX_RANKS * MAX_CREDITS],
                 got: [None; MAX_STEPS],
-                rx_streams: Default::default(),
                 dead: false,
                 detected: [false; MAX_RANKS],
                 arrived: [0; MAX_RANKS],
@@ -411,15 +414,9 @@ impl Checker<'_> {
             });
         }
         Ok(State {
+            net: Net::new(engines),
             ranks,
-            wire: vec![VecDeque::new(); self.n * self.n],
-            data: vec![VecDeque::new(); self.n * self.n],
         })
-    }
-
-    /// The step of rank `r` whose operation is `h`.
-    fn step_of(&self, st: &State, r: usize, h: Handle) -> Option<usize> {
-        st.ranks[r].handles.iter().position(|&x| x == Some(h))
     }
 
     fn blocked(&self, st: &State, r: usize) -> bool {
@@ -443,7 +440,19 @@ impl Checker<'_> {
     /// does: nothing for a withdrawn receive; a write into a receive that
     /// already completed is a violation.
     fn write(&self, st: &mut State, r: usize, k: usize, bytes: &[u8]) -> Res<()> {
-        let rk = &mut st.ranks[r];
+        write(&mut st.ranks, r, k, bytes)
+    }
+}
+
+/// The step of rank `r` whose operation is `h`.
+fn step_of(ranks: &[RankSt], r: usize, h: Handle) -> Option<usize> {
+    ranks[r].handles.iter().position(|&x| x == Some(h))
+}
+
+/// [`Checker::write`] over the ranks alone.
+fn write(ranks: &mut [RankSt], r: usize, k: usize, bytes: &[u8]) -> Res<()> {
+    {
+        let rk = &mut ranks[r];
         if rk.abandoned[k] {
             return Ok(());
         }
@@ -458,7 +467,9 @@ impl Checker<'_> {
         rk.bufs[k][1..1 + bytes.len()].copy_from_slice(bytes);
         Ok(())
     }
+}
 
+impl Checker<'_> {
     /// Collects finished operations, checking their results.
     fn collect(&self, st: &mut State) -> Res<()> {
         for r in 0..self.n {
@@ -471,7 +482,7 @@ impl Checker<'_> {
                     continue;
                 }
                 let h = st.ranks[r].handles[k].expect("posted");
-                let Taken::Done(res) = st.ranks[r].e.take(h) else {
+                let Taken::Done(res) = st.net.engines[r].take(h) else {
                     continue;
                 };
                 st.ranks[r].done[k] = true;
@@ -607,21 +618,13 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// Records which message receive `op` of rank `r` got.
-    fn note_match(&self, st: &mut State, r: usize, op: Handle, from: usize, token_step: usize) {
-        if let Some(k) = self.step_of(st, r, op) {
-            st.ranks[r].got[k] = Some((from as u8, token_step as u8));
-        }
-    }
-
     fn invariants(&self, st: &State) -> Res<()> {
         let s = self.spec;
         for r in 0..self.n {
             if st.ranks[r].dead {
                 continue;
             }
-            st.ranks[r]
-                .e
+            st.net.engines[r]
                 .audit()
                 .map_err(|e| format!("rank {r}: engine audit: {e}"))?;
         }
@@ -630,17 +633,18 @@ impl Checker<'_> {
                 if st.ranks[f].dead || st.ranks[t].dead {
                     continue;
                 }
-                let q = &st.wire[self.pair(f, t)];
-                let matching = q.iter().filter(|m| m.h.kind().is_matching()).count() as u64;
-                let eager = q.iter().filter(|m| m.h.kind().is_eager()).count() as u64;
+                let q = &st.net.wires[self.pair(f, t)];
+                let matching = q.iter().filter(|m| m.header.kind().is_matching()).count() as u64;
+                let eager = q.iter().filter(|m| m.header.kind().is_eager()).count() as u64;
                 // Answers (CTS, FIN, ACK) and credit messages need no
                 // credit: each answers a credited message, so a receive
                 // reserve of `envelopes` slots per kind covers them.
                 let answers = q
                     .iter()
-                    .filter(|m| matches!(m.h.kind(), Kind::Cts | Kind::Fin | Kind::Ack))
+                    .filter(|m| matches!(m.header.kind(), Kind::Cts | Kind::Fin | Kind::Ack))
                     .count() as u64;
-                let credit_msgs = q.iter().filter(|m| m.h.kind() == Kind::Credit).count() as u64;
+                let credit_msgs =
+                    q.iter().filter(|m| m.header.kind() == Kind::Credit).count() as u64;
                 // On a FIFO network (shm, RDMA RC) each credit message in
                 // flight returns at least `credit_threshold` frees the
                 // peer has not heard of, and those are bounded by its
@@ -652,7 +656,7 @@ impl Checker<'_> {
                         s.envelopes
                     ));
                 }
-                let (held, bufs) = st.ranks[t].e.held_for(f as u32);
+                let (held, bufs) = st.net.engines[t].held_for(f as u32);
                 if matching + held > s.envelopes as u64 || eager + bufs > s.credits as u64 {
                     return Err(format!(
                         "{f}->{t}: {matching} in flight + {held} held > {} entries, or {eager} eager in flight + {bufs} buffers > {} credits",
@@ -684,7 +688,7 @@ impl Checker<'_> {
             }
             // Transmit to each peer.
             for p in 0..self.n {
-                if st.ranks[r].e.next_tx(p as u32).is_some() {
+                if st.net.engines[r].next_tx(p as u32).is_some() {
                     let mut x = st.clone();
                     self.transmit(&mut x, r, p)?;
                     out.push(x);
@@ -692,7 +696,7 @@ impl Checker<'_> {
             }
             // Decide a matched rendezvous (a dead sender's buffer cannot
             // be read: only a CTS, which goes nowhere).
-            let mut probe = st.ranks[r].e.clone();
+            let mut probe = st.net.engines[r].clone();
             if let Some(p) = probe.next_pull() {
                 let sender_dead = st.ranks[(p.desc.addr >> 8) as usize].dead;
                 let choices: &[bool] = match (self.spec.pulls, sender_dead) {
@@ -717,14 +721,14 @@ impl Checker<'_> {
         }
         for f in 0..self.n {
             for t in 0..self.n {
-                let len = st.wire[self.pair(f, t)].len();
+                let len = st.net.wires[self.pair(f, t)].len();
                 let picks = if self.spec.reorder { len } else { len.min(1) };
                 for i in 0..picks {
                     let mut x = st.clone();
                     self.deliver(&mut x, f, t, i)?;
                     out.push(x);
                 }
-                let dl = st.data[self.pair(f, t)].len();
+                let dl = st.net.streams[self.pair(f, t)].len();
                 let picks = if self.spec.reorder { dl } else { dl.min(1) };
                 for i in 0..picks {
                     let mut x = st.clone();
@@ -744,6 +748,7 @@ impl Checker<'_> {
         let k = st.ranks[r].pc as usize;
         let step = self.spec.programs[r][k];
         st.ranks[r].pc += 1;
+        let e = &mut st.net.engines[r];
         let rk = &mut st.ranks[r];
         match step {
             Step::Send {
@@ -754,7 +759,7 @@ impl Checker<'_> {
                 ctx,
                 ..
             } => {
-                match rk.e.post_send(to as u32, ctx, tag, len as u64, sync) {
+                match e.post_send(to as u32, ctx, tag, len as u64, sync) {
                     Ok(h) => rk.handles[k] = Some(h),
                     // Refused at once: the destination was declared lost.
                     Err(ProtoError::PeerLost { peer })
@@ -773,9 +778,9 @@ impl Checker<'_> {
                 ..
             } => {
                 let src = from.map_or(ANY_SOURCE, |f| f as u32);
-                let (h, copy) =
-                    rk.e.post_recv(src, ctx, tag.unwrap_or(ANY_TAG), cap as u64)
-                        .map_err(|e| format!("rank {r} step {k}: post_recv: {e}"))?;
+                let (h, copy) = e
+                    .post_recv(src, ctx, tag.unwrap_or(ANY_TAG), cap as u64)
+                    .map_err(|e| format!("rank {r} step {k}: post_recv: {e}"))?;
                 rk.handles[k] = Some(h);
                 if let Some(c) = copy {
                     let bytes = rk.slots[c.slot];
@@ -787,7 +792,7 @@ impl Checker<'_> {
                 let rk = &mut st.ranks[r];
                 if j < k && !rk.done[j] {
                     if let Some(h) = rk.handles[j] {
-                        rk.cancelled[j] = rk.e.cancel(h);
+                        rk.cancelled[j] = st.net.engines[r].cancel(h);
                     }
                 }
             }
@@ -796,7 +801,7 @@ impl Checker<'_> {
                 let is_recv = matches!(self.spec.programs[r].get(j), Some(Step::Recv { .. }));
                 if j < k && is_recv && !rk.done[j] {
                     let h = rk.handles[j].expect("posted");
-                    let phase = rk.e.abandon(h);
+                    let phase = st.net.engines[r].abandon(h);
                     rk.cancelled[j] = phase == Some(Phase::Posted);
                     rk.abandoned[j] = true;
                     rk.done[j] = true;
@@ -804,7 +809,7 @@ impl Checker<'_> {
             }
             Step::Probe { from, tag, ctx } => {
                 let src = from.map_or(ANY_SOURCE, |f| f as u32);
-                let got = st.ranks[r].e.probe(src, ctx, tag.unwrap_or(ANY_TAG));
+                let got = st.net.engines[r].probe(src, ctx, tag.unwrap_or(ANY_TAG));
                 self.check_probe(st, r, k, (from, tag, ctx), got)?;
             }
             Step::Die => {
@@ -812,8 +817,8 @@ impl Checker<'_> {
                 // Whatever was on its way to it is gone.
                 for f in 0..self.n {
                     let i = self.pair(f, r);
-                    st.wire[i].clear();
-                    st.data[i].clear();
+                    st.net.wires[i].clear();
+                    st.net.streams[i].clear();
                 }
             }
         }
@@ -900,12 +905,13 @@ impl Checker<'_> {
     /// Survivor `r` declares `d` lost: what `d` still had in flight to it
     /// is gone with the connection.
     fn detect(&self, st: &mut State, r: usize, d: usize) {
-        st.ranks[r].e.fail_peer(d as u32);
+        st.net.engines[r].fail_peer(d as u32);
         st.ranks[r].detected[d] = true;
-        st.ranks[r].rx_streams[d].clear();
+        let e = self.pair(r, d);
+        st.net.expected[e].clear();
         let i = self.pair(d, r);
-        st.wire[i].clear();
-        st.data[i].clear();
+        st.net.wires[i].clear();
+        st.net.streams[i].clear();
     }
 
     /// The driver's fast path for rank `r`'s next step, if it is a blocking
@@ -922,16 +928,18 @@ impl Checker<'_> {
                 blocking: true,
                 ctx,
             } => {
-                let Some(h) = st.ranks[r].e.eager_now(to as u32, ctx, tag, len as u64) else {
+                let Some(h) = st.net.engines[r].eager_now(to as u32, ctx, tag, len as u64) else {
                     return Ok(false);
                 };
                 if !st.ranks[to].dead {
                     let i = self.pair(r, to);
-                    st.wire[i].push_back(Msg {
-                        h,
-                        addr: 0,
-                        payload: content(r, k, len),
-                        step: k as u8,
+                    st.net.wires[i].push_back(Wired {
+                        header: h,
+                        desc: MemDesc::NONE,
+                        body: Carried {
+                            payload: content(r, k, len),
+                            step: k as u8,
+                        },
                     });
                 }
             }
@@ -943,42 +951,41 @@ impl Checker<'_> {
                 ctx,
             } => {
                 let i = self.pair(f, r);
-                let Some(mut m) = st.wire[i].front().cloned() else {
+                let Some(mut m) = st.net.wires[i].front().cloned() else {
                     return Ok(false);
                 };
-                m.h = Header::decode(&m.h.encode(), &self.limits()).map_err(|e| {
+                m.header = Header::decode(&m.header.encode(), &self.limits()).map_err(|e| {
                     format!("rank {f} sent rank {r} a header the wire refuses: {e:?}")
                 })?;
-                let taken = st.ranks[r]
-                    .e
-                    .eager_recv_now(f as u32, ctx, tag.unwrap_or(ANY_TAG), &m.h)
+                let taken = st.net.engines[r]
+                    .eager_recv_now(f as u32, ctx, tag.unwrap_or(ANY_TAG), &m.header)
                     .map_err(|e| format!("rank {r}: fast receive refused a header: {e}"))?;
                 if !taken {
                     return Ok(false);
                 }
-                st.wire[i].pop_front();
-                let n = m.payload.len().min(cap);
+                st.net.wires[i].pop_front();
+                let n = m.body.payload.len().min(cap);
                 let Step::Send {
                     tag: stag,
                     ctx: sctx,
                     ..
-                } = self.spec.programs[f][m.step as usize]
+                } = self.spec.programs[f][m.body.step as usize]
                 else {
                     return Err("fast receive of a non-send".into());
                 };
-                if !matches(Some(f), tag, ctx, f, stag, sctx) || m.h.tag != stag {
+                if !matches(Some(f), tag, ctx, f, stag, sctx) || m.header.tag != stag {
                     return Err(format!(
                         "rank {r}: fast receive took a message it does not match"
                     ));
                 }
-                if m.payload != content(f, m.step as usize, m.payload.len()) {
+                if m.body.payload != content(f, m.body.step as usize, m.body.payload.len()) {
                     return Err(format!("rank {r}: fast receive got corrupt bytes"));
                 }
-                let bit = 1 << m.step;
+                let bit = 1 << m.body.step;
                 st.ranks[r].arrived[f] |= bit;
                 st.ranks[r].arrived_eager[f] |= bit;
-                st.ranks[r].got[k] = Some((f as u8, m.step));
-                self.write(st, r, k, &m.payload[..n])?;
+                st.ranks[r].got[k] = Some((f as u8, m.body.step));
+                self.write(st, r, k, &m.body.payload[..n])?;
             }
             _ => return Ok(false),
         }
@@ -988,145 +995,40 @@ impl Checker<'_> {
         Ok(true)
     }
 
+    /// Rank `r` transmits its next message to `p` (through the harness).
     fn transmit(&self, st: &mut State, r: usize, p: usize) -> Res<()> {
-        let tx = st.ranks[r].e.next_tx(p as u32).expect("enabled");
-        let (addr, payload, step) = match tx.what {
-            TxWhat::Payload(h) => {
-                let k = self.step_of(st, r, h).expect("own op");
-                let Step::Send { len, .. } = self.spec.programs[r][k] else {
-                    unreachable!()
-                };
-                (0, content(r, k, len), k as u8)
-            }
-            TxWhat::Rts(h) => {
-                let k = self.step_of(st, r, h).expect("own op");
-                (((r as u64) << 8) | k as u64, vec![], k as u8)
-            }
-            TxWhat::Cts(h) => {
-                st.ranks[r].rx_streams[p].push(h);
-                (0, vec![], u8::MAX)
-            }
-            TxWhat::Control => (0, vec![], u8::MAX),
+        let mut host = Bookkeeping {
+            ck: self,
+            ranks: &mut st.ranks,
         };
-        st.ranks[r].e.tx_done(p as u32, &tx);
-        if !st.ranks[p].dead {
-            let i = self.pair(r, p);
-            st.wire[i].push_back(Msg {
-                h: tx.header,
-                addr,
-                payload,
-                step,
-            });
-        }
-        Ok(())
+        st.net.transmit(&mut host, r, p).map(|_| ())
     }
 
+    /// Message `i` of `(f, t)` reaches `t` (through the harness).
     fn deliver(&self, st: &mut State, f: usize, t: usize, i: usize) -> Res<()> {
-        let mut m = st.wire[self.pair(f, t)].remove(i).expect("in range");
-        // The header crosses the wire as bytes and is validated as the
-        // driver validates it (eager payloads within the eager limit).
-        m.h = Header::decode(&m.h.encode(), &self.limits())
-            .map_err(|e| format!("rank {f} sent rank {t} a header the wire refuses: {e:?}"))?;
-        let from_step = Some(m.step as usize);
-        if m.h.kind().is_matching() {
-            st.ranks[t].arrived[f] |= 1 << m.step;
-            if m.h.kind().is_eager() {
-                st.ranks[t].arrived_eager[f] |= 1 << m.step;
-            }
-        }
-        let mut copies: Vec<SlotCopy> = Vec::new();
-        let act = st.ranks[t]
-            .e
-            .on_message(f as u32, &m.h, MemDesc { addr: m.addr, ..MemDesc::NONE }, &mut |c| copies.push(c))
-            .map_err(|e| {
-                format!("rank {t} refused a message from rank {f} ({e}): receiver not ready or protocol broken")
-            })?;
-        for c in copies {
-            let rk = &mut st.ranks[t];
-            let k = rk
-                .handles
-                .iter()
-                .position(|&x| x == Some(c.op))
-                .expect("own op");
-            let bytes = rk.slots[c.slot];
-            // Which message was in that slot is recorded with it.
-            rk.got[k] = slot_origin(rk, c.slot);
-            self.write(st, t, k, &bytes[..c.len as usize])?;
-        }
-        match act {
-            Action::None => {}
-            Action::Deliver { op, len } => {
-                let k = self.step_of(st, t, op).expect("own op");
-                st.ranks[t].got[k] = from_step.map(|s| (f as u8, s as u8));
-                let n = (len as usize).min(m.payload.len());
-                self.write(st, t, k, &m.payload[..n])?;
-                if len as usize > m.payload.len() {
-                    return Err(format!(
-                        "rank {t}: told to deliver {len} B of a {}-byte message",
-                        m.payload.len()
-                    ));
-                }
-            }
-            Action::Store { slot } => {
-                let rk = &mut st.ranks[t];
-                rk.slots[slot][..m.payload.len()].copy_from_slice(&m.payload);
-                set_slot_origin(rk, slot, from_step.map(|s| (f as u8, s as u8)));
-            }
-            Action::Stream { op, len, remote } => {
-                let k = self.step_of(st, t, op).expect("own send");
-                let Step::Send { len: full, .. } = self.spec.programs[t][k] else {
-                    unreachable!()
-                };
-                let bytes = content(t, k, full)[..len as usize].to_vec();
-                st.ranks[t].e.stream_done(op);
-                if !st.ranks[f].dead {
-                    let j = self.pair(t, f);
-                    st.data[j].push_back((remote, bytes));
-                }
-            }
-        }
-        Ok(())
+        let mut host = Bookkeeping {
+            ck: self,
+            ranks: &mut st.ranks,
+        };
+        st.net.deliver(&mut host, f, t, i).map(|_| ())
     }
 
+    /// Rank `r` runs its matched rendezvous: pulled, or answered by CTS.
     fn pull(&self, st: &mut State, r: usize, pulled: bool) -> Res<()> {
-        let p = st.ranks[r].e.next_pull().expect("enabled");
-        let (s, k) = ((p.desc.addr >> 8) as usize, (p.desc.addr & 0xff) as usize);
-        self.note_match(st, r, p.op, s, k);
-        if pulled {
-            // The sender's buffer must still be lent to the send.
-            let h = st.ranks[s].handles[k].expect("posted send");
-            if st.ranks[s].done[k] || st.ranks[s].e.phase(h) != Some(Phase::WaitReceiver) {
-                return Err(format!(
-                    "rank {r} pulled from rank {s}'s step {k} whose send is no longer pending"
-                ));
-            }
-            let Step::Send { len, .. } = self.spec.programs[s][k] else {
-                unreachable!()
-            };
-            let bytes = content(s, k, len);
-            let kr = self.step_of(st, r, p.op).expect("own op");
-            let n = p.len as usize;
-            if n > len {
-                return Err(format!("rank {r}: pull of {n} B from a {len}-byte send"));
-            }
-            self.write(st, r, kr, &bytes[..n])?;
-        }
-        st.ranks[r].e.pull_done(p.op, pulled);
-        Ok(())
+        let mut host = Bookkeeping {
+            ck: self,
+            ranks: &mut st.ranks,
+        };
+        st.net.pull(&mut host, r, pulled).map(|_| ())
     }
 
+    /// Stream `i` of `(f, t)` reaches `t` (through the harness).
     fn stream_in(&self, st: &mut State, f: usize, t: usize, i: usize) -> Res<()> {
-        let (token, bytes) = st.data[self.pair(f, t)].remove(i).expect("in range");
-        let q = &mut st.ranks[t].rx_streams[f];
-        let at = q
-            .iter()
-            .position(|h| h.token() == token)
-            .ok_or_else(|| format!("rank {t}: a stream from rank {f} nobody asked for"))?;
-        let op = q.remove(at);
-        let k = self.step_of(st, t, op).expect("own op");
-        self.write(st, t, k, &bytes)?;
-        st.ranks[t].e.stream_done(op);
-        Ok(())
+        let mut host = Bookkeeping {
+            ck: self,
+            ranks: &mut st.ranks,
+        };
+        st.net.stream_in(&mut host, f, t, i).map(|_| ())
     }
 
     /// The operations still pending at a terminal state, named.
@@ -1143,7 +1045,7 @@ impl Checker<'_> {
                 }
                 let what = describe(r, step);
                 if k < rk.pc as usize {
-                    let phase = rk.handles[k].and_then(|h| rk.e.phase(h));
+                    let phase = rk.handles[k].and_then(|h| st.net.engines[r].phase(h));
                     let phase = phase.map_or("?".to_string(), |p| format!("{p:?}"));
                     let _ = write!(pending, "{what} [pending: {phase}]; ");
                 } else {
@@ -1173,10 +1075,10 @@ impl Checker<'_> {
             let open = (0..rk.pc as usize)
                 .filter(|&k| !rk.done[k] && is_op(&self.spec.programs[r][k]))
                 .count();
-            if rk.e.in_use() != open {
+            let in_use = st.net.engines[r].in_use();
+            if in_use != open {
                 return Err(format!(
-                    "rank {r} ended with {} operations in its table, {open} pending",
-                    rk.e.in_use()
+                    "rank {r} ended with {in_use} operations in its table, {open} pending"
                 ));
             }
         }
@@ -1197,9 +1099,9 @@ impl Checker<'_> {
     fn ledger(&self, st: &State) -> Res<()> {
         for f in 0..self.n {
             for t in (0..self.n).filter(|&t| t != f) {
-                let tx = st.ranks[f].e.ledger(t as u32);
-                let rx = st.ranks[t].e.ledger(f as u32);
-                let (held, bufs) = st.ranks[t].e.held_for(f as u32);
+                let tx = st.net.engines[f].ledger(t as u32);
+                let rx = st.net.engines[t].ledger(f as u32);
+                let (held, bufs) = st.net.engines[t].held_for(f as u32);
                 let entries = tx.entries_available + rx.entries_owed + held;
                 let buffers = tx.buffers_available + rx.buffers_owed + bufs;
                 if entries != self.spec.envelopes as u64 || buffers != self.spec.credits as u64 {
@@ -1363,6 +1265,157 @@ fn is_op(s: &Step) -> bool {
 }
 
 /// Where each eager slot's message came from (kept next to the slots).
+/// The harness's host in the model: the checker's view of every rank's
+/// program, buffers and bookkeeping (the engines and wires are the
+/// harness's).
+struct Bookkeeping<'a, 'b> {
+    ck: &'a Checker<'b>,
+    ranks: &'a mut Vec<RankSt>,
+}
+
+impl Bookkeeping<'_, '_> {
+    /// Rank `r`'s send step for operation `op`, and its length.
+    fn send_step(&self, r: usize, op: Handle) -> (usize, usize) {
+        let k = step_of(self.ranks, r, op).expect("own op");
+        let Step::Send { len, .. } = self.ck.spec.programs[r][k] else {
+            unreachable!("a send's operation")
+        };
+        (k, len)
+    }
+}
+
+impl Host<Fixed, Carried> for Bookkeeping<'_, '_> {
+    type Error = String;
+
+    fn eager(&mut self, r: usize, op: Handle) -> Res<Carried> {
+        let (k, len) = self.send_step(r, op);
+        Ok(Carried {
+            payload: content(r, k, len),
+            step: k as u8,
+        })
+    }
+
+    fn rts(&mut self, r: usize, op: Handle) -> Res<(MemDesc, Carried)> {
+        let (k, _) = self.send_step(r, op);
+        let desc = MemDesc {
+            addr: ((r as u64) << 8) | k as u64,
+            ..MemDesc::NONE
+        };
+        Ok((
+            desc,
+            Carried {
+                payload: vec![],
+                step: k as u8,
+            },
+        ))
+    }
+
+    fn empty(&mut self) -> Carried {
+        Carried {
+            payload: vec![],
+            step: u8::MAX,
+        }
+    }
+
+    fn alive(&self, r: usize) -> bool {
+        !self.ranks[r].dead
+    }
+
+    fn arriving(&mut self, f: usize, t: usize, m: &mut Wired<Carried>) -> Res<()> {
+        // The header crosses the wire as bytes and is validated as the
+        // driver validates it (eager payloads within the eager limit).
+        m.header = Header::decode(&m.header.encode(), &self.ck.limits())
+            .map_err(|e| format!("rank {f} sent rank {t} a header the wire refuses: {e:?}"))?;
+        if m.header.kind().is_matching() {
+            self.ranks[t].arrived[f] |= 1 << m.body.step;
+            if m.header.kind().is_eager() {
+                self.ranks[t].arrived_eager[f] |= 1 << m.body.step;
+            }
+        }
+        Ok(())
+    }
+
+    fn refused(&mut self, f: usize, t: usize, _m: &Wired<Carried>, e: ProtoError) -> Res<()> {
+        Err(format!(
+            "rank {t} refused a message from rank {f} ({e}): receiver not ready or protocol broken"
+        ))
+    }
+
+    fn copy(&mut self, t: usize, c: SlotCopy) -> Res<()> {
+        let k = step_of(self.ranks, t, c.op).expect("own op");
+        let rk = &mut self.ranks[t];
+        let bytes = rk.slots[c.slot];
+        // Which message was in that slot is recorded with it.
+        rk.got[k] = slot_origin(rk, c.slot);
+        write(self.ranks, t, k, &bytes[..c.len as usize])
+    }
+
+    fn deliver(&mut self, t: usize, f: usize, op: Handle, len: u64, m: &Wired<Carried>) -> Res<()> {
+        let k = step_of(self.ranks, t, op).expect("own op");
+        self.ranks[t].got[k] = Some((f as u8, m.body.step));
+        let n = (len as usize).min(m.body.payload.len());
+        write(self.ranks, t, k, &m.body.payload[..n])?;
+        if len as usize > m.body.payload.len() {
+            return Err(format!(
+                "rank {t}: told to deliver {len} B of a {}-byte message",
+                m.body.payload.len()
+            ));
+        }
+        Ok(())
+    }
+
+    fn store(&mut self, t: usize, f: usize, slot: usize, m: &Wired<Carried>) -> Res<()> {
+        let rk = &mut self.ranks[t];
+        rk.slots[slot][..m.body.payload.len()].copy_from_slice(&m.body.payload);
+        set_slot_origin(rk, slot, Some((f as u8, m.body.step)));
+        Ok(())
+    }
+
+    fn stream_out(&mut self, t: usize, op: Handle, len: u64) -> Res<Carried> {
+        let (k, full) = self.send_step(t, op);
+        Ok(Carried {
+            payload: content(t, k, full)[..len as usize].to_vec(),
+            step: u8::MAX,
+        })
+    }
+
+    fn stream_in(&mut self, t: usize, _f: usize, op: Handle, body: &Carried) -> Res<()> {
+        let k = step_of(self.ranks, t, op).expect("own op");
+        write(self.ranks, t, k, &body.payload)
+    }
+
+    fn unknown_stream(&mut self, t: usize, f: usize, _token: u32) -> Res<()> {
+        Err(format!("rank {t}: a stream from rank {f} nobody asked for"))
+    }
+
+    fn pull(&mut self, engines: &[Eng], r: usize, p: &Pull, pulled: bool) -> Res<()> {
+        let (s, k) = ((p.desc.addr >> 8) as usize, (p.desc.addr & 0xff) as usize);
+        if let Some(kr) = step_of(self.ranks, r, p.op) {
+            self.ranks[r].got[kr] = Some((s as u8, k as u8));
+        }
+        if pulled {
+            // The sender's buffer must still be lent to the send.
+            let h = self.ranks[s].handles[k].expect("posted send");
+            if self.ranks[s].done[k] || engines[s].phase(h) != Some(Phase::WaitReceiver) {
+                return Err(format!(
+                    "rank {r} pulled from rank {s}'s step {k} whose send is no longer pending"
+                ));
+            }
+            let Step::Send { len, .. } = self.ck.spec.programs[s][k] else {
+                unreachable!()
+            };
+            let bytes = content(s, k, len);
+            let kr = step_of(self.ranks, r, p.op).expect("own op");
+            let n = p.len as usize;
+            if n > len {
+                return Err(format!("rank {r}: pull of {n} B from a {len}-byte send"));
+            }
+            write(self.ranks, r, kr, &bytes[..n])?;
+        }
+        Ok(())
+    }
+}
+
 fn slot_origin(rk: &RankSt, slot: usize) -> Option<(u8, u8)> {
     let b = rk.slots[slot];
     // The last two bytes of a slot are never payload in specs (MAX_LEN

@@ -5,36 +5,136 @@ extern crate std;
 
 use super::*;
 use proptest::prelude::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::vec;
 use std::vec::Vec;
 
-type Eng = Engine<Vec<Op>, Vec<Entry>, Vec<Peer>, Vec<u32>>;
-/// A streamed payload labelled with the receive's token.
-type Labelled = (u32, Vec<u8>);
+use crate::harness::{self, Frame, Host, VecStorage};
 
-struct Wire {
-    h: Header,
-    addr: u64,
-    payload: Vec<u8>,
-}
+type Eng = harness::EngineOf<VecStorage>;
 
-struct Rank {
-    e: Eng,
+/// What a rank holds besides its engine: the bytes.
+struct Mem {
     /// Buffers of live operations, by table index.
     bufs: HashMap<usize, Vec<u8>>,
     /// Entry buffers for unexpected eager payloads.
     slots: Vec<Vec<u8>>,
-    /// Receives expecting a stream from each peer, in CTS order.
-    rx_streams: Vec<VecDeque<Handle>>,
+}
+
+/// The tests' host: real bytes, RTS addresses that name (rank, operation).
+struct Bytes(Vec<Mem>);
+
+impl Bytes {
+    fn buf(&mut self, r: usize, op: Handle) -> &mut Vec<u8> {
+        self.0[r]
+            .bufs
+            .get_mut(&op.index())
+            .expect("a live operation")
+    }
+
+    fn slot_to_op(&mut self, r: usize, slot: usize, op: Handle, n: usize) {
+        let src = self.0[r].slots[slot][..n].to_vec();
+        self.buf(r, op)[..n].copy_from_slice(&src);
+    }
+}
+
+impl Host<VecStorage, Vec<u8>> for Bytes {
+    type Error = std::string::String;
+
+    fn eager(&mut self, r: usize, op: Handle) -> Result<Vec<u8>, Self::Error> {
+        Ok(self.buf(r, op).clone())
+    }
+
+    fn rts(&mut self, r: usize, op: Handle) -> Result<(MemDesc, Vec<u8>), Self::Error> {
+        let addr = ((r as u64) << 32) | op.index() as u64;
+        Ok((
+            MemDesc {
+                addr,
+                ..MemDesc::NONE
+            },
+            vec![],
+        ))
+    }
+
+    fn empty(&mut self) -> Vec<u8> {
+        vec![]
+    }
+
+    fn refused(
+        &mut self,
+        from: usize,
+        to: usize,
+        f: &Frame<Vec<u8>>,
+        e: ProtoError,
+    ) -> Result<(), Self::Error> {
+        panic!("{from}->{to}: {e} on {:?}", f.header)
+    }
+
+    fn copy(&mut self, r: usize, c: SlotCopy) -> Result<(), Self::Error> {
+        self.slot_to_op(r, c.slot, c.op, c.len as usize);
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        to: usize,
+        _from: usize,
+        op: Handle,
+        len: u64,
+        f: &Frame<Vec<u8>>,
+    ) -> Result<(), Self::Error> {
+        let n = len as usize;
+        self.buf(to, op)[..n].copy_from_slice(&f.body[..n]);
+        Ok(())
+    }
+
+    fn store(
+        &mut self,
+        to: usize,
+        _from: usize,
+        slot: usize,
+        f: &Frame<Vec<u8>>,
+    ) -> Result<(), Self::Error> {
+        self.0[to].slots[slot][..f.body.len()].copy_from_slice(&f.body);
+        Ok(())
+    }
+
+    fn stream_out(&mut self, r: usize, op: Handle, len: u64) -> Result<Vec<u8>, Self::Error> {
+        Ok(self.buf(r, op)[..len as usize].to_vec())
+    }
+
+    fn stream_in(
+        &mut self,
+        r: usize,
+        _from: usize,
+        op: Handle,
+        body: &Vec<u8>,
+    ) -> Result<(), Self::Error> {
+        self.buf(r, op)[..body.len()].copy_from_slice(body);
+        Ok(())
+    }
+
+    fn unknown_stream(&mut self, r: usize, from: usize, token: u32) -> Result<(), Self::Error> {
+        panic!("rank {r}: a stream from {from} for token {token} nobody asked for")
+    }
+
+    fn pull(&mut self, _: &[Eng], r: usize, p: &Pull, pulled: bool) -> Result<(), Self::Error> {
+        if pulled {
+            let (sr, si) = (
+                (p.desc.addr >> 32) as usize,
+                (p.desc.addr & 0xffff_ffff) as usize,
+            );
+            let n = p.len as usize;
+            let bytes = self.0[sr].bufs[&si][..n].to_vec();
+            self.buf(r, p.op)[..n].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
 }
 
 struct Net {
-    ranks: Vec<Rank>,
-    /// Messages in flight, per (from, to).
-    wire: HashMap<(u32, u32), VecDeque<Wire>>,
-    /// Streamed payloads in flight, per (from, to).
-    data: HashMap<(u32, u32), VecDeque<Labelled>>,
+    net: harness::Net<VecStorage, Vec<u8>>,
+    mem: Bytes,
     pull_ok: bool,
     /// Highest number of matching messages ever in flight + buffered for
     /// one receiver from one sender (must never exceed the credits).
@@ -43,9 +143,11 @@ struct Net {
 
 impl Net {
     fn new(n: u32, credits: u16, eager_limit: u64, pull_ok: bool) -> Self {
-        let ranks = (0..n)
+        let envelopes = credits + 3;
+        let ents = n as usize * envelopes as usize;
+        let nbufs = n as usize * credits as usize;
+        let engines = (0..n)
             .map(|r| {
-                let envelopes = credits + 3;
                 let p = Params {
                     rank: r,
                     nranks: n,
@@ -55,98 +157,88 @@ impl Net {
                     eager_limit,
                     seq_start: u16::MAX - 2,
                 };
-                let ents = n as usize * envelopes as usize;
-                let nbufs = n as usize * credits as usize;
-                Rank {
-                    e: Engine::new(
-                        p,
-                        vec![Op::EMPTY; 64],
-                        vec![Entry::EMPTY; ents],
-                        vec![Peer::EMPTY; n as usize],
-                        vec![0u32; nbufs],
-                    )
-                    .unwrap(),
-                    bufs: HashMap::new(),
-                    slots: vec![vec![0; eager_limit as usize]; nbufs],
-                    rx_streams: (0..n).map(|_| VecDeque::new()).collect(),
-                }
+                Engine::new(
+                    p,
+                    vec![Op::EMPTY; 64],
+                    vec![Entry::EMPTY; ents],
+                    vec![Peer::EMPTY; n as usize],
+                    vec![0u32; nbufs],
+                )
+                .unwrap()
+            })
+            .collect();
+        let mem = (0..n)
+            .map(|_| Mem {
+                bufs: HashMap::new(),
+                slots: vec![vec![0; eager_limit as usize]; nbufs],
             })
             .collect();
         Net {
-            ranks,
-            wire: HashMap::new(),
-            data: HashMap::new(),
+            net: harness::Net::new(engines),
+            mem: Bytes(mem),
             pull_ok,
             max_outstanding: 0,
         }
     }
 
+    /// Rank `r`'s engine.
+    fn e(&mut self, r: usize) -> &mut Eng {
+        &mut self.net.engines[r]
+    }
+
     fn send(&mut self, r: u32, to: u32, tag: u32, data: Vec<u8>, sync: bool) -> Handle {
-        let rk = &mut self.ranks[r as usize];
-        let h = rk.e.post_send(to, 0, tag, data.len() as u64, sync).unwrap();
-        rk.bufs.insert(h.index(), data);
+        let h = self
+            .e(r as usize)
+            .post_send(to, 0, tag, data.len() as u64, sync)
+            .unwrap();
+        self.mem.0[r as usize].bufs.insert(h.index(), data);
         h
     }
 
     fn recv(&mut self, r: u32, src: u32, tag: u32, cap: usize) -> Handle {
-        let rk = &mut self.ranks[r as usize];
-        let (h, copy) = rk.e.post_recv(src, 0, tag, cap as u64).unwrap();
-        rk.bufs.insert(h.index(), vec![0xEE; cap]);
+        let (h, copy) = self
+            .e(r as usize)
+            .post_recv(src, 0, tag, cap as u64)
+            .unwrap();
+        self.mem.0[r as usize]
+            .bufs
+            .insert(h.index(), vec![0xEE; cap]);
         if let Some(c) = copy {
-            let n = c.len as usize;
-            let src = rk.slots[c.slot][..n].to_vec();
-            rk.bufs.get_mut(&h.index()).unwrap()[..n].copy_from_slice(&src);
+            self.mem.slot_to_op(r as usize, c.slot, h, c.len as usize);
         }
         h
     }
 
     /// Runs every rank's transmit side; `true` if anything moved.
     fn transmit(&mut self) -> bool {
-        let n = self.ranks.len() as u32;
+        let n = self.net.ranks();
         let mut did = false;
         for r in 0..n {
             for to in 0..n {
-                while let Some(tx) = self.ranks[r as usize].e.next_tx(to) {
-                    let rk = &mut self.ranks[r as usize];
-                    let (addr, payload) = match tx.what {
-                        TxWhat::Payload(h) => (0, rk.bufs[&h.index()].clone()),
-                        TxWhat::Rts(h) => (((r as u64) << 32) | h.index() as u64, vec![]),
-                        TxWhat::Cts(h) => {
-                            rk.rx_streams[to as usize].push_back(h);
-                            (0, vec![])
-                        }
-                        TxWhat::Control => (0, vec![]),
-                    };
-                    rk.e.tx_done(to, &tx);
-                    self.wire.entry((r, to)).or_default().push_back(Wire {
-                        h: tx.header,
-                        addr,
-                        payload,
-                    });
+                while self.net.transmit(&mut self.mem, r, to).unwrap() {
                     did = true;
                 }
             }
         }
         self.check_credit_invariant();
-        for r in &self.ranks {
-            r.e.audit().unwrap();
+        for e in &self.net.engines {
+            e.audit().unwrap();
         }
         did
     }
 
     fn check_credit_invariant(&mut self) {
-        let n = self.ranks.len() as u32;
+        let n = self.net.ranks();
         for s in 0..n {
             for d in 0..n {
-                let in_flight = self.wire.get(&(s, d)).map_or(0, |q| {
-                    q.iter().filter(|w| w.h.kind().is_matching()).count() as u64
-                });
-                let eager_in_flight = self.wire.get(&(s, d)).map_or(0, |q| {
-                    q.iter().filter(|w| w.h.kind().is_eager()).count() as u64
-                });
-                let rcv = &self.ranks[d as usize].e;
+                let q = &self.net.wires[self.net.pair(s, d)];
+                let in_flight = q.iter().filter(|w| w.header.kind().is_matching()).count() as u64;
+                let eager_in_flight =
+                    q.iter().filter(|w| w.header.kind().is_eager()).count() as u64;
+                let rcv = &self.net.engines[d];
                 let c = rcv.p.envelopes as u32;
-                let used = (s * c..(s + 1) * c).filter(|&e| rcv.ent(e).st != ESt::Free);
+                let s32 = s as u32;
+                let used = (s32 * c..(s32 + 1) * c).filter(|&e| rcv.ent(e).st != ESt::Free);
                 let held = used.clone().count() as u64;
                 let with_buf = used.filter(|&e| rcv.ent(e).buf != NIL).count() as u64;
                 let total = in_flight + held;
@@ -167,85 +259,30 @@ impl Net {
 
     /// Delivers one message on `(from, to)`: the oldest, or the `pick`-th
     /// if the network reorders.
-    fn deliver(&mut self, from: u32, to: u32, pick: usize) -> bool {
-        let Some(q) = self.wire.get_mut(&(from, to)) else {
-            return false;
-        };
-        if q.is_empty() {
+    fn deliver(&mut self, from: usize, to: usize, pick: usize) -> bool {
+        let len = self.net.wires[self.net.pair(from, to)].len();
+        if len == 0 {
             return false;
         }
-        let w = q.remove(pick % q.len()).unwrap();
-        let rk = &mut self.ranks[to as usize];
-        let mut copies = Vec::new();
-        let act =
-            rk.e.on_message(
-                from,
-                &w.h,
-                MemDesc {
-                    addr: w.addr,
-                    ..MemDesc::NONE
-                },
-                &mut |c| copies.push(c),
-            )
-            .unwrap_or_else(|e| panic!("{from}->{to}: {e} on {:?}", w.h));
-        for c in copies {
-            let n = c.len as usize;
-            let src = rk.slots[c.slot][..n].to_vec();
-            rk.bufs.get_mut(&c.op.index()).unwrap()[..n].copy_from_slice(&src);
-        }
-        match act {
-            Action::None => {}
-            Action::Deliver { op, len } => {
-                let n = len as usize;
-                rk.bufs.get_mut(&op.index()).unwrap()[..n].copy_from_slice(&w.payload[..n]);
-            }
-            Action::Store { slot } => {
-                rk.slots[slot][..w.payload.len()].copy_from_slice(&w.payload);
-            }
-            Action::Stream { op, len, remote } => {
-                let bytes = rk.bufs[&op.index()][..len as usize].to_vec();
-                rk.e.stream_done(op);
-                self.data
-                    .entry((to, from))
-                    .or_default()
-                    .push_back((remote, bytes));
-            }
-        }
+        self.net
+            .deliver(&mut self.mem, from, to, pick % len)
+            .unwrap();
         self.pulls(to);
         true
     }
 
-    fn pulls(&mut self, r: u32) {
-        while let Some(p) = self.ranks[r as usize].e.next_pull() {
-            let ok = self.pull_ok;
-            if ok {
-                let (sr, si) = (
-                    (p.desc.addr >> 32) as usize,
-                    (p.desc.addr & 0xffff_ffff) as usize,
-                );
-                let bytes = self.ranks[sr].bufs[&si][..p.len as usize].to_vec();
-                self.ranks[r as usize].bufs.get_mut(&p.op.index()).unwrap()[..p.len as usize]
-                    .copy_from_slice(&bytes);
-            }
-            self.ranks[r as usize].e.pull_done(p.op, ok);
-        }
+    fn pulls(&mut self, r: usize) {
+        while self.net.pull(&mut self.mem, r, self.pull_ok).unwrap() {}
     }
 
     fn streams(&mut self) -> bool {
+        let n = self.net.ranks();
         let mut did = false;
-        let keys: Vec<_> = self.data.keys().copied().collect();
-        for (from, to) in keys {
-            while let Some((token, bytes)) = self.data.get_mut(&(from, to)).unwrap().pop_front() {
-                let rk = &mut self.ranks[to as usize];
-                let q = &mut rk.rx_streams[from as usize];
-                let at = q
-                    .iter()
-                    .position(|h| h.token() == token)
-                    .expect("a stream we asked for");
-                let op = q.remove(at).unwrap();
-                rk.bufs.get_mut(&op.index()).unwrap()[..bytes.len()].copy_from_slice(&bytes);
-                rk.e.stream_done(op);
-                did = true;
+        for from in 0..n {
+            for to in 0..n {
+                while self.net.stream_in(&mut self.mem, from, to, 0).unwrap() {
+                    did = true;
+                }
             }
         }
         did
@@ -253,7 +290,7 @@ impl Net {
 
     /// Runs until quiet, delivering in order (or in `order`-driven order).
     fn run(&mut self, mut order: impl FnMut() -> usize) {
-        let n = self.ranks.len() as u32;
+        let n = self.net.ranks();
         loop {
             for r in 0..n {
                 self.pulls(r);
@@ -275,10 +312,12 @@ impl Net {
     }
 
     fn take(&mut self, r: u32, h: Handle) -> (Result<Status, OpError>, Vec<u8>) {
-        let rk = &mut self.ranks[r as usize];
-        match rk.e.take(h) {
-            Taken::Done(res) => (res, rk.bufs.remove(&h.index()).unwrap()),
-            Taken::Pending => panic!("rank {r}: operation still pending: {:?}", rk.e.info(h)),
+        match self.e(r as usize).take(h) {
+            Taken::Done(res) => (res, self.mem.0[r as usize].bufs.remove(&h.index()).unwrap()),
+            Taken::Pending => panic!(
+                "rank {r}: operation still pending: {:?}",
+                self.net.engines[r as usize].info(h)
+            ),
         }
     }
 }
@@ -333,7 +372,7 @@ fn credits_hold_back_the_sender_and_nothing_is_lost() {
         net.max_outstanding, 1,
         "one credit: one message outstanding"
     );
-    assert_eq!(net.ranks[0].e.credits_available(1), 0);
+    assert_eq!(net.e(0).credits_available(1), 0);
     for (i, s) in sends.iter().enumerate() {
         let r = net.recv(1, 0, 3, 8);
         net.run(|| 0);
@@ -376,7 +415,7 @@ fn synchronous_send_completes_only_after_the_match() {
     let mut net = Net::new(2, 2, 16, true);
     let s = net.send(0, 1, 9, bytes(5, 4), true);
     net.run(|| 0);
-    assert_eq!(net.ranks[0].e.phase(s), Some(Phase::WaitAck));
+    assert_eq!(net.e(0).phase(s), Some(Phase::WaitAck));
     let r = net.recv(1, 0, 9, 4);
     net.run(|| 0);
     assert!(net.take(0, s).0.is_ok());
@@ -392,7 +431,7 @@ fn reordering_network_still_yields_non_overtaking_order() {
     net.transmit();
     // Deliver newest first.
     for _ in 0..4 {
-        let len = net.wire[&(0, 1)].len();
+        let len = net.net.wires[net.net.pair(0, 1)].len();
         net.deliver(0, 1, len - 1);
     }
     for i in 0..4 {
@@ -405,25 +444,25 @@ fn reordering_network_still_yields_non_overtaking_order() {
 fn cancel_probe_and_peer_loss() {
     let mut net = Net::new(3, 2, 16, true);
     let r = net.recv(1, 0, 1, 4);
-    assert!(net.ranks[1].e.cancel(r));
+    assert!(net.e(1).cancel(r));
     assert_eq!(net.take(1, r).0, Err(OpError::Cancelled));
     net.send(0, 1, 2, bytes(1, 4), false);
     net.run(|| 0);
     assert_eq!(
-        net.ranks[1].e.probe(ANY_SOURCE, 0, ANY_TAG),
+        net.e(1).probe(ANY_SOURCE, 0, ANY_TAG),
         Some(Status {
             source: 0,
             tag: 2,
             len: 4
         })
     );
-    assert_eq!(net.ranks[1].e.probe(2, 0, ANY_TAG), None);
+    assert_eq!(net.e(1).probe(2, 0, ANY_TAG), None);
     let lost = net.recv(1, 2, 1, 4);
     let any = net.recv(1, ANY_SOURCE, 7, 4);
-    net.ranks[1].e.fail_peer(2);
+    net.e(1).fail_peer(2);
     assert_eq!(net.take(1, lost).0, Err(OpError::PeerLost { peer: 2 }));
-    assert_eq!(net.ranks[1].e.phase(any), Some(Phase::Posted));
-    assert!(net.ranks[1].e.post_send(2, 0, 1, 1, false).is_err());
+    assert_eq!(net.e(1).phase(any), Some(Phase::Posted));
+    assert!(net.e(1).post_send(2, 0, 1, 1, false).is_err());
     // What rank 0 sent before is still there.
     let r = net.recv(1, 0, 2, 4);
     assert_eq!(net.take(1, r).1, bytes(1, 4));
@@ -440,7 +479,7 @@ fn hostile_headers_are_errors() {
         ecredit: none,
         ..Header::new(Kind::Eager, 0, 1, 4)
     };
-    let e = &mut net.ranks[1].e;
+    let e = &mut net.e(1);
     e.on_message(0, &h, MemDesc::NONE, &mut |_| {}).unwrap();
     h.seq = 1;
     assert_eq!(
@@ -477,13 +516,13 @@ fn hostile_headers_are_errors() {
 #[test]
 fn unmatched_lists_waiting_messages_and_credits_are_reported() {
     let mut net = Net::new(3, 2, 16, true);
-    assert_eq!(net.ranks[0].e.credits_available(1), 5);
+    assert_eq!(net.e(0).credits_available(1), 5);
     net.send(0, 2, 4, bytes(1, 3), false);
     net.send(1, 2, 6, bytes(2, 200), false);
     net.send(0, 2, 7, bytes(3, 5), false);
     net.run(|| 0);
-    assert_eq!(net.ranks[0].e.credits_available(2), 3, "two entries used");
-    let e = &net.ranks[2].e;
+    assert_eq!(net.e(0).credits_available(2), 3, "two entries used");
+    let e = &net.e(2);
     let mut out = [Status {
         source: 9,
         tag: 9,
@@ -502,10 +541,10 @@ fn unmatched_lists_waiting_messages_and_credits_are_reported() {
     // Receiving frees entries: a return is owed until it goes out.
     let a = net.recv(2, 0, 4, 3);
     let b = net.recv(2, 0, 7, 5);
-    assert!(net.ranks[2].e.credit_owed(0));
+    assert!(net.e(2).credit_owed(0));
     net.run(|| 0);
-    assert!(!net.ranks[2].e.credit_owed(0), "returned");
-    assert_eq!(net.ranks[0].e.credits_available(2), 5);
+    assert!(!net.e(2).credit_owed(0), "returned");
+    assert_eq!(net.e(0).credits_available(2), 5);
     assert_eq!(net.take(2, a).1, bytes(1, 3));
     assert_eq!(net.take(2, b).1, bytes(3, 5));
 }
@@ -516,11 +555,11 @@ fn unmatched_lists_waiting_messages_and_credits_are_reported() {
 fn a_queued_send_cancels_and_a_transmitted_one_does_not() {
     let mut net = Net::new(2, 2, 16, true);
     let s = net.send(0, 1, 3, bytes(1, 4), false);
-    assert!(net.ranks[0].e.cancel(s));
+    assert!(net.e(0).cancel(s));
     assert_eq!(net.take(0, s).0, Err(OpError::Cancelled));
     let s2 = net.send(0, 1, 3, bytes(2, 100), false);
     net.transmit();
-    assert!(!net.ranks[0].e.cancel(s2), "its RTS is out");
+    assert!(!net.e(0).cancel(s2), "its RTS is out");
     let r = net.recv(1, 0, 3, 100);
     net.run(|| 0);
     assert_eq!(
@@ -529,7 +568,7 @@ fn a_queued_send_cancels_and_a_transmitted_one_does_not() {
         "the cancelled one never came"
     );
     assert!(net.take(0, s2).0.is_ok());
-    assert_eq!(net.ranks[1].e.probe(0, 0, ANY_TAG), None);
+    assert_eq!(net.e(1).probe(0, 0, ANY_TAG), None);
 }
 
 /// An answer naming a live operation is refused from any peer but the one
@@ -546,7 +585,7 @@ fn answers_from_the_wrong_peer_or_for_the_wrong_state_are_refused() {
         ecredit: none,
         ..Header::new(kind, 0, 0, 100)
     };
-    let e = &mut net.ranks[0].e;
+    let e = &mut net.e(0);
     assert!(matches!(
         e.on_message(2, &answer(Kind::Fin), MemDesc::NONE, &mut |_| {}),
         Err(ProtoError::BadToken { peer: 2, .. })
@@ -663,9 +702,9 @@ proptest! {
         let mut order: Vec<(u32, u32, u32, Status)> = Vec::new();
         let mut ids: Vec<Option<u8>> = Vec::new();
         for (at, src, tag, h) in recvs.iter().copied().chain(exact.iter().map(|&(t, h, f, tag)| (t, f, tag, h))) {
-            let ph = net.ranks[at as usize].e.phase(h);
+            let ph = net.e(at as usize).phase(h);
             if ph == Some(Phase::Posted) {
-                prop_assert!(net.ranks[at as usize].e.cancel(h));
+                prop_assert!(net.e(at as usize).cancel(h));
                 let _ = net.take(at, h);
                 continue;
             }
@@ -704,7 +743,7 @@ proptest! {
             prop_assert!(hits >= 1, "message from {} to {} lost", f, t);
         }
         prop_assert!(net.max_outstanding <= credits as u64);
-        for r in &net.ranks { prop_assert_eq!(r.e.in_use(), 0); }
+        for e in &net.net.engines { prop_assert_eq!(e.in_use(), 0); }
     }
 }
 
