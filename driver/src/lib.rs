@@ -13,8 +13,9 @@
 //! world       turns an environment or a thread plan into a running job:
 //!             bootstrap (launcher detection, meeting by PMI-1, root or
 //!             local socket, secret, parameter agreement, routing, the
-//!             links to every peer) and launch (tandem-run: local ranks,
+//!             links to every peer), launch (tandem-run: local ranks,
 //!             remote hosts via an exec command, the job file's creation)
+//!             and the proxy thread
 //! coll        collectives: fixed schedules (ring, chain, recursive
 //!             doubling, trees) run over progress's point-to-point
 //!             operations in a context of their own; element types and

@@ -4,11 +4,12 @@ use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, OpKind, Result, Wait};
 use crate::progress::{delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
 use crate::world::launch::Children;
+use crate::world::proxy::Proxy;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tandem_core::lock::{SpinGuard, SpinLock};
-use tandem_core::sync::{AtomicBool, AtomicU32, Ordering};
+use tandem_core::sync::{AtomicU32, Ordering};
 
 mod collective;
 mod persistent;
@@ -35,8 +36,7 @@ struct Shared {
     cfg: Config,
     next_scope: AtomicU32,
     next_ctx: AtomicU32,
-    proxy_stop: Arc<AtomicBool>,
-    proxy: Mutex<Option<std::thread::JoinHandle<()>>>,
+    proxy: Proxy,
     children: Mutex<Option<Children>>,
 }
 
@@ -294,17 +294,12 @@ impl Comm {
             cfg,
             next_scope: AtomicU32::new(1),
             next_ctx: AtomicU32::new(1),
-            proxy_stop: Arc::new(AtomicBool::new(false)),
-            proxy: Mutex::new(None),
+            proxy: Proxy::default(),
             children: Mutex::new(None),
         });
         if let Some(core) = sh.cfg.proxy_core {
-            let weak = Arc::downgrade(&sh);
-            let stop = sh.proxy_stop.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("tandem-proxy-{rank}"))
-                .spawn(move || proxy_loop(weak, stop, core))?;
-            *sh.proxy.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+            sh.proxy
+                .start(Arc::downgrade(&sh), |sh| &sh.engine, rank, core)?;
         }
         let coll = std::cell::RefCell::new(CollState::new(sh.cfg.coll.clone()));
         Ok(Self {
@@ -945,16 +940,7 @@ impl Drop for Comm {
         }
         // Stop the proxy first, so the last reference to the shared state is
         // always dropped here and never on the proxy thread.
-        self.sh.proxy_stop.store(true, Ordering::Release);
-        let h = self
-            .sh
-            .proxy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = h {
-            let _ = h.join();
-        }
+        self.sh.proxy.stop();
     }
 }
 
@@ -995,22 +981,6 @@ fn on_threads<R: Send>(
             })
             .collect()
     })
-}
-
-fn proxy_loop(weak: std::sync::Weak<Shared>, stop: Arc<AtomicBool>, core: usize) {
-    if let Err(e) = crate::sys::pin_to(core) {
-        eprintln!("tandem proxy: {e}; running unpinned");
-    }
-    while !stop.load(Ordering::Acquire) {
-        let Some(sh) = weak.upgrade() else { return };
-        for _ in 0..1024 {
-            if let Some(mut e) = sh.engine.try_lock() {
-                e.progress();
-            }
-            std::hint::spin_loop();
-        }
-        drop(sh);
-    }
 }
 
 /// Tracks one wait: spin, then yield, then park; stall timeout; peer checks.

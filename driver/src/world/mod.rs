@@ -7,7 +7,9 @@
 //!   memory; otherwise the network) and the links to every peer, for a
 //!   launched job, for copies of this program, and for ranks in threads;
 //! * [`launch`]: `tandem-run`'s side: creating the job file, spawning the
-//!   local ranks and remote hosts' ranks, and watching them.
+//!   local ranks and remote hosts' ranks, and watching them;
+//! * [`proxy`]: the busy-polling thread that advances a rank's engine
+//!   while the user's thread computes.
 //!
 //! The job file itself (its layout, pids, wait board and channels) is the
 //! room below the transports, [`crate::job`], since the shared-memory
@@ -16,3 +18,4 @@
 
 pub(crate) mod bootstrap;
 pub mod launch;
+pub(crate) mod proxy;
