@@ -194,8 +194,9 @@ impl Comm {
     /// rank order. Handy for tests and examples; for separate processes use
     /// [`Comm::local`] or `tandem-run`.
     ///
-    /// A rank's entry is `Err` with `f`'s error, with [`Error::Panicked`] if
-    /// its thread panicked, or with what kept its communicator from being
+    /// # Errors
+    /// Per rank, in its entry: `f`'s error, [`Error::Panicked`] if
+    /// its thread panicked, or what kept its communicator from being
     /// made: [`Error::Config`] or [`Error::Io`] from the shared memory
     /// ([`JobMap::anon`](crate::job::JobMap::anon); then
     /// every entry holds it, a single one for `n` of 0), or
@@ -230,8 +231,9 @@ impl Comm {
     /// spread over several hosts. The transport-generic test suites use it
     /// to run every scenario over every transport in one process.
     ///
-    /// Entries are `Err` as for [`Comm::threads`]; setting the ranks up
-    /// may also fail with [`Error::Io`] (a loopback socket) or
+    /// # Errors
+    /// Per rank, in its entry, as for [`Comm::threads`]; setting the ranks
+    /// up may also fail with [`Error::Io`] (a loopback socket) or
     /// [`Error::Bootstrap`] (a connection between two ranks).
     ///
     /// ```
@@ -1363,6 +1365,10 @@ impl<'s> Request<'s> {
     /// `MPI_Waitany`). `None` if every entry is already spent. The result
     /// is what [`wait`](Self::wait) on that request returns; the timeout
     /// applies to the first request still pending.
+    ///
+    /// # Errors
+    /// In the returned result: what [`wait`](Self::wait) reports for the
+    /// request that finished.
     pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Result<Status>)> {
         let comm = reqs.iter().flatten().next()?.comm;
         let mut w = Waiter::new(&comm.sh.cfg);
