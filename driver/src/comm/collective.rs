@@ -52,6 +52,17 @@ impl CollState {
         plan(&self.tun, self.info, &mut self.last, shape, r, n)
     }
 
+    /// What an inline program for a call of `shape` over buffers of these
+    /// lengths is keyed by, in this epoch.
+    fn key(&self, shape: Shape, src_len: usize, dst_len: usize) -> InlineKey {
+        InlineKey {
+            shape,
+            src_len,
+            dst_len,
+            epoch: self.epoch,
+        }
+    }
+
     /// The settings, to change (a new epoch: no inline program compiled
     /// under the old ones runs again).
     fn tune(&mut self) -> &mut CollConfig {
@@ -166,12 +177,7 @@ impl Comm {
         let mut prog = self.inline.try_borrow_mut().ok()?;
         let (tag, tmp) = {
             let mut st = self.coll.borrow_mut();
-            let key = InlineKey {
-                shape,
-                src_len: call.src_len,
-                dst_len: call.dst_len,
-                epoch: st.epoch,
-            };
+            let key = st.key(shape, call.src_len, call.dst_len);
             match st.table.inline(call, key, &mut prog)? {
                 Ok(x) => x,
                 Err(e) => return Some(Err(e)),
@@ -190,12 +196,7 @@ impl Comm {
         let prog = self.inline.try_borrow().ok()?;
         let (tag, tmp) = {
             let mut st = self.coll.borrow_mut();
-            let key = InlineKey {
-                shape,
-                src_len: b.src_len,
-                dst_len: b.dst_len,
-                epoch: st.epoch,
-            };
+            let key = st.key(shape, b.src_len, b.dst_len);
             st.table.repeat(&key, &prog)?
         };
         Some(self.run_inline(&prog, b.src, b.dst, tmp, tag))
