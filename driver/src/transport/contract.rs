@@ -1,6 +1,7 @@
 //! One suite for the promises every [`Transport`] makes to the progress
 //! layer, run on each transport (shared memory, TCP, RDMA over the soft
-//! NIC): messages arrive whole and in order, `try_send` takes all or
+//! NIC, and the simulated transport of the deterministic simulation, with
+//! its adversity on): messages arrive whole and in order, `try_send` takes all or
 //! nothing and `room` agrees with it, a short `consume` drops only the rest
 //! of its own body, a full link pushes back and recovers, and rendezvous
 //! streams arrive in order between the messages around them.
@@ -320,6 +321,35 @@ mod tests {
             },
             eager,
         );
+    }
+
+    #[test]
+    fn the_simulated_transport_keeps_the_transport_contract() {
+        use crate::transport::sim::{Fault, Net, PullMode, SimOptions};
+        // Every legal adversity on: delays, jams, partial stream moves, a
+        // pipe that holds a few messages; no fault.
+        for seed in [1, 2, 3] {
+            suite(
+                || {
+                    let opts = SimOptions {
+                        cap: 3 * 8192,
+                        delay: 300,
+                        jam: 100,
+                        partial: 300,
+                        pull_done: 500,
+                        lost_at_once: false,
+                        pulls: vec![PullMode::Stream; 4],
+                        fault: Fault::None,
+                        fault_after: 0,
+                    };
+                    let net = Net::new(2, seed, opts);
+                    let a = Net::links(&net, 0).swap_remove(1);
+                    let b = Net::links(&net, 1).swap_remove(0);
+                    (a, b)
+                },
+                8192,
+            );
+        }
     }
 
     #[test]
