@@ -911,3 +911,46 @@ fn repeated_small_collectives_use_each_calls_own_buffers_and_settings() {
         });
     }
 }
+
+/// A blocking collective of the shape just run inline, called while a
+/// non-blocking one runs: it must go through the table (a repeat of the
+/// inline program would share the running one's scratch, into which the
+/// running one's receives land), and both results must be right.
+#[test]
+fn a_repeat_while_a_nonblocking_collective_runs_keeps_both_results() {
+    const BIG: usize = 64 * 1024;
+    for n in [2, 3, 4] {
+        on_threads(n, |comm| {
+            let r = comm.rank() as u64;
+            let n64 = n as u64;
+            let sum = |base: u64| (0..n64).map(|q| q * 10 + base).sum::<u64>();
+            let mut bg = vec![0u64; BIG];
+            for round in 0..20u64 {
+                let mut first = [0u64; 2];
+                comm.allreduce(&[r * 10 + round, 1], &mut first, ReduceOp::Sum)?;
+                assert_eq!(first, [sum(round), n64]);
+                // Large: its receives are posted, into the scratch.
+                let mine: Vec<u64> = (0..BIG as u64).map(|i| r * 10 + i % 7 + round).collect();
+                let mut fg = [0u64; 2];
+                comm.scope(|s| {
+                    let req = s.iallreduce(&mine, &mut bg, ReduceOp::Sum)?;
+                    comm.allreduce(&[r * 10 + 5000 + round, 3], &mut fg, ReduceOp::Sum)?;
+                    req.wait()
+                })??;
+                assert_eq!(
+                    fg,
+                    [sum(5000 + round), 3 * n64],
+                    "rank {r} round {round}: the blocking one"
+                );
+                for (i, x) in bg.iter().enumerate() {
+                    let want = sum(i as u64 % 7 + round);
+                    assert_eq!(
+                        *x, want,
+                        "rank {r} round {round}: element {i} of the non-blocking one"
+                    );
+                }
+            }
+            Ok(())
+        });
+    }
+}

@@ -82,6 +82,11 @@ pub(crate) struct Views {
 /// all-to-all on many ranks) run through the table.
 const INLINE_STEPS: usize = 16;
 
+/// The scratch of the collectives run inline: their own, after the table
+/// entries', so an inline run never shares memory with a collective in
+/// flight (whose posted receives may land in its scratch at any time).
+const INLINE_SCRATCH: usize = MAX_INFLIGHT;
+
 /// Which of a call's buffers a place lies in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 enum Base {
@@ -290,6 +295,8 @@ pub(crate) struct Stall {
 pub(crate) struct Table {
     slots: Vec<Slot>,
     gens: [u32; MAX_INFLIGHT],
+    /// Scratch per table entry, and one more for the inline programs
+    /// ([`INLINE_SCRATCH`]).
     scratch: Vec<Vec<Line>>,
     seq: u32,
     running: usize,
@@ -315,7 +322,7 @@ impl Table {
         Self {
             slots: (0..MAX_INFLIGHT).map(|_| Slot::Free).collect(),
             gens: [0; MAX_INFLIGHT],
-            scratch: (0..MAX_INFLIGHT).map(|_| Vec::new()).collect(),
+            scratch: (0..=INLINE_SCRATCH).map(|_| Vec::new()).collect(),
             seq: 0,
             running: 0,
         }
@@ -361,8 +368,9 @@ impl Table {
         Ok(t)
     }
 
-    /// The views of `call` over slot `slot`'s scratch space, grown once to
-    /// the largest call seen there and kept afterwards.
+    /// The views of `call` over scratch `slot` (a table entry's, or
+    /// [`INLINE_SCRATCH`]), grown once to the largest call seen there and
+    /// kept afterwards.
     fn views(&mut self, slot: usize, call: Call) -> Views {
         let (ntmp, elems) = call.plan.scratch();
         let slot_bytes = elems * call.esize;
@@ -398,7 +406,7 @@ impl Table {
         if self.running > 0 {
             return None;
         }
-        let v = self.views(0, call);
+        let v = self.views(INLINE_SCRATCH, call);
         match prog.compile(&v, key) {
             Ok(true) => {}
             Ok(false) => return None,
@@ -416,9 +424,12 @@ impl Table {
             return None;
         }
         self.seq = self.seq.wrapping_add(1);
-        // Slot 0's scratch only grows, so it still holds what the program
-        // was compiled against.
-        Some((tag_of(self.seq), self.scratch[0].as_mut_ptr().cast()))
+        // The inline scratch only grows, so it still holds what the
+        // program was compiled against.
+        Some((
+            tag_of(self.seq),
+            self.scratch[INLINE_SCRATCH].as_mut_ptr().cast(),
+        ))
     }
 
     /// Advances every running collective as far as it goes without
