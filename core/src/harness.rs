@@ -232,7 +232,7 @@ pub struct Net<S: Storage, B> {
     pub expected: Vec<VecDeque<Handle>>,
 }
 
-impl<S: Storage, B: Clone> Net<S, B> {
+impl<S: Storage, B> Net<S, B> {
     /// The ranks of `engines`, joined; nothing in flight.
     pub fn new(engines: Vec<EngineOf<S>>) -> Self {
         let n = engines.len();

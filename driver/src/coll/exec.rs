@@ -105,6 +105,19 @@ struct Place {
     len: usize,
 }
 
+impl Place {
+    /// The place's address, given the call's buffers and scratch.
+    #[inline]
+    fn at(self, src: *const u8, dst: *mut u8, tmp: *mut u8) -> *mut u8 {
+        let base = match self.base {
+            Base::Src => src as *mut u8,
+            Base::Dst => dst,
+            Base::Tmp => tmp,
+        };
+        base.wrapping_add(self.off)
+    }
+}
+
 /// One step of a compiled program: its transfers (place, peer) and its
 /// reduction (out, a, b, elements).
 #[derive(Debug, Clone, Copy, Default)]
@@ -212,14 +225,7 @@ impl Program {
         tmp: *mut u8,
         mut exchange: impl FnMut(Option<(&[u8], usize)>, Option<(&mut [u8], usize)>) -> Result<()>,
     ) -> Result<()> {
-        let at = |p: Place| {
-            let base = match p.base {
-                Base::Src => src as *mut u8,
-                Base::Dst => dst,
-                Base::Tmp => tmp,
-            };
-            base.wrapping_add(p.off)
-        };
+        let at = |p: Place| p.at(src, dst, tmp);
         if let Some((from, to)) = self.copy {
             let (f, t) = (at(from), at(to));
             if from.len > 0 && f != t {
@@ -657,13 +663,7 @@ impl Views {
     #[inline]
     pub(crate) fn region(&self, r: Region, lane: usize) -> Result<*mut u8> {
         let p = self.place(r, lane)?;
-        let c = &self.call;
-        let base = match p.base {
-            Base::Src => c.src as *mut u8,
-            Base::Dst => c.dst,
-            Base::Tmp => self.tmp,
-        };
-        Ok(base.wrapping_add(p.off))
+        Ok(p.at(self.call.src, self.call.dst, self.tmp))
     }
 
     /// Where `r` lies in lane `lane`'s view, in bytes, after checking that
