@@ -40,6 +40,10 @@ pub enum Error {
         needed: usize,
         /// The receive buffer length.
         got: usize,
+        /// The sender's rank (a receive from `ANY_SOURCE` learns it here).
+        source: usize,
+        /// The message's tag (a receive of `ANY_TAG` learns it here).
+        tag: u32,
     },
     /// A tag above `TAG_UB` (or the wildcard on a send).
     InvalidTag {
@@ -176,8 +180,17 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Truncated { needed, got } => {
-                write!(f, "message of {needed} bytes truncated to a {got}-byte receive buffer")
+            Self::Truncated {
+                needed,
+                got,
+                source,
+                tag,
+            } => {
+                write!(
+                    f,
+                    "message of {needed} bytes from rank {source} (tag {tag}) truncated to a \
+                     {got}-byte receive buffer"
+                )
             }
             Self::InvalidTag { tag } => write!(
                 f,

@@ -69,7 +69,8 @@ mod world;
 pub use bytemuck;
 pub use coll::{reduce_local, Algorithm, Collective, Dtype, Element, ReduceOp};
 pub use comm::{
-    CollRequest, Comm, Group, PersistentRecv, PersistentSend, Registered, Request, Scope, Tag,
+    CollRequest, Comm, Group, PersistentRecv, PersistentSend, RawCollRequest, RawRequest,
+    Registered, Request, Scope, Tag,
     ANY_SOURCE, ANY_TAG,
 };
 pub use config::{

@@ -943,7 +943,12 @@ fn truncation_delivers_a_prefix_and_keeps_the_next_message() {
                 };
                 assert_eq!(
                     r,
-                    Err(Error::Truncated { needed: len, got }),
+                    Err(Error::Truncated {
+                        needed: len,
+                        got,
+                        source: 0,
+                        tag: 1
+                    }),
                     "message of {len} bytes into {got}"
                 );
                 check_bytes(

@@ -230,7 +230,7 @@ fn a_truncated_persistent_receive_errs_and_the_next_message_is_intact() {
                         p.wait()
                     };
                     match r {
-                        Err(Error::Truncated { needed, got }) => {
+                        Err(Error::Truncated { needed, got, .. }) => {
                             assert_eq!((needed, got), (len, 12))
                         }
                         other => panic!("len {len}: expected truncation, got {other:?}"),
@@ -596,14 +596,14 @@ fn check_recv(
         Ok(st) if len <= cap => bad.expect((st.source, st.tag, st.len) == (0, TAG, len), || {
             format!("{what}: status {st:?}")
         }),
-        Err(Error::Truncated { needed, got }) if len > cap => bad
+        Err(Error::Truncated { needed, got, .. }) if len > cap => bad
             .expect((needed, got) == (len, cap), || {
                 format!("{what}: truncated with needed {needed}, got {got}")
             }),
         Ok(st) => bad
             .0
             .push(format!("{what}: expected truncation, got {st:?}")),
-        Err(Error::Truncated { needed, got }) => bad.0.push(format!(
+        Err(Error::Truncated { needed, got, .. }) => bad.0.push(format!(
             "{what}: unexpected truncation (needed {needed}, got {got})"
         )),
         Err(e) => {

@@ -755,7 +755,7 @@ impl Active {
             match r {
                 Ok(st) if st.len != want => return Err(self.mismatch(x.peer, st.len, want)),
                 Ok(_) => {}
-                Err(Error::Truncated { needed, got }) => {
+                Err(Error::Truncated { needed, got, .. }) => {
                     return Err(self.mismatch(x.peer, needed, got))
                 }
                 Err(err) => return Err(err),

@@ -77,7 +77,7 @@ impl CollState {
 }
 
 /// A call's shape.
-fn shape<T: Element>(
+pub(super) fn shape<T: Element>(
     coll: Collective,
     op: Option<ReduceOp>,
     count: usize,
@@ -99,7 +99,7 @@ fn invalid(what: String) -> Error {
 }
 
 /// The buffers of one call, untyped.
-struct Bufs {
+pub(super) struct Bufs {
     src: *const u8,
     src_len: usize,
     dst: *mut u8,
@@ -115,6 +115,23 @@ fn bufs<T: Element>(src: &[T], dst: &mut [T]) -> Bufs {
     }
 }
 
+/// The buffers of a raw call: `src_n` and `dst_n` elements (a zero-length
+/// buffer may be null).
+pub(super) fn raw_bufs<T: Element>(
+    src: *const T,
+    dst: *mut T,
+    src_n: usize,
+    dst_n: usize,
+) -> Bufs {
+    let dangling = std::ptr::NonNull::<T>::dangling().as_ptr();
+    Bufs {
+        src: if src.is_null() { dangling.cast_const() } else { src }.cast(),
+        src_len: src_n * std::mem::size_of::<T>(),
+        dst: if dst.is_null() { dangling } else { dst }.cast(),
+        dst_len: dst_n * std::mem::size_of::<T>(),
+    }
+}
+
 fn in_place<T: Element>(buf: &mut [T]) -> Bufs {
     let dst: *mut u8 = buf.as_mut_ptr().cast();
     Bufs {
@@ -126,7 +143,7 @@ fn in_place<T: Element>(buf: &mut [T]) -> Bufs {
 }
 
 impl Comm {
-    fn check_root(&self, root: usize) -> Result<()> {
+    pub(super) fn check_root(&self, root: usize) -> Result<()> {
         if root >= self.size() {
             return Err(Error::InvalidRank {
                 rank: root,
@@ -158,7 +175,7 @@ impl Comm {
     }
 
     /// Validates a call and starts it in `scope` (0: a blocking call).
-    fn coll_start<T: Element>(&self, shape: Shape, b: Bufs, scope: u32) -> Result<Ticket> {
+    pub(super) fn coll_start<T: Element>(&self, shape: Shape, b: Bufs, scope: u32) -> Result<Ticket> {
         let call = self.coll_call::<T>(shape, b)?;
         let mut st = self.coll.borrow_mut();
         let mut e = self.engine();
@@ -245,7 +262,7 @@ impl Comm {
             let got = self.recv_fast(buf, from, ctx, tag).and_then(|g| match g {
                 Ok(st) if st.len == want => Ok(()),
                 Ok(st) => Err(mismatch(plan, seq, from, st.len, want)),
-                Err(Error::Truncated { needed, got }) => {
+                Err(Error::Truncated { needed, got, .. }) => {
                     Err(mismatch(plan, seq, from, needed, got))
                 }
                 Err(e) => Err(e),

@@ -13,10 +13,12 @@ use tandem_core::sync::{AtomicU32, Ordering};
 
 mod collective;
 mod persistent;
+mod raw;
 mod typed;
 pub use collective::CollRequest;
 use collective::{CollState, COLL_CTX};
 pub use persistent::{PersistentRecv, PersistentSend};
+pub use raw::{RawCollRequest, RawRequest};
 
 /// A message tag.
 pub type Tag = u32;
@@ -116,6 +118,15 @@ impl std::fmt::Debug for Comm {
 }
 
 impl Comm {
+    /// Whether the environment names a launcher tandem knows (`tandem-run`,
+    /// hydra's PMI, Open MPI, Slurm, or `RANK`/`WORLD_SIZE`). When it does
+    /// not, [`from_env`](Self::from_env) fails with [`Error::NotLaunched`],
+    /// and a program may start alone instead ([`Comm::local`] with one
+    /// rank), as MPI's singleton initialisation does.
+    pub fn launched() -> bool {
+        crate::world::bootstrap::launcher::present()
+    }
+
     /// Joins the job this process was started in by `tandem-run` (or by
     /// [`Comm::local`]), with configuration from `TANDEM_*` variables.
     ///
@@ -437,6 +448,34 @@ impl Comm {
         })
     }
 
+    /// A communicator over the same ranks with the context `ctx`
+    /// (`1..MAX_CONTEXTS / 2`), chosen by the caller: for layers that build
+    /// communicators over a subset of the ranks and agree on contexts among
+    /// those ranks themselves, as MPI's `MPI_Comm_split` does (tandem's MPI
+    /// library keeps a bitmap of free contexts and takes the lowest free on
+    /// every member). Traffic on it never matches another context's. The
+    /// caller must not use one context for two live communicators, nor mix
+    /// this with [`dup`](Self::dup), whose numbering it does not see.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a context outside `1..MAX_CONTEXTS / 2`.
+    pub fn dup_with_context(&self, ctx: u16) -> Result<Comm> {
+        if ctx == 0 || ctx >= COLL_CTX {
+            return Err(Error::InvalidArgument(format!(
+                "context {ctx} outside 1..{COLL_CTX}"
+            )));
+        }
+        self.sh.engine.share();
+        Ok(Comm {
+            sh: self.sh.clone(),
+            ctx,
+            primary: false,
+            coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
+            inline: Default::default(),
+            _not_sync: PhantomData,
+        })
+    }
+
     fn engine(&self) -> SpinGuard<'_, Engine> {
         self.sh.engine.lock_with(|attempt| {
             if attempt < 1000 {
@@ -728,7 +767,13 @@ impl Comm {
         &'env self,
         f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R,
     ) -> Result<R> {
-        let id = self.sh.next_scope.fetch_add(1, Ordering::Relaxed).max(1);
+        let id = loop {
+            // 0 is the blocking calls' scope, RAW_SCOPE the raw collectives'.
+            let id = self.sh.next_scope.fetch_add(1, Ordering::Relaxed);
+            if id != 0 && id != raw::RAW_SCOPE {
+                break id;
+            }
+        };
         let scope = Scope {
             comm: self,
             id,

@@ -942,6 +942,8 @@ impl Engine {
                     Err(OpError::Truncated { status, got }) => Err(Error::Truncated {
                         needed: status.len as usize,
                         got: got as usize,
+                        source: status.source as usize,
+                        tag: status.tag,
                     }),
                     Err(OpError::Cancelled) => Err(Error::Cancelled),
                     Err(OpError::PeerLost { peer }) => Err(self.lost(peer as usize)),
@@ -1200,6 +1202,8 @@ pub(crate) fn delivered(st: Status, cap: usize) -> Result<Status> {
         Err(Error::Truncated {
             needed: st.len,
             got: cap,
+            source: st.source,
+            tag: st.tag,
         })
     } else {
         Ok(st)

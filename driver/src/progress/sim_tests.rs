@@ -1382,7 +1382,7 @@ impl World {
                     ));
                 }
             }
-            Err(Error::Truncated { needed, got }) => {
+            Err(Error::Truncated { needed, got, .. }) => {
                 if *needed != msg.len || *got != rv.cap || msg.len <= rv.cap {
                     return Err(format!(
                         "recv#{i} reports truncation {needed}/{got}; due is msg#{m} of {} \
@@ -1863,7 +1863,9 @@ fn regression_empty_buffer_description() {
         eng[1].take(r),
         Some(Err(Error::Truncated {
             needed: 100,
-            got: 0
+            got: 0,
+            source: 0,
+            tag: 5,
         }))
     ));
     assert!(eng[0].take(s).unwrap().is_ok());

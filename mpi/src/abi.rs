@@ -1,0 +1,254 @@
+//! MPICH's binary interface: the values of its handles and constants, as
+//! Debian's `libmpich-dev` declares them in `mpich/mpi.h` (MPICH 4.0).
+//! These are facts of the interface a compiled program carries; nothing
+//! here is behaviour.
+
+#![allow(missing_docs)]
+
+use std::ffi::c_int;
+
+/// `MPI_Comm`, `MPI_Datatype`, `MPI_Op`, `MPI_Request`, … are `int`s.
+pub type Handle = c_int;
+/// `MPI_Aint`.
+pub type Aint = isize;
+/// `MPI_Count`.
+pub type Count = i64;
+
+/// `MPI_Status`: 20 bytes. The count (in bytes) is split: its low 32 bits in
+/// `count_lo`, the rest shifted left by one in `count_hi_and_cancelled`,
+/// whose bit 0 is the cancelled flag.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub count_lo: c_int,
+    pub count_hi_and_cancelled: c_int,
+    pub source: c_int,
+    pub tag: c_int,
+    pub error: c_int,
+}
+
+impl Status {
+    /// The byte count.
+    pub fn count(&self) -> i64 {
+        let hi = ((self.count_hi_and_cancelled as u32) >> 1) as i64;
+        (hi << 32) | (self.count_lo as u32 as i64)
+    }
+    /// Sets the byte count, keeping the cancelled flag.
+    pub fn set_count(&mut self, n: i64) {
+        self.count_lo = n as u32 as c_int;
+        self.count_hi_and_cancelled =
+            (self.count_hi_and_cancelled & 1) | (((n >> 32) as c_int) << 1);
+    }
+    /// The cancelled flag.
+    pub fn cancelled(&self) -> bool {
+        self.count_hi_and_cancelled & 1 != 0
+    }
+    /// Sets the cancelled flag.
+    pub fn set_cancelled(&mut self, c: bool) {
+        self.count_hi_and_cancelled = (self.count_hi_and_cancelled & !1) | c as c_int;
+    }
+}
+
+// Null handles.
+pub const COMM_NULL: Handle = 0x0400_0000;
+pub const OP_NULL: Handle = 0x1800_0000;
+pub const GROUP_NULL: Handle = 0x0800_0000;
+pub const DATATYPE_NULL: Handle = 0x0c00_0000;
+pub const REQUEST_NULL: Handle = 0x2c00_0000;
+pub const ERRHANDLER_NULL: Handle = 0x1400_0000;
+pub const INFO_NULL: Handle = 0x1c00_0000;
+pub const INFO_ENV: Handle = 0x5c00_0001;
+pub const WIN_NULL: Handle = 0x2000_0000;
+pub const MESSAGE_NULL: Handle = 0x2c00_0000;
+pub const MESSAGE_NO_PROC: Handle = 0x6c00_0000;
+pub const KEYVAL_INVALID: Handle = 0x2400_0000;
+
+// Communicators and groups.
+pub const COMM_WORLD: Handle = 0x4400_0000;
+pub const COMM_SELF: Handle = 0x4400_0001;
+pub const GROUP_EMPTY: Handle = 0x4800_0000;
+
+// Comparison results.
+pub const IDENT: c_int = 0;
+pub const CONGRUENT: c_int = 1;
+pub const SIMILAR: c_int = 2;
+pub const UNEQUAL: c_int = 3;
+
+// Predefined datatypes: 0x4c00SSKK, SS the size in bytes.
+pub const CHAR: Handle = 0x4c00_0101;
+pub const SIGNED_CHAR: Handle = 0x4c00_0118;
+pub const UNSIGNED_CHAR: Handle = 0x4c00_0102;
+pub const BYTE: Handle = 0x4c00_010d;
+pub const WCHAR: Handle = 0x4c00_040e;
+pub const SHORT: Handle = 0x4c00_0203;
+pub const UNSIGNED_SHORT: Handle = 0x4c00_0204;
+pub const INT: Handle = 0x4c00_0405;
+pub const UNSIGNED: Handle = 0x4c00_0406;
+pub const LONG: Handle = 0x4c00_0807;
+pub const UNSIGNED_LONG: Handle = 0x4c00_0808;
+pub const FLOAT: Handle = 0x4c00_040a;
+pub const DOUBLE: Handle = 0x4c00_080b;
+pub const LONG_DOUBLE: Handle = 0x4c00_100c;
+pub const LONG_LONG_INT: Handle = 0x4c00_0809;
+pub const UNSIGNED_LONG_LONG: Handle = 0x4c00_0819;
+pub const PACKED: Handle = 0x4c00_010f;
+pub const LB: Handle = 0x4c00_0010;
+pub const UB: Handle = 0x4c00_0011;
+pub const FLOAT_INT: Handle = 0x8c00_0000u32 as Handle;
+pub const DOUBLE_INT: Handle = 0x8c00_0001u32 as Handle;
+pub const LONG_INT: Handle = 0x8c00_0002u32 as Handle;
+pub const SHORT_INT: Handle = 0x8c00_0003u32 as Handle;
+pub const TWO_INT: Handle = 0x4c00_0816;
+pub const LONG_DOUBLE_INT: Handle = 0x8c00_0004u32 as Handle;
+pub const COMPLEX: Handle = 0x4c00_081e;
+pub const DOUBLE_COMPLEX: Handle = 0x4c00_1022;
+pub const LOGICAL: Handle = 0x4c00_041d;
+pub const REAL: Handle = 0x4c00_041c;
+pub const DOUBLE_PRECISION: Handle = 0x4c00_081f;
+pub const INTEGER: Handle = 0x4c00_041b;
+pub const TWO_INTEGER: Handle = 0x4c00_0820;
+pub const TWO_REAL: Handle = 0x4c00_0821;
+pub const TWO_DOUBLE_PRECISION: Handle = 0x4c00_1023;
+pub const CHARACTER: Handle = 0x4c00_011a;
+pub const REAL4: Handle = 0x4c00_0427;
+pub const REAL8: Handle = 0x4c00_0829;
+pub const REAL16: Handle = 0x4c00_102b;
+pub const COMPLEX8: Handle = 0x4c00_0828;
+pub const COMPLEX16: Handle = 0x4c00_102a;
+pub const COMPLEX32: Handle = 0x4c00_202c;
+pub const INTEGER1: Handle = 0x4c00_012d;
+pub const INTEGER2: Handle = 0x4c00_022f;
+pub const INTEGER4: Handle = 0x4c00_0430;
+pub const INTEGER8: Handle = 0x4c00_0831;
+pub const INT8_T: Handle = 0x4c00_0137;
+pub const INT16_T: Handle = 0x4c00_0238;
+pub const INT32_T: Handle = 0x4c00_0439;
+pub const INT64_T: Handle = 0x4c00_083a;
+pub const UINT8_T: Handle = 0x4c00_013b;
+pub const UINT16_T: Handle = 0x4c00_023c;
+pub const UINT32_T: Handle = 0x4c00_043d;
+pub const UINT64_T: Handle = 0x4c00_083e;
+pub const C_BOOL: Handle = 0x4c00_013f;
+pub const C_FLOAT_COMPLEX: Handle = 0x4c00_0840;
+pub const C_DOUBLE_COMPLEX: Handle = 0x4c00_1041;
+pub const C_LONG_DOUBLE_COMPLEX: Handle = 0x4c00_2042;
+pub const X_C_FLOAT16: Handle = 0x4c00_0246;
+pub const AINT: Handle = 0x4c00_0843;
+pub const OFFSET: Handle = 0x4c00_0844;
+pub const COUNT: Handle = 0x4c00_0845;
+pub const CXX_BOOL: Handle = 0x4c00_0133;
+pub const CXX_FLOAT_COMPLEX: Handle = 0x4c00_0834;
+pub const CXX_DOUBLE_COMPLEX: Handle = 0x4c00_1035;
+pub const CXX_LONG_DOUBLE_COMPLEX: Handle = 0x4c00_2036;
+
+// Operations.
+pub const MAX: Handle = 0x5800_0001;
+pub const MIN: Handle = 0x5800_0002;
+pub const SUM: Handle = 0x5800_0003;
+pub const PROD: Handle = 0x5800_0004;
+pub const LAND: Handle = 0x5800_0005;
+pub const BAND: Handle = 0x5800_0006;
+pub const LOR: Handle = 0x5800_0007;
+pub const BOR: Handle = 0x5800_0008;
+pub const LXOR: Handle = 0x5800_0009;
+pub const BXOR: Handle = 0x5800_000a;
+pub const MINLOC: Handle = 0x5800_000b;
+pub const MAXLOC: Handle = 0x5800_000c;
+pub const REPLACE: Handle = 0x5800_000d;
+pub const NO_OP: Handle = 0x5800_000e;
+
+// Predefined attribute keys of communicators.
+pub const TAG_UB: c_int = 0x6440_0001;
+pub const HOST: c_int = 0x6440_0003;
+pub const IO: c_int = 0x6440_0005;
+pub const WTIME_IS_GLOBAL: c_int = 0x6440_0007;
+pub const UNIVERSE_SIZE: c_int = 0x6440_0009;
+pub const LASTUSEDCODE: c_int = 0x6440_000b;
+pub const APPNUM: c_int = 0x6440_000d;
+
+// Error handlers.
+pub const ERRORS_ARE_FATAL: Handle = 0x5400_0000;
+pub const ERRORS_RETURN: Handle = 0x5400_0001;
+pub const ERRORS_ABORT: Handle = 0x5400_0003;
+
+// Special ranks, tags and values.
+pub const PROC_NULL: c_int = -1;
+pub const ANY_SOURCE: c_int = -2;
+pub const ROOT: c_int = -3;
+pub const ANY_TAG: c_int = -1;
+pub const UNDEFINED: c_int = -32766;
+pub const MAX_PROCESSOR_NAME: usize = 128;
+pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
+pub const MAX_ERROR_STRING: usize = 512;
+pub const MAX_OBJECT_NAME: usize = 128;
+
+// Threads.
+pub const THREAD_SINGLE: c_int = 0;
+pub const THREAD_FUNNELED: c_int = 1;
+pub const THREAD_SERIALIZED: c_int = 2;
+pub const THREAD_MULTIPLE: c_int = 3;
+
+// Type constructors (MPI_Type_get_envelope).
+pub const COMBINER_NAMED: c_int = 1;
+pub const COMBINER_DUP: c_int = 2;
+pub const COMBINER_CONTIGUOUS: c_int = 3;
+pub const COMBINER_VECTOR: c_int = 4;
+pub const COMBINER_HVECTOR: c_int = 6;
+pub const COMBINER_INDEXED: c_int = 7;
+pub const COMBINER_HINDEXED: c_int = 9;
+pub const COMBINER_INDEXED_BLOCK: c_int = 10;
+pub const COMBINER_STRUCT: c_int = 12;
+pub const COMBINER_RESIZED: c_int = 18;
+pub const COMBINER_HINDEXED_BLOCK: c_int = 19;
+
+// Error classes.
+pub const SUCCESS: c_int = 0;
+pub const ERR_BUFFER: c_int = 1;
+pub const ERR_COUNT: c_int = 2;
+pub const ERR_TYPE: c_int = 3;
+pub const ERR_TAG: c_int = 4;
+pub const ERR_COMM: c_int = 5;
+pub const ERR_RANK: c_int = 6;
+pub const ERR_ROOT: c_int = 7;
+pub const ERR_GROUP: c_int = 8;
+pub const ERR_OP: c_int = 9;
+pub const ERR_TOPOLOGY: c_int = 10;
+pub const ERR_DIMS: c_int = 11;
+pub const ERR_ARG: c_int = 12;
+pub const ERR_UNKNOWN: c_int = 13;
+pub const ERR_TRUNCATE: c_int = 14;
+pub const ERR_OTHER: c_int = 15;
+pub const ERR_INTERN: c_int = 16;
+pub const ERR_IN_STATUS: c_int = 17;
+pub const ERR_PENDING: c_int = 18;
+pub const ERR_REQUEST: c_int = 19;
+pub const ERR_INFO: c_int = 28;
+pub const ERR_INFO_KEY: c_int = 29;
+pub const ERR_INFO_VALUE: c_int = 30;
+pub const ERR_INFO_NOKEY: c_int = 31;
+pub const ERR_NO_MEM: c_int = 34;
+pub const ERR_UNSUPPORTED_OPERATION: c_int = 44;
+pub const ERR_WIN: c_int = 45;
+pub const ERR_KEYVAL: c_int = 48;
+pub const ERR_SESSION: c_int = 75;
+pub const ERR_PROC_ABORTED: c_int = 76;
+pub const ERR_VALUE_TOO_LARGE: c_int = 77;
+pub const ERR_LASTCODE: c_int = 0x3fff_ffff;
+pub const X_ERR_PROC_FAILED: c_int = 101;
+pub const X_ERR_PROC_FAILED_PENDING: c_int = 102;
+pub const X_ERR_REVOKED: c_int = 103;
+
+/// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the address 1.
+pub const STATUS_IGNORE: usize = 1;
+/// `MPI_IN_PLACE`: the address -1.
+pub const IN_PLACE: usize = usize::MAX;
+
+/// The size in bytes a predefined datatype's handle carries, if `dt` is
+/// one of the direct (0x4c……) predefined types.
+pub const fn builtin_size(dt: Handle) -> Option<usize> {
+    if (dt as u32) & 0xff00_0000 == 0x4c00_0000 {
+        Some(((dt as u32 >> 8) & 0xff) as usize)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,962 @@
+//! Collective operations.
+//!
+//! A communicator of the whole job in job order (`MPI_COMM_WORLD` and its
+//! duplicates) runs tandem's own collectives wherever they apply: barrier,
+//! broadcast, allgather and alltoall on any data (as bytes), and reduce,
+//! allreduce and reduce-scatter on the element types and operators tandem
+//! reduces (integers of 8, 32 and 64 bits, `float`, `double`, `_Float16`;
+//! sum, product, min, max and the bitwise ones). Everything else — other
+//! communicators, other types and operators (pairs with `MINLOC`, logical
+//! operators, user operators, non-commutative ones in rank order), the
+//! v-variants, gather, scatter and scans — runs on the MPI layer's own
+//! algorithms over tandem's point-to-point calls, in the communicator's
+//! second context so they never meet the program's messages.
+
+use crate::abi::{self, Handle};
+use crate::datatype::basic_of;
+use crate::p2p::{in_view, out_view, type_fail, unstage};
+use crate::state::{CommObj, Fail, Lib, Req};
+use crate::{count, export, fail, put, run};
+use std::ffi::{c_int, c_void};
+use tandem_driver::{f16, ReduceOp};
+
+/// Tags of the MPI layer's own collective traffic (one context per
+/// communicator, FIFO between two ranks: calls in the same order match).
+const T_BARRIER: u32 = 1;
+const T_BCAST: u32 = 2;
+const T_REDUCE: u32 = 3;
+const T_GATHER: u32 = 4;
+const T_SCATTER: u32 = 5;
+const T_ALLTOALL: u32 = 6;
+const T_SCAN: u32 = 7;
+
+/// A datatype's size and extent.
+#[derive(Clone, Copy)]
+struct Ty {
+    size: usize,
+    extent: usize,
+}
+
+#[inline(always)]
+fn ty(l: &Lib, dt: Handle) -> Result<Ty, Fail> {
+    if let Some(sz) = abi::builtin_size(dt) {
+        if sz > 0 && dt != abi::LB && dt != abi::UB {
+            return Ok(Ty {
+                size: sz,
+                extent: sz,
+            });
+        }
+    }
+    let info = l.types.borrow().info(dt).map_err(|c| type_fail(c, dt))?;
+    Ok(Ty {
+        size: info.size,
+        extent: info.extent.max(0) as usize,
+    })
+}
+
+fn is_in_place(p: *const c_void) -> bool {
+    p as usize == abi::IN_PLACE
+}
+
+fn root_of(c: &CommObj, root: c_int) -> Result<usize, Fail> {
+    if root < 0 || root as usize >= c.size() {
+        return fail(
+            abi::ERR_ROOT,
+            format!("invalid root {root} in a communicator of {}", c.size()),
+        );
+    }
+    Ok(root as usize)
+}
+
+// --- The MPI layer's point-to-point steps (member ranks). ---
+
+fn g_send(c: &CommObj, to: usize, b: &[u8], tag: u32) -> Result<(), Fail> {
+    c.coll.send(b, c.job_rank(to), tag)?;
+    Ok(())
+}
+
+fn g_recv(c: &CommObj, from: usize, b: &mut [u8], tag: u32) -> Result<usize, Fail> {
+    let st = c.coll.recv(b, c.job_rank(from), tag)?;
+    Ok(st.len)
+}
+
+fn g_sendrecv(c: &CommObj, to: usize, s: &[u8], from: usize, r: &mut [u8], tag: u32) -> Result<(), Fail> {
+    c.coll
+        .sendrecv(s, c.job_rank(to), tag, r, c.job_rank(from), tag)?;
+    Ok(())
+}
+
+/// Dissemination barrier.
+fn g_barrier(c: &CommObj) -> Result<(), Fail> {
+    let (n, me) = (c.size(), c.rank);
+    let mut k = 1;
+    while k < n {
+        g_sendrecv(c, (me + k) % n, &[], (me + n - k) % n, &mut [], T_BARRIER)?;
+        k *= 2;
+    }
+    Ok(())
+}
+
+/// Binomial-tree broadcast of bytes from `root`.
+fn g_bcast(c: &CommObj, buf: &mut [u8], root: usize) -> Result<(), Fail> {
+    let (n, me) = (c.size(), c.rank);
+    let rel = (me + n - root) % n;
+    let mut mask = 1;
+    while mask < n {
+        if rel & mask != 0 {
+            g_recv(c, (me + n - mask) % n, buf, T_BCAST)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if rel + mask < n {
+            g_send(c, (me + mask) % n, buf, T_BCAST)?;
+        }
+        mask >>= 1;
+    }
+    Ok(())
+}
+
+/// Reduces `acc` (count elements of dt, typed layout) onto member 0 in
+/// rank order (`acc` = x0 op x1 op … op xn-1 there), for any operator,
+/// commutative or not.
+fn g_reduce0(l: &Lib, c: &CommObj, acc: &mut Vec<u8>, op: Handle, dt: Handle, n_el: usize) -> Result<(), Fail> {
+    let (n, me) = (c.size(), c.rank);
+    let mut tmp = vec![0u8; acc.len()];
+    let mut mask = 1;
+    while mask < n {
+        if me & mask != 0 {
+            g_send(c, me - mask, acc, T_REDUCE)?;
+            return Ok(());
+        }
+        if me + mask < n {
+            g_recv(c, me + mask, &mut tmp, T_REDUCE)?;
+            // acc covers lower ranks than tmp: acc op tmp, MPI's order
+            // being inout = in op inout.
+            apply(l, op, dt, n_el, acc.as_ptr(), tmp.as_mut_ptr())?;
+            std::mem::swap(acc, &mut tmp);
+        }
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+/// `inout = in op inout` for `n` elements of `dt`.
+fn apply(l: &Lib, op: Handle, dt: Handle, n: usize, inp: *const u8, inout: *mut u8) -> Result<(), Fail> {
+    let ops = l.ops.borrow();
+    let types = l.types.borrow();
+    // SAFETY: both buffers hold `n` elements of `dt` in its layout.
+    unsafe { ops.apply(op, &types, dt, n, inp, inout) }.map_err(|class| op_fail(class, op, dt))
+}
+
+fn op_fail(class: c_int, op: Handle, dt: Handle) -> Fail {
+    if class == abi::ERR_OP {
+        Fail::new(class, format!("operation {op:#x} is invalid or does not apply to datatype {dt:#x}"))
+    } else {
+        Fail::new(class, format!("reduction of datatype {dt:#x} failed"))
+    }
+}
+
+/// Checks an operation and datatype before any traffic.
+fn check_op(l: &Lib, op: Handle, dt: Handle) -> Result<(), Fail> {
+    ty(l, dt)?;
+    if !l.ops.borrow().is_valid(op) {
+        return fail(abi::ERR_OP, format!("invalid operation handle {op:#x}"));
+    }
+    if op >> 24 == 0x58 {
+        let basic = l
+            .types
+            .borrow()
+            .info(dt)
+            .map_err(|c| type_fail(c, dt))?
+            .basic
+            .map(|b| b.0);
+        if !basic.is_some_and(|b| crate::op::builtin_applies(op, b)) {
+            return fail(
+                abi::ERR_OP,
+                format!("operation {op:#x} does not apply to datatype {dt:#x}"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The typed-layout bytes of `n` elements (`n` extents) at `p`.
+unsafe fn typed<'a>(p: *const c_void, n: usize, t: Ty) -> &'a [u8] {
+    if n == 0 || p.is_null() || t.extent == 0 {
+        return &[];
+    }
+    // SAFETY: the program's buffer of `n` elements of the type.
+    unsafe { std::slice::from_raw_parts(p.cast(), n * t.extent) }
+}
+
+/// tandem's reduction for a predefined type and operator, if it has one.
+fn tandem_op(op: Handle) -> Option<ReduceOp> {
+    Some(match op {
+        abi::SUM => ReduceOp::Sum,
+        abi::PROD => ReduceOp::Prod,
+        abi::MIN => ReduceOp::Min,
+        abi::MAX => ReduceOp::Max,
+        abi::BAND => ReduceOp::BitAnd,
+        abi::BOR => ReduceOp::BitOr,
+        abi::BXOR => ReduceOp::BitXor,
+        _ => return None,
+    })
+}
+
+/// The element types tandem reduces.
+#[derive(Clone, Copy)]
+enum El {
+    I8,
+    U8,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+    F16,
+}
+
+fn tandem_el(dt: Handle) -> Option<El> {
+    use crate::datatype::Basic as B;
+    if abi::builtin_size(dt).is_none() || dt == abi::BYTE || dt == abi::PACKED || dt == abi::C_BOOL || dt == abi::CXX_BOOL {
+        return None;
+    }
+    Some(match basic_of(dt)? {
+        B::I8 => El::I8,
+        B::U8 => El::U8,
+        B::I32 => El::I32,
+        B::U32 => El::U32,
+        B::I64 => El::I64,
+        B::U64 => El::U64,
+        B::F32 => El::F32,
+        B::F64 => El::F64,
+        B::F16 => El::F16,
+        _ => return None,
+    })
+}
+
+/// Runs `f` with the element type of `el`.
+macro_rules! with_el {
+    ($el:expr, $T:ident => $body:expr) => {
+        match $el {
+            El::I8 => { type $T = i8; $body }
+            El::U8 => { type $T = u8; $body }
+            El::I32 => { type $T = i32; $body }
+            El::U32 => { type $T = u32; $body }
+            El::I64 => { type $T = i64; $body }
+            El::U64 => { type $T = u64; $body }
+            El::F32 => { type $T = f32; $body }
+            El::F64 => { type $T = f64; $body }
+            El::F16 => { type $T = f16; $body }
+        }
+    };
+}
+
+/// A typed slice over the program's buffer.
+unsafe fn sl<'a, T>(p: *const c_void, n: usize) -> &'a [T] {
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: the program's buffer of `n` elements (MPI's contract); MPI
+    // buffers of predefined types are aligned for them.
+    unsafe { std::slice::from_raw_parts(p.cast(), n) }
+}
+
+unsafe fn sl_mut<'a, T>(p: *mut c_void, n: usize) -> &'a mut [T] {
+    if n == 0 {
+        return &mut [];
+    }
+    // SAFETY: as in `sl`.
+    unsafe { std::slice::from_raw_parts_mut(p.cast(), n) }
+}
+
+/// Whether `p` is aligned for elements of `size` bytes.
+fn aligned(p: *const c_void, size: usize) -> bool {
+    size == 0 || (p as usize) % size == 0
+}
+
+/// tandem's allreduce, where it applies: `Some(result)`.
+unsafe fn fast_allreduce(c: &CommObj, s: *const c_void, r: *mut c_void, n: usize, dt: Handle, op: Handle) -> Option<Result<(), Fail>> {
+    if !c.whole {
+        return None;
+    }
+    let (el, rop) = (tandem_el(dt)?, tandem_op(op)?);
+    let size = abi::builtin_size(dt)?;
+    if !aligned(r, size) || (!is_in_place(s) && !aligned(s, size)) {
+        return None;
+    }
+    // SAFETY (all arms): the program's buffers of `n` elements.
+    Some(with_el!(el, T => unsafe {
+        if is_in_place(s) {
+            c.p2p.allreduce_in_place::<T>(sl_mut(r, n), rop)
+        } else {
+            c.p2p.allreduce::<T>(sl(s, n), sl_mut(r, n), rop)
+        }
+    }).map_err(Fail::from))
+}
+
+fn allreduce(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let n = count(n)?;
+    // SAFETY: the program's buffers.
+    if let Some(res) = unsafe { fast_allreduce(&c, s, r, n, dt, op) } {
+        return res;
+    }
+    check_op(l, op, dt)?;
+    let t = ty(l, dt)?;
+    let mut acc = if is_in_place(s) {
+        // SAFETY: the program's buffer.
+        unsafe { typed(r, n, t) }.to_vec()
+    } else {
+        // SAFETY: the program's buffer.
+        unsafe { typed(s, n, t) }.to_vec()
+    };
+    g_reduce0(l, &c, &mut acc, op, dt, n)?;
+    g_bcast(&c, &mut acc, 0)?;
+    if !acc.is_empty() {
+        // SAFETY: the receive buffer holds n elements in the type's layout.
+        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), r.cast(), acc.len()) };
+    }
+    Ok(())
+}
+
+fn reduce(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let root = root_of(&c, root)?;
+    let n = count(n)?;
+    let me = c.rank;
+    if c.whole {
+        if let (Some(el), Some(rop), Some(size)) = (tandem_el(dt), tandem_op(op), abi::builtin_size(dt)) {
+            let src = if is_in_place(s) { r.cast_const() } else { s };
+            if aligned(src, size) && (me != root || aligned(r, size)) {
+                // SAFETY (all arms): the program's buffers of `n` elements.
+                return with_el!(el, T => unsafe {
+                    if me == root && is_in_place(s) {
+                        c.p2p.reduce_in_place::<T>(sl_mut(r, n), rop, root)
+                    } else if me == root {
+                        c.p2p.reduce::<T>(sl(s, n), sl_mut(r, n), rop, root)
+                    } else {
+                        let mut none: [T; 0] = [];
+                        c.p2p.reduce::<T>(sl(s, n), &mut none, rop, root)
+                    }
+                })
+                .map_err(Fail::from);
+            }
+        }
+    }
+    check_op(l, op, dt)?;
+    let t = ty(l, dt)?;
+    let src = if is_in_place(s) && me == root { r.cast_const() } else { s };
+    // SAFETY: the program's buffer.
+    let mut acc = unsafe { typed(src, n, t) }.to_vec();
+    g_reduce0(l, &c, &mut acc, op, dt, n)?;
+    if root != 0 {
+        if me == 0 {
+            g_send(&c, root, &acc, T_REDUCE)?;
+        } else if me == root {
+            g_recv(&c, 0, &mut acc, T_REDUCE)?;
+        }
+    }
+    if me == root && !acc.is_empty() {
+        // SAFETY: the root's receive buffer of n elements.
+        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), r.cast(), acc.len()) };
+    }
+    Ok(())
+}
+
+fn bcast(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, root: c_int, comm: Handle) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let root = root_of(&c, root)?;
+    let me = c.rank;
+    if me == root {
+        let out = out_view(l, buf, n, dt)?;
+        if out.packed.is_none() {
+            // SAFETY: the root's buffer, read only by a broadcast.
+            let b = unsafe { std::slice::from_raw_parts_mut(out.ptr.cast_mut(), out.len) };
+            return bcast_bytes(&c, b, root);
+        }
+        let mut v = out.packed.expect("checked");
+        bcast_bytes(&c, &mut v, root)
+    } else {
+        let mut inb = in_view(l, buf, n, dt)?;
+        bcast_bytes(&c, inb.bytes(), root)?;
+        if let Some(u) = &inb.stage {
+            unstage(l, u, u.staged.len())?;
+        }
+        Ok(())
+    }
+}
+
+fn bcast_bytes(c: &CommObj, b: &mut [u8], root: usize) -> Result<(), Fail> {
+    if c.whole {
+        c.p2p.broadcast::<u8>(b, root)?;
+        Ok(())
+    } else {
+        g_bcast(c, b, root)
+    }
+}
+
+/// Allgather of equal byte blocks (`all` is size() blocks of `mine.len()`).
+pub(crate) fn allgather_bytes(c: &CommObj, mine: &[u8], all: &mut [u8]) -> Result<(), Fail> {
+    if c.whole {
+        c.p2p.allgather::<u8>(mine, all)?;
+        return Ok(());
+    }
+    let (n, me, k) = (c.size(), c.rank, mine.len());
+    all[me * k..(me + 1) * k].copy_from_slice(mine);
+    // Ring: n - 1 steps, each passing on the block received last.
+    for step in 0..n.saturating_sub(1) {
+        let send_block = (me + n - step) % n;
+        let recv_block = (me + n - step - 1) % n;
+        let s = all[send_block * k..(send_block + 1) * k].to_vec();
+        g_sendrecv(c, (me + 1) % n, &s, (me + n - 1) % n, &mut all[recv_block * k..(recv_block + 1) * k], T_GATHER)?;
+    }
+    Ok(())
+}
+
+/// Bitwise-and allreduce of a context mask (communicator creation).
+pub(crate) fn allreduce_band(c: &CommObj, mask: &mut [u64; 8]) -> Result<(), Fail> {
+    if c.whole {
+        c.p2p.allreduce_in_place::<u64>(mask, ReduceOp::BitAnd)?;
+        return Ok(());
+    }
+    let n = c.size();
+    let mut all = vec![0u8; 64 * n];
+    let mine: Vec<u8> = mask.iter().flat_map(|w| w.to_le_bytes()).collect();
+    allgather_bytes(c, &mine, &mut all)?;
+    for r in 0..n {
+        for (w, m) in mask.iter_mut().enumerate() {
+            let at = r * 64 + w * 8;
+            *m &= u64::from_le_bytes(all[at..at + 8].try_into().expect("8 bytes"));
+        }
+    }
+    Ok(())
+}
+
+/// Gathers each member's `counts[i]` elements of `rdt` at `displs[i]`
+/// (elements) on `root`.
+fn gatherv(l: &Lib, s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, counts: &[usize], displs: &[isize], rdt: Handle, root: usize, c: &CommObj) -> Result<(), Fail> {
+    let me = c.rank;
+    if me != root {
+        let out = out_view(l, s, sn, sdt)?;
+        return g_send(c, root, out.bytes(), T_GATHER);
+    }
+    let rt = ty(l, rdt)?;
+    for i in 0..c.size() {
+        // SAFETY: the root's receive buffer covers every block.
+        let at = unsafe { r.cast::<u8>().offset(displs[i] * rt.extent as isize) }.cast::<c_void>();
+        if i == me {
+            if !is_in_place(s) {
+                let out = out_view(l, s, sn, sdt)?;
+                let mut inb = in_view(l, at, counts[i] as c_int, rdt)?;
+                let dst = inb.bytes();
+                if out.len > dst.len() {
+                    return fail(abi::ERR_TRUNCATE, format!("the root's own block holds {} bytes, it sends {}", dst.len(), out.len));
+                }
+                dst[..out.len].copy_from_slice(out.bytes());
+                if let Some(u) = &inb.stage {
+                    unstage(l, u, out.len)?;
+                }
+            }
+            continue;
+        }
+        let mut inb = in_view(l, at, counts[i] as c_int, rdt)?;
+        let got = g_recv(c, i, inb.bytes(), T_GATHER)?;
+        if let Some(u) = &inb.stage {
+            unstage(l, u, got)?;
+        }
+    }
+    Ok(())
+}
+
+/// Scatters `counts[i]` elements of `sdt` at `displs[i]` from `root`.
+fn scatterv(l: &Lib, s: *const c_void, counts: &[usize], displs: &[isize], sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: usize, c: &CommObj) -> Result<(), Fail> {
+    let me = c.rank;
+    if me != root {
+        let mut inb = in_view(l, r, rn, rdt)?;
+        let got = g_recv(c, root, inb.bytes(), T_SCATTER)?;
+        if let Some(u) = &inb.stage {
+            unstage(l, u, got)?;
+        }
+        return Ok(());
+    }
+    let st = ty(l, sdt)?;
+    for i in 0..c.size() {
+        // SAFETY: the root's send buffer covers every block.
+        let at = unsafe { s.cast::<u8>().offset(displs[i] * st.extent as isize) }.cast::<c_void>();
+        let out = out_view(l, at, counts[i] as c_int, sdt)?;
+        if i == me {
+            if !is_in_place(r) {
+                let mut inb = in_view(l, r, rn, rdt)?;
+                let dst = inb.bytes();
+                let k = out.len.min(dst.len());
+                dst[..k].copy_from_slice(&out.bytes()[..k]);
+                if let Some(u) = &inb.stage {
+                    unstage(l, u, k)?;
+                }
+            }
+            continue;
+        }
+        g_send(c, i, out.bytes(), T_SCATTER)?;
+    }
+    Ok(())
+}
+
+unsafe fn ints(p: *const c_int, n: usize) -> Result<Vec<usize>, Fail> {
+    if p.is_null() && n > 0 {
+        return fail(abi::ERR_ARG, "null counts array");
+    }
+    (0..n)
+        // SAFETY: the program's array of n ints.
+        .map(|i| count(unsafe { *p.add(i) }))
+        .collect()
+}
+
+unsafe fn displs(p: *const c_int, n: usize) -> Result<Vec<isize>, Fail> {
+    if p.is_null() && n > 0 {
+        return fail(abi::ERR_ARG, "null displacements array");
+    }
+    // SAFETY: the program's array of n ints.
+    Ok((0..n).map(|i| unsafe { *p.add(i) } as isize).collect())
+}
+
+fn alltoallv(l: &Lib, s: *const c_void, scounts: &[usize], sdispls: &[isize], sdt: Handle, r: *mut c_void, rcounts: &[usize], rdispls: &[isize], rdt: Handle, c: &CommObj) -> Result<(), Fail> {
+    let (n, me) = (c.size(), c.rank);
+    let (st, rt) = (ty(l, sdt)?, ty(l, rdt)?);
+    let in_place = is_in_place(s);
+    // In place: the send data is the receive buffer's, copied first.
+    let saved: Option<Vec<u8>> = if in_place {
+        let total = (0..n).map(|i| (rdispls[i].max(0) as usize + rcounts[i]) * rt.extent).max().unwrap_or(0);
+        // SAFETY: the receive buffer covers every block.
+        Some(unsafe { std::slice::from_raw_parts(r.cast::<u8>(), total) }.to_vec())
+    } else {
+        None
+    };
+    let (sbase, scnt, sdis, sdt2, st2) = match &saved {
+        Some(v) => (v.as_ptr().cast::<c_void>(), rcounts, rdispls, rdt, rt),
+        None => (s, scounts, sdispls, sdt, st),
+    };
+    for step in 0..n {
+        let to = (me + step) % n;
+        let from = (me + n - step) % n;
+        // SAFETY: the buffers cover every block.
+        let sat = unsafe { sbase.cast::<u8>().offset(sdis[to] * st2.extent as isize) }.cast::<c_void>();
+        let rat = unsafe { r.cast::<u8>().offset(rdispls[from] * rt.extent as isize) }.cast::<c_void>();
+        let out = out_view(l, sat, scnt[to] as c_int, sdt2)?;
+        let mut inb = in_view(l, rat, rcounts[from] as c_int, rdt)?;
+        let got = if step == 0 {
+            let dst = inb.bytes();
+            let k = out.len.min(dst.len());
+            dst[..k].copy_from_slice(&out.bytes()[..k]);
+            k
+        } else {
+            let stage = inb.stage.take();
+            let mut tmp;
+            let dst: &mut [u8] = if stage.is_some() {
+                tmp = stage.as_ref().map(|u| vec![0u8; u.staged.len()]).unwrap_or_default();
+                &mut tmp
+            } else {
+                inb.bytes()
+            };
+            c.coll.sendrecv(out.bytes(), c.job_rank(to), T_ALLTOALL, dst, c.job_rank(from), T_ALLTOALL)?;
+            if let Some(mut u) = stage {
+                let k = dst.len();
+                u.staged[..k].copy_from_slice(dst);
+                unstage(l, &u, k)?;
+            }
+            0
+        };
+        if let Some(u) = &inb.stage {
+            unstage(l, u, got)?;
+        }
+    }
+    Ok(())
+}
+
+/// Inclusive (or exclusive) prefix reduction in rank order.
+fn scan(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle, exclusive: bool) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let n = count(n)?;
+    check_op(l, op, dt)?;
+    let t = ty(l, dt)?;
+    let me = c.rank;
+    let src = if is_in_place(s) { r.cast_const() } else { s };
+    // SAFETY: the program's buffer.
+    let mine = unsafe { typed(src, n, t) }.to_vec();
+    // prefix = x0 op … op x(me-1), from the left neighbour.
+    let mut prefix = vec![0u8; mine.len()];
+    if me > 0 {
+        g_recv(&c, me - 1, &mut prefix, T_SCAN)?;
+    }
+    // upto = prefix op mine.
+    let mut upto = mine.clone();
+    if me > 0 {
+        apply(l, op, dt, n, prefix.as_ptr(), upto.as_mut_ptr())?;
+    }
+    if me + 1 < c.size() {
+        g_send(&c, me + 1, &upto, T_SCAN)?;
+    }
+    let result = if exclusive { &prefix } else { &upto };
+    if (!exclusive || me > 0) && !result.is_empty() {
+        // SAFETY: the receive buffer of n elements.
+        unsafe { std::ptr::copy_nonoverlapping(result.as_ptr(), r.cast(), result.len()) };
+    }
+    Ok(())
+}
+
+fn reduce_scatter(l: &Lib, s: *const c_void, r: *mut c_void, counts: &[usize], dt: Handle, op: Handle, comm: Handle) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let t = ty(l, dt)?;
+    let total: usize = counts.iter().sum();
+    let me = c.rank;
+    // tandem's reduce-scatter for equal blocks of its types.
+    if c.whole && counts.iter().all(|&k| k == counts[0]) {
+        if let (Some(el), Some(rop), Some(size)) = (tandem_el(dt), tandem_op(op), abi::builtin_size(dt)) {
+            let src = if is_in_place(s) { r.cast_const() } else { s };
+            if aligned(src, size) && aligned(r, size) {
+                let k = counts[0];
+                // SAFETY (all arms): the program's buffers.
+                return with_el!(el, T => unsafe {
+                    if is_in_place(s) {
+                        c.p2p.reduce_scatter_in_place::<T>(sl_mut(r, total), rop)
+                    } else {
+                        c.p2p.reduce_scatter::<T>(sl(s, total), sl_mut(r, k), rop)
+                    }
+                })
+                .map_err(Fail::from);
+            }
+        }
+    }
+    check_op(l, op, dt)?;
+    let src = if is_in_place(s) { r.cast_const() } else { s };
+    // SAFETY: the program's buffer of `total` elements.
+    let mut acc = unsafe { typed(src, total, t) }.to_vec();
+    g_reduce0(l, &c, &mut acc, op, dt, total)?;
+    let disp: Vec<isize> = counts
+        .iter()
+        .scan(0isize, |a, &k| {
+            let d = *a;
+            *a += k as isize;
+            Some(d)
+        })
+        .collect();
+    let mut mine = vec![0u8; counts[me] * t.extent];
+    scatterv(l, acc.as_ptr().cast(), counts, &disp, dt, mine.as_mut_ptr().cast(), counts[me] as c_int, dt, 0, &c)?;
+    if !mine.is_empty() {
+        // SAFETY: the receive buffer of counts[me] elements.
+        unsafe { std::ptr::copy_nonoverlapping(mine.as_ptr(), r.cast(), mine.len()) };
+    }
+    Ok(())
+}
+
+/// Starts a non-blocking collective: tandem's own where it applies, else
+/// the blocking call run now (the request is then complete).
+fn start_coll(l: &Lib, comm: Handle, out: *mut Handle, tandem: impl FnOnce(&CommObj) -> Option<Result<tandem_driver::RawCollRequest, Fail>>, blocking: impl FnOnce(&Lib) -> Result<(), Fail>) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    if c.whole {
+        if let Some(r) = tandem(&c) {
+            let raw = r?;
+            let h = l.add_req(Req::Coll {
+                comm: c,
+                raw: Some(raw),
+                finish: None,
+            });
+            // SAFETY: the program's request out-parameter.
+            unsafe { put(out, h) };
+            return Ok(());
+        }
+    }
+    drop(c);
+    blocking(l)?;
+    let h = l.add_req(Req::Done(crate::p2p::empty_status()));
+    // SAFETY: the program's request out-parameter.
+    unsafe { put(out, h) };
+    Ok(())
+}
+
+
+export! {
+    fn MPI_Barrier, PMPI_Barrier(comm: Handle) -> c_int {
+        run(comm, "MPI_Barrier", |l| {
+            let c = l.comm(comm)?;
+            if c.whole {
+                c.p2p.barrier()?;
+                Ok(())
+            } else {
+                g_barrier(&c)
+            }
+        })
+    }
+
+    fn MPI_Bcast, PMPI_Bcast(buf: *mut c_void, n: c_int, dt: Handle, root: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Bcast", |l| bcast(l, buf, n, dt, root, comm))
+    }
+
+    fn MPI_Allreduce, PMPI_Allreduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Allreduce", |l| allreduce(l, s, r, n, dt, op, comm))
+    }
+
+    fn MPI_Reduce, PMPI_Reduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Reduce", |l| reduce(l, s, r, n, dt, op, root, comm))
+    }
+
+    fn MPI_Reduce_local, PMPI_Reduce_local(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Reduce_local", |l| {
+            let n = count(n)?;
+            check_op(l, op, dt)?;
+            apply(l, op, dt, n, s.cast(), r.cast())
+        })
+    }
+
+    fn MPI_Allgather, PMPI_Allgather(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Allgather", |l| {
+            let c = l.comm(comm)?;
+            let (n, me) = (c.size(), c.rank);
+            let rt = ty(l, rdt)?;
+            let rn_u = count(rn)?;
+            let block = rn_u * rt.size;
+            // The own block, packed.
+            let mine = if is_in_place(s) {
+                let at = r.cast::<u8>().add(me * rn_u * rt.extent).cast::<c_void>();
+                out_view(l, at, rn, rdt)?.bytes().to_vec()
+            } else {
+                out_view(l, s, sn, sdt)?.bytes().to_vec()
+            };
+            if mine.len() != block {
+                return fail(abi::ERR_TRUNCATE, format!("allgather: {} bytes sent, blocks of {block} expected", mine.len()));
+            }
+            let mut inb = in_view(l, r, (n * rn_u) as c_int, rdt)?;
+            if inb.stage.is_none() && rt.extent == rt.size {
+                allgather_bytes(&c, &mine, inb.bytes())
+            } else {
+                let mut all = vec![0u8; n * block];
+                allgather_bytes(&c, &mine, &mut all)?;
+                inb.bytes()[..all.len()].copy_from_slice(&all);
+                if let Some(u) = &inb.stage {
+                    unstage(l, u, all.len())?;
+                }
+                Ok(())
+            }
+        })
+    }
+
+    fn MPI_Allgatherv, PMPI_Allgatherv(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Allgatherv", |l| {
+            let c = l.comm(comm)?;
+            let n = c.size();
+            let counts = ints(rcounts, n)?;
+            let dis = displs(rdispls, n)?;
+            let me = c.rank;
+            let rt = ty(l, rdt)?;
+            let (sbuf, sn, sdt) = if is_in_place(s) {
+                (r.cast::<u8>().offset(dis[me] * rt.extent as isize).cast::<c_void>().cast_const(), counts[me] as c_int, rdt)
+            } else {
+                (s, sn, sdt)
+            };
+            // Gather on 0, then broadcast every block from there.
+            let s_in_place = is_in_place(s) && me == 0;
+            gatherv(l, if s_in_place { abi::IN_PLACE as *const c_void } else { sbuf }, sn, sdt, r, &counts, &dis, rdt, 0, &c)?;
+            for (i, (&k, &d)) in counts.iter().zip(&dis).enumerate() {
+                let _ = i;
+                let at = r.cast::<u8>().offset(d * rt.extent as isize).cast::<c_void>();
+                bcast(l, at, k as c_int, rdt, 0, comm)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Gather, PMPI_Gather(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Gather", |l| {
+            let c = l.comm(comm)?;
+            let root = root_of(&c, root)?;
+            let n = c.size();
+            let k = if c.rank == root { count(rn)? } else { 0 };
+            let counts = vec![k; n];
+            let dis: Vec<isize> = (0..n).map(|i| (i * k) as isize).collect();
+            gatherv(l, s, sn, sdt, r, &counts, &dis, rdt, root, &c)
+        })
+    }
+
+    fn MPI_Gatherv, PMPI_Gatherv(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Gatherv", |l| {
+            let c = l.comm(comm)?;
+            let root = root_of(&c, root)?;
+            let n = c.size();
+            let (counts, dis) = if c.rank == root {
+                (ints(rcounts, n)?, displs(rdispls, n)?)
+            } else {
+                (vec![0; n], vec![0; n])
+            };
+            gatherv(l, s, sn, sdt, r, &counts, &dis, rdt, root, &c)
+        })
+    }
+
+    fn MPI_Scatter, PMPI_Scatter(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Scatter", |l| {
+            let c = l.comm(comm)?;
+            let root = root_of(&c, root)?;
+            let n = c.size();
+            let k = if c.rank == root { count(sn)? } else { 0 };
+            let counts = vec![k; n];
+            let dis: Vec<isize> = (0..n).map(|i| (i * k) as isize).collect();
+            scatterv(l, s, &counts, &dis, sdt, r, rn, rdt, root, &c)
+        })
+    }
+
+    fn MPI_Scatterv, PMPI_Scatterv(s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Scatterv", |l| {
+            let c = l.comm(comm)?;
+            let root = root_of(&c, root)?;
+            let n = c.size();
+            let (counts, dis) = if c.rank == root {
+                (ints(scounts, n)?, displs(sdispls, n)?)
+            } else {
+                (vec![0; n], vec![0; n])
+            };
+            scatterv(l, s, &counts, &dis, sdt, r, rn, rdt, root, &c)
+        })
+    }
+
+    fn MPI_Alltoall, PMPI_Alltoall(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Alltoall", |l| {
+            let c = l.comm(comm)?;
+            let n = c.size();
+            let rk = count(rn)?;
+            let sk = if is_in_place(s) { rk } else { count(sn)? };
+            // tandem's alltoall on contiguous bytes.
+            if c.whole && !is_in_place(s) {
+                let out = out_view(l, s, (sk * n) as c_int, sdt)?;
+                let mut inb = in_view(l, r, (rk * n) as c_int, rdt)?;
+                if out.len == inb.len {
+                    let src = out.bytes().to_vec();
+                    let res = if out.packed.is_none() {
+                        c.p2p.alltoall::<u8>(out.bytes(), inb.bytes())
+                    } else {
+                        c.p2p.alltoall::<u8>(&src, inb.bytes())
+                    };
+                    res?;
+                    if let Some(u) = &inb.stage {
+                        unstage(l, u, inb.len)?;
+                    }
+                    return Ok(());
+                }
+            }
+            let scounts = vec![sk; n];
+            let rcounts = vec![rk; n];
+            let sdis: Vec<isize> = (0..n).map(|i| (i * sk) as isize).collect();
+            let rdis: Vec<isize> = (0..n).map(|i| (i * rk) as isize).collect();
+            alltoallv(l, s, &scounts, &sdis, sdt, r, &rcounts, &rdis, rdt, &c)
+        })
+    }
+
+    fn MPI_Alltoallv, PMPI_Alltoallv(s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Alltoallv", |l| {
+            let c = l.comm(comm)?;
+            let n = c.size();
+            let (rc, rd) = (ints(rcounts, n)?, displs(rdispls, n)?);
+            let (sc, sd) = if is_in_place(s) {
+                (rc.clone(), rd.clone())
+            } else {
+                (ints(scounts, n)?, displs(sdispls, n)?)
+            };
+            alltoallv(l, s, &sc, &sd, sdt, r, &rc, &rd, rdt, &c)
+        })
+    }
+
+    fn MPI_Reduce_scatter, PMPI_Reduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: Handle, op: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Reduce_scatter", |l| {
+            let n = l.comm(comm)?.size();
+            let counts = ints(counts, n)?;
+            reduce_scatter(l, s, r, &counts, dt, op, comm)
+        })
+    }
+
+    fn MPI_Reduce_scatter_block, PMPI_Reduce_scatter_block(s: *const c_void, r: *mut c_void, k: c_int, dt: Handle, op: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Reduce_scatter_block", |l| {
+            let n = l.comm(comm)?.size();
+            let counts = vec![count(k)?; n];
+            reduce_scatter(l, s, r, &counts, dt, op, comm)
+        })
+    }
+
+    fn MPI_Scan, PMPI_Scan(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Scan", |l| scan(l, s, r, n, dt, op, comm, false))
+    }
+
+    fn MPI_Exscan, PMPI_Exscan(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Exscan", |l| scan(l, s, r, n, dt, op, comm, true))
+    }
+
+    fn MPI_Ibarrier, PMPI_Ibarrier(comm: Handle, req: *mut Handle) -> c_int {
+        run(comm, "MPI_Ibarrier", |l| {
+            start_coll(l, comm, req, |c| Some(c.p2p.ibarrier_raw().map_err(Fail::from)), |l| {
+                g_barrier(&*l.comm(comm)?)
+            })
+        })
+    }
+
+    fn MPI_Ibcast, PMPI_Ibcast(buf: *mut c_void, n: c_int, dt: Handle, root: c_int, comm: Handle, req: *mut Handle) -> c_int {
+        run(comm, "MPI_Ibcast", |l| {
+            let c = l.comm(comm)?;
+            let rt = root_of(&c, root)?;
+            let nn = count(n)?;
+            let contiguous = abi::builtin_size(dt).is_some_and(|s| s > 0);
+            drop(c);
+            start_coll(l, comm, req, |c| {
+                if !contiguous {
+                    return None;
+                }
+                let bytes = nn * abi::builtin_size(dt).unwrap_or(0);
+                // SAFETY: MPI keeps the buffer for the request.
+                Some(unsafe { c.p2p.ibroadcast_raw::<u8>(buf.cast(), bytes, rt) }.map_err(Fail::from))
+            }, |l| bcast(l, buf, n, dt, root, comm))
+        })
+    }
+
+    fn MPI_Iallreduce, PMPI_Iallreduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle, req: *mut Handle) -> c_int {
+        run(comm, "MPI_Iallreduce", |l| {
+            let nn = count(n)?;
+            let fast = tandem_el(dt).zip(tandem_op(op)).filter(|_| {
+                let size = abi::builtin_size(dt).unwrap_or(1);
+                aligned(r, size) && (is_in_place(s) || aligned(s, size))
+            });
+            start_coll(l, comm, req, |c| {
+                let (el, rop) = fast?;
+                let src = if is_in_place(s) { std::ptr::null() } else { s };
+                // SAFETY (all arms): MPI keeps the buffers for the request.
+                Some(with_el!(el, T => unsafe {
+                    c.p2p.iallreduce_raw::<T>(src.cast::<T>(), r.cast::<T>(), nn, rop)
+                }).map_err(Fail::from))
+            }, |l| allreduce(l, s, r, n, dt, op, comm))
+        })
+    }
+
+    fn MPI_Op_create, PMPI_Op_create(f: Option<crate::op::UserFn>, commute: c_int, op: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Op_create", |l| {
+            let Some(f) = f else { return fail(abi::ERR_ARG, "null user function") };
+            put(op, l.ops.borrow_mut().create(f, commute != 0));
+            Ok(())
+        })
+    }
+
+    fn MPI_Op_free, PMPI_Op_free(op: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Op_free", |l| {
+            if op.is_null() {
+                return fail(abi::ERR_ARG, "null operation pointer");
+            }
+            l.ops.borrow_mut().free(&mut *op).map_err(|c| Fail::new(c, format!("cannot free operation {:#x}", *op)))
+        })
+    }
+
+    fn MPI_Op_commutative, PMPI_Op_commutative(op: Handle, flag: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Op_commutative", |l| {
+            let c = l.ops.borrow().commutative(op).map_err(|c| Fail::new(c, format!("invalid operation {op:#x}")))?;
+            put(flag, c as c_int);
+            Ok(())
+        })
+    }
+}

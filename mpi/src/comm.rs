@@ -1,0 +1,639 @@
+//! Communicators, groups and attribute caching.
+
+use crate::abi::{self, Handle};
+use crate::state::{self, CommObj, CopyFn, DeleteFn, Fail, Keyval, Lib};
+use crate::{coll, export, fail, put, put_str, run};
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::rc::Rc;
+use std::sync::atomic::AtomicI32;
+
+/// The values predefined attributes point to.
+static TAG_UB_VALUE: AtomicI32 = AtomicI32::new(tandem_driver::TAG_UB as i32);
+static HOST_VALUE: AtomicI32 = AtomicI32::new(abi::PROC_NULL);
+static IO_VALUE: AtomicI32 = AtomicI32::new(abi::ANY_SOURCE);
+static WTIME_GLOBAL_VALUE: AtomicI32 = AtomicI32::new(0);
+static UNIVERSE_VALUE: AtomicI32 = AtomicI32::new(1);
+static APPNUM_VALUE: AtomicI32 = AtomicI32::new(0);
+static LASTCODE_VALUE: AtomicI32 = AtomicI32::new(abi::ERR_LASTCODE);
+
+/// Takes two contexts free on every member of `parent` (a collective call
+/// over `parent`).
+fn agree_contexts(l: &Lib, parent: &CommObj) -> Result<[u16; 2], Fail> {
+    let mut mask = l.free_ctx.get();
+    coll::allreduce_band(parent, &mut mask)?;
+    let a = state::lowest(&mask)
+        .ok_or_else(|| Fail::new(abi::ERR_OTHER, "no communicator context left".into()))?;
+    let w = a as usize / 64;
+    mask[w] &= !(1 << (a % 64));
+    let b = state::lowest(&mask)
+        .ok_or_else(|| Fail::new(abi::ERR_OTHER, "no communicator context left".into()))?;
+    if b >= 512 {
+        return fail(abi::ERR_OTHER, "no communicator context left (512 in use)");
+    }
+    state::mark(l, a, false);
+    state::mark(l, b, false);
+    Ok([a, b])
+}
+
+/// A new communicator of `group` (job ranks; this rank among them) with
+/// `ctx`.
+fn make(l: &Lib, group: Rc<[u32]>, ctx: [u16; 2], from: &CommObj) -> Result<CommObj, Fail> {
+    let me = l.job.rank() as u32;
+    let mut inverse = vec![-1i32; l.job.size()];
+    for (i, &g) in group.iter().enumerate() {
+        inverse[g as usize] = i as i32;
+    }
+    let rank = group
+        .iter()
+        .position(|&g| g == me)
+        .ok_or_else(|| Fail::new(abi::ERR_INTERN, "not a member of the new group".into()))?;
+    let whole = group.len() == l.job.size() && group.iter().enumerate().all(|(i, &g)| g == i as u32);
+    Ok(CommObj {
+        p2p: l.job.dup_with_context(ctx[0])?,
+        coll: l.job.dup_with_context(ctx[1])?,
+        group,
+        inverse: Rc::from(inverse),
+        rank,
+        contexts: ctx,
+        whole,
+        errhandler: Cell::new(from.errhandler.get()),
+        attrs: RefCell::new(Vec::new()),
+        name: RefCell::new(String::new()),
+    })
+}
+
+/// `MPI_Comm_dup` without the attribute copies.
+fn dup_bare(l: &Lib, c: &CommObj) -> Result<CommObj, Fail> {
+    let ctx = agree_contexts(l, c)?;
+    make(l, c.group.clone(), ctx, c)
+}
+
+fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<Handle, Fail> {
+    let c = l.comm(comm)?;
+    if color < 0 && color != abi::UNDEFINED {
+        return fail(abi::ERR_ARG, format!("invalid color {color}"));
+    }
+    let n = c.size();
+    let mine = [color, key];
+    let mut all = vec![0i32; 2 * n];
+    coll::allgather_bytes(&c, as_bytes(&mine), as_bytes_mut(&mut all))?;
+    let ctx = agree_contexts(l, &c)?;
+    if color == abi::UNDEFINED {
+        state::mark(l, ctx[0], true);
+        state::mark(l, ctx[1], true);
+        return Ok(abi::COMM_NULL);
+    }
+    let mut members: Vec<(c_int, usize)> = (0..n)
+        .filter(|&r| all[2 * r] == color)
+        .map(|r| (all[2 * r + 1], r))
+        .collect();
+    members.sort();
+    let group: Rc<[u32]> = members.iter().map(|&(_, r)| c.group[r]).collect();
+    let obj = make(l, group, ctx, &c)?;
+    Ok(l.add_comm(obj))
+}
+
+/// Creates the communicator of `group` (job ranks) from `comm`: a
+/// collective over `comm`; `COMM_NULL` where this rank is not in `group`.
+fn create(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, Fail> {
+    let c = l.comm(comm)?;
+    if let Some(&g) = group.iter().find(|&&g| c.member(g as usize).is_none()) {
+        return fail(abi::ERR_GROUP, format!("job rank {g} of the group is not in the communicator"));
+    }
+    let ctx = agree_contexts(l, &c)?;
+    let me = l.job.rank() as u32;
+    if !group.contains(&me) {
+        state::mark(l, ctx[0], true);
+        state::mark(l, ctx[1], true);
+        return Ok(abi::COMM_NULL);
+    }
+    let obj = make(l, group, ctx, &c)?;
+    Ok(l.add_comm(obj))
+}
+
+fn dup(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
+    let c = l.comm(comm)?;
+    let obj = dup_bare(l, &c)?;
+    // Attributes: each key's copy callback decides.
+    let attrs = c.attrs.borrow().clone();
+    drop(c);
+    let h = l.add_comm(obj);
+    for (key, val) in attrs {
+        let Some(k) = keyval(l, key) else { continue };
+        let Some(f) = k.copy else { continue };
+        let mut out: *mut c_void = std::ptr::null_mut();
+        let mut flag: c_int = 0;
+        // SAFETY: the program's copy callback, called as MPI specifies.
+        let r = unsafe {
+            f(
+                comm,
+                key,
+                k.extra,
+                val,
+                (&mut out as *mut *mut c_void).cast(),
+                &mut flag,
+            )
+        };
+        if r != abi::SUCCESS {
+            return Err(Fail::new(r, format!("the copy callback of key {key:#x} failed ({r})")));
+        }
+        if flag != 0 {
+            set_attr(l, h, key, out)?;
+        }
+    }
+    Ok(h)
+}
+
+fn keyval(l: &Lib, key: c_int) -> Option<Keyval> {
+    l.keyvals.borrow().get(l.keyval_index(key)?).copied()
+}
+
+fn set_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let i = l
+        .keyval_index(key)
+        .filter(|&i| l.keyvals.borrow().get(i).is_some_and(|k| !k.freed))
+        .ok_or_else(|| Fail::new(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}")))?;
+    let old = c.attrs.borrow().iter().find(|a| a.0 == key).map(|a| a.1);
+    if let Some(old) = old {
+        drop(c);
+        delete_one(l, comm, key, old)?;
+        let c = l.comm(comm)?;
+        c.attrs.borrow_mut().retain(|a| a.0 != key);
+        c.attrs.borrow_mut().push((key, val));
+    } else {
+        c.attrs.borrow_mut().push((key, val));
+    }
+    if let Some(k) = l.keyvals.borrow_mut().get_mut(i) {
+        if old.is_none() {
+            k.uses += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `key`'s delete callback on `val` (the attribute stays attached).
+fn delete_one(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
+    let Some(k) = keyval(l, key) else {
+        return Ok(());
+    };
+    if let Some(f) = k.delete {
+        // SAFETY: the program's delete callback, called as MPI specifies.
+        let r = unsafe { f(comm, key, val, k.extra) };
+        if r != abi::SUCCESS {
+            return Err(Fail::new(r, format!("the delete callback of key {key:#x} failed ({r})")));
+        }
+    }
+    Ok(())
+}
+
+/// Detaches an attribute (after its delete callback) and releases its key.
+fn detach(l: &Lib, comm: Handle, key: c_int) -> Result<bool, Fail> {
+    let c = l.comm(comm)?;
+    let val = c.attrs.borrow().iter().find(|a| a.0 == key).map(|a| a.1);
+    drop(c);
+    let Some(val) = val else { return Ok(false) };
+    delete_one(l, comm, key, val)?;
+    l.comm(comm)?.attrs.borrow_mut().retain(|a| a.0 != key);
+    release_key(l, key);
+    Ok(true)
+}
+
+/// One attachment of `key` fewer; a freed key with none left goes.
+fn release_key(l: &Lib, key: c_int) {
+    let Some(i) = l.keyval_index(key) else { return };
+    let mut ks = l.keyvals.borrow_mut();
+    let gone = match ks.get_mut(i) {
+        Some(k) => {
+            k.uses = k.uses.saturating_sub(1);
+            k.freed && k.uses == 0
+        }
+        None => false,
+    };
+    if gone {
+        ks.remove(i);
+    }
+}
+
+/// Deletes every attribute of `comm`, newest first (at `MPI_Comm_free`
+/// and `MPI_Finalize`).
+pub fn delete_attrs(l: &Lib, comm: Handle) -> Result<(), Fail> {
+    loop {
+        let last = l.comm(comm)?.attrs.borrow().last().map(|a| a.0);
+        let Some(key) = last else { return Ok(()) };
+        detach(l, comm, key)?;
+    }
+}
+
+fn free(l: &Lib, h: *mut Handle) -> Result<(), Fail> {
+    if h.is_null() {
+        return fail(abi::ERR_ARG, "null communicator pointer");
+    }
+    // SAFETY: checked non-null; the program's handle.
+    let comm = unsafe { *h };
+    if comm == abi::COMM_WORLD || comm == abi::COMM_SELF {
+        return fail(abi::ERR_COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed");
+    }
+    l.comm(comm)?;
+    delete_attrs(l, comm)?;
+    if let Some(c) = l.remove_comm(comm) {
+        state::mark(l, c.contexts[0], true);
+        state::mark(l, c.contexts[1], true);
+    }
+    // SAFETY: as above.
+    unsafe { *h = abi::COMM_NULL };
+    Ok(())
+}
+
+fn compare(l: &Lib, a: Handle, b: Handle) -> Result<c_int, Fail> {
+    if a == b {
+        l.comm(a)?;
+        return Ok(abi::IDENT);
+    }
+    let (x, y) = (l.comm(a)?, l.comm(b)?);
+    Ok(group_relation(&x.group, &y.group, abi::CONGRUENT))
+}
+
+/// `same` if the groups are equal in order, `SIMILAR` if as sets, else
+/// `UNEQUAL`.
+fn group_relation(x: &[u32], y: &[u32], same: c_int) -> c_int {
+    if x == y {
+        return same;
+    }
+    let (mut a, mut b) = (x.to_vec(), y.to_vec());
+    a.sort_unstable();
+    b.sort_unstable();
+    if a == b {
+        abi::SIMILAR
+    } else {
+        abi::UNEQUAL
+    }
+}
+
+fn as_bytes(v: &[i32]) -> &[u8] {
+    // SAFETY: i32 has no padding; the byte view covers exactly the slice.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+fn as_bytes_mut(v: &mut [i32]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; every byte pattern is a valid i32.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+fn get_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let predefined: Option<&AtomicI32> = match key {
+        abi::TAG_UB => Some(&TAG_UB_VALUE),
+        abi::HOST => Some(&HOST_VALUE),
+        abi::IO => Some(&IO_VALUE),
+        abi::WTIME_IS_GLOBAL => Some(&WTIME_GLOBAL_VALUE),
+        abi::UNIVERSE_SIZE => {
+            UNIVERSE_VALUE.store(l.job.size() as i32, std::sync::atomic::Ordering::Relaxed);
+            Some(&UNIVERSE_VALUE)
+        }
+        abi::APPNUM => Some(&APPNUM_VALUE),
+        abi::LASTUSEDCODE => Some(&LASTCODE_VALUE),
+        _ => None,
+    };
+    let out = val.cast::<*mut c_void>();
+    if let Some(v) = predefined {
+        // SAFETY: `out` is the program's `void *` slot (checked non-null by put).
+        unsafe { put(out, v.as_ptr().cast()) };
+        // SAFETY: the program's flag.
+        unsafe { put(flag, 1) };
+        return Ok(());
+    }
+    if l.keyval_index(key).is_none_or(|i| l.keyvals.borrow().get(i).is_none()) {
+        return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
+    }
+    let found = c.attrs.borrow().iter().find(|a| a.0 == key).map(|a| a.1);
+    // SAFETY: the program's out-parameters.
+    unsafe {
+        put(flag, found.is_some() as c_int);
+        if let Some(v) = found {
+            put(out, v);
+        }
+    }
+    Ok(())
+}
+
+fn create_keyval(l: &Lib, copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) -> Result<(), Fail> {
+    let k = l.add_keyval(Keyval {
+        copy,
+        delete,
+        extra,
+        freed: false,
+        uses: 0,
+    });
+    // SAFETY: the program's out-parameter.
+    unsafe { put(key, k) };
+    Ok(())
+}
+
+fn free_keyval(l: &Lib, key: *mut c_int) -> Result<(), Fail> {
+    if key.is_null() {
+        return fail(abi::ERR_ARG, "null key pointer");
+    }
+    // SAFETY: checked non-null.
+    let k = unsafe { *key };
+    let i = l
+        .keyval_index(k)
+        .ok_or_else(|| Fail::new(abi::ERR_KEYVAL, format!("invalid attribute key {k:#x}")))?;
+    let mut ks = l.keyvals.borrow_mut();
+    let gone = match ks.get_mut(i) {
+        Some(kv) if !kv.freed => {
+            kv.freed = true;
+            kv.uses == 0
+        }
+        _ => return fail(abi::ERR_KEYVAL, format!("invalid attribute key {k:#x}")),
+    };
+    if gone {
+        ks.remove(i);
+    }
+    // SAFETY: checked non-null.
+    unsafe { *key = abi::KEYVAL_INVALID };
+    Ok(())
+}
+
+/// `MPIR_Dup_fn`, what MPICH's header names `MPI_COMM_DUP_FN`: copies the
+/// attribute value.
+#[no_mangle]
+pub unsafe extern "C" fn MPIR_Dup_fn(
+    _comm: Handle,
+    _key: c_int,
+    _extra: *mut c_void,
+    val: *mut c_void,
+    out: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: MPI passes a `void **` for the copy and an int flag.
+    unsafe {
+        put(out.cast::<*mut c_void>(), val);
+        put(flag, 1);
+    }
+    abi::SUCCESS
+}
+
+fn group_of(l: &Lib, g: Handle) -> Result<Rc<[u32]>, Fail> {
+    l.group(g)
+}
+
+export! {
+    fn MPI_Comm_rank, PMPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
+        run(comm, "MPI_Comm_rank", |l| {
+            put(rank, l.comm(comm)?.rank as c_int);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_size, PMPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
+        run(comm, "MPI_Comm_size", |l| {
+            put(size, l.comm(comm)?.size() as c_int);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_dup, PMPI_Comm_dup(comm: Handle, out: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_dup", |l| {
+            put(out, dup(l, comm)?);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_dup_with_info, PMPI_Comm_dup_with_info(comm: Handle, _info: Handle, out: *mut Handle) -> c_int {
+        PMPI_Comm_dup(comm, out)
+    }
+
+    fn MPI_Comm_split, PMPI_Comm_split(comm: Handle, color: c_int, key: c_int, out: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_split", |l| {
+            put(out, split(l, comm, color, key)?);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_split_type, PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, _info: Handle, out: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_split_type", |l| {
+            // Shared memory: the ranks of this host. tandem's job knows each
+            // rank's host through its routes (shared memory means same host).
+            let color = if kind == abi::UNDEFINED {
+                abi::UNDEFINED
+            } else {
+                let c = l.comm(comm)?;
+                let mut first = c.rank;
+                for r in 0..c.size() {
+                    let j = c.job_rank(r);
+                    if j == l.job.rank() || l.job.route(j).is_ok_and(|rt| matches!(rt, tandem_driver::transport::Route::Shm)) {
+                        first = r;
+                        break;
+                    }
+                }
+                first as c_int
+            };
+            put(out, split(l, comm, color, key)?);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_create, PMPI_Comm_create(comm: Handle, group: Handle, out: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_create", |l| {
+            let g = group_of(l, group)?;
+            put(out, create(l, comm, g)?);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_free, PMPI_Comm_free(comm: *mut Handle) -> c_int {
+        let h = if comm.is_null() { abi::COMM_NULL } else { *comm };
+        run(h, "MPI_Comm_free", |l| free(l, comm))
+    }
+
+    fn MPI_Comm_disconnect, PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
+        PMPI_Comm_free(comm)
+    }
+
+    fn MPI_Comm_compare, PMPI_Comm_compare(a: Handle, b: Handle, result: *mut c_int) -> c_int {
+        run(a, "MPI_Comm_compare", |l| {
+            put(result, compare(l, a, b)?);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_test_inter, PMPI_Comm_test_inter(comm: Handle, flag: *mut c_int) -> c_int {
+        run(comm, "MPI_Comm_test_inter", |l| {
+            l.comm(comm)?;
+            put(flag, 0);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_set_name, PMPI_Comm_set_name(comm: Handle, name: *const c_char) -> c_int {
+        run(comm, "MPI_Comm_set_name", |l| {
+            let c = l.comm(comm)?;
+            if name.is_null() {
+                return fail(abi::ERR_ARG, "null name");
+            }
+            // SAFETY: a NUL-terminated string from the program.
+            let s = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+            *c.name.borrow_mut() = s;
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_get_name, PMPI_Comm_get_name(comm: Handle, name: *mut c_char, len: *mut c_int) -> c_int {
+        run(comm, "MPI_Comm_get_name", |l| {
+            let c = l.comm(comm)?;
+            let n = put_str(name, abi::MAX_OBJECT_NAME, &c.name.borrow());
+            put(len, n);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_get_attr, PMPI_Comm_get_attr(comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> c_int {
+        run(comm, "MPI_Comm_get_attr", |l| get_attr(l, comm, key, val, flag))
+    }
+
+    fn MPI_Attr_get, PMPI_Attr_get(comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> c_int {
+        PMPI_Comm_get_attr(comm, key, val, flag)
+    }
+
+    fn MPI_Comm_set_attr, PMPI_Comm_set_attr(comm: Handle, key: c_int, val: *mut c_void) -> c_int {
+        run(comm, "MPI_Comm_set_attr", |l| set_attr(l, comm, key, val))
+    }
+
+    fn MPI_Attr_put, PMPI_Attr_put(comm: Handle, key: c_int, val: *mut c_void) -> c_int {
+        PMPI_Comm_set_attr(comm, key, val)
+    }
+
+    fn MPI_Comm_delete_attr, PMPI_Comm_delete_attr(comm: Handle, key: c_int) -> c_int {
+        run(comm, "MPI_Comm_delete_attr", |l| {
+            if l.keyval_index(key).is_none() {
+                return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
+            }
+            detach(l, comm, key).map(|_| ())
+        })
+    }
+
+    fn MPI_Attr_delete, PMPI_Attr_delete(comm: Handle, key: c_int) -> c_int {
+        PMPI_Comm_delete_attr(comm, key)
+    }
+
+    fn MPI_Comm_create_keyval, PMPI_Comm_create_keyval(copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Comm_create_keyval", |l| create_keyval(l, copy, delete, key, extra))
+    }
+
+    fn MPI_Keyval_create, PMPI_Keyval_create(copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) -> c_int {
+        PMPI_Comm_create_keyval(copy, delete, key, extra)
+    }
+
+    fn MPI_Comm_free_keyval, PMPI_Comm_free_keyval(key: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Comm_free_keyval", |l| free_keyval(l, key))
+    }
+
+    fn MPI_Keyval_free, PMPI_Keyval_free(key: *mut c_int) -> c_int {
+        PMPI_Comm_free_keyval(key)
+    }
+
+    fn MPI_Comm_group, PMPI_Comm_group(comm: Handle, group: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_group", |l| {
+            let c = l.comm(comm)?;
+            put(group, l.add_group(c.group.clone()));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_size, PMPI_Group_size(group: Handle, size: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Group_size", |l| {
+            put(size, group_of(l, group)?.len() as c_int);
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_rank, PMPI_Group_rank(group: Handle, rank: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Group_rank", |l| {
+            let g = group_of(l, group)?;
+            let me = l.job.rank() as u32;
+            put(rank, g.iter().position(|&x| x == me).map_or(abi::UNDEFINED, |r| r as c_int));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_free, PMPI_Group_free(group: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Group_free", |l| {
+            if group.is_null() {
+                return fail(abi::ERR_ARG, "null group pointer");
+            }
+            let g = *group;
+            group_of(l, g)?;
+            l.remove_group(g);
+            *group = abi::GROUP_NULL;
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_translate_ranks, PMPI_Group_translate_ranks(a: Handle, n: c_int, ra: *const c_int, b: Handle, rb: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Group_translate_ranks", |l| {
+            let (ga, gb) = (group_of(l, a)?, group_of(l, b)?);
+            let n = crate::count(n)?;
+            for i in 0..n {
+                let r = *ra.add(i);
+                let out = if r == abi::PROC_NULL {
+                    abi::PROC_NULL
+                } else {
+                    let j = *ga.get(r as usize).ok_or_else(|| {
+                        Fail::new(abi::ERR_RANK, format!("rank {r} is not in a group of {}", ga.len()))
+                    })?;
+                    gb.iter().position(|&x| x == j).map_or(abi::UNDEFINED, |p| p as c_int)
+                };
+                *rb.add(i) = out;
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_incl, PMPI_Group_incl(group: Handle, n: c_int, ranks: *const c_int, out: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Group_incl", |l| {
+            let g = group_of(l, group)?;
+            let n = crate::count(n)?;
+            let mut v = Vec::with_capacity(n);
+            for i in 0..n {
+                let r = *ranks.add(i);
+                let j = *g.get(r as usize).filter(|_| r >= 0).ok_or_else(|| {
+                    Fail::new(abi::ERR_RANK, format!("rank {r} is not in a group of {}", g.len()))
+                })?;
+                if v.contains(&j) {
+                    return fail(abi::ERR_RANK, format!("rank {r} listed twice"));
+                }
+                v.push(j);
+            }
+            put(out, l.add_group(Rc::from(v)));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_excl, PMPI_Group_excl(group: Handle, n: c_int, ranks: *const c_int, out: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Group_excl", |l| {
+            let g = group_of(l, group)?;
+            let n = crate::count(n)?;
+            let mut drop = vec![false; g.len()];
+            for i in 0..n {
+                let r = *ranks.add(i);
+                if r < 0 || r as usize >= g.len() {
+                    return fail(abi::ERR_RANK, format!("rank {r} is not in a group of {}", g.len()));
+                }
+                drop[r as usize] = true;
+            }
+            let v: Vec<u32> = g.iter().zip(&drop).filter(|x| !*x.1).map(|x| *x.0).collect();
+            put(out, l.add_group(Rc::from(v)));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_compare, PMPI_Group_compare(a: Handle, b: Handle, result: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Group_compare", |l| {
+            let (x, y) = (group_of(l, a)?, group_of(l, b)?);
+            put(result, group_relation(&x, &y, abi::IDENT));
+            Ok(())
+        })
+    }
+}

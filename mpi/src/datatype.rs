@@ -1,0 +1,2132 @@
+//! MPI datatypes: the predefined ones (described by their handles alone)
+//! and the derived ones the constructors build, with packing to and from
+//! contiguous bytes.
+//!
+//! A derived type is kept by value, never by reference to the types it was
+//! built from: its layout is a *tile* of byte blocks (adjacent blocks
+//! merged) repeated by a few nested *levels* `(reps, stride)`, so that
+//! `MPI_Type_contiguous` or `MPI_Type_vector` of anything costs one level,
+//! not one block per element. Freeing a type therefore never disturbs the
+//! types built from it; handles are reference-counted only so that
+//! `MPI_Type_get_contents` can hand back the constituent handles.
+//!
+//! Bounds follow MPICH 4.0 (checked against its `libmpich.so.12`): the
+//! extent of a struct of *different* types is rounded up to the largest
+//! alignment of its members, unless an `MPI_LB`/`MPI_UB` marker is
+//! present; markers set the struct's bounds; zero-length blocks are ignored.
+
+use crate::abi::{self, Aint, Handle};
+use std::cell::Cell;
+use std::ffi::c_int;
+
+/// The element types reductions know: what one basic element of a
+/// datatype is, for `MPI_Op`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Basic {
+    /// `signed char`, `char`, `int8_t`, `INTEGER1`, `CHARACTER`.
+    I8,
+    /// `unsigned char`, `uint8_t`.
+    U8,
+    /// `short`, `int16_t`, `INTEGER2`.
+    I16,
+    /// `unsigned short`, `uint16_t`.
+    U16,
+    /// `int`, `int32_t`, `INTEGER`, `INTEGER4`.
+    I32,
+    /// `unsigned`, `uint32_t`.
+    U32,
+    /// `long`, `long long`, `int64_t`, `MPI_AINT`, `MPI_OFFSET`, `MPI_COUNT`, `INTEGER8`.
+    I64,
+    /// `unsigned long`, `unsigned long long`, `uint64_t`.
+    U64,
+    /// `MPIX_C_FLOAT16` (IEEE binary16).
+    F16,
+    /// `float`, `REAL`, `REAL4`.
+    F32,
+    /// `double`, `DOUBLE_PRECISION`, `REAL8`.
+    F64,
+    /// `long double` (16 bytes, x87): reductions other than replace unsupported.
+    LongDouble,
+    /// C `_Bool` / C++ `bool` (1 byte): logical operations only.
+    Bool,
+    /// Fortran `LOGICAL` (4 bytes; true is 1): logical operations only.
+    Logical,
+    /// `wchar_t` (4 bytes): no reductions (as in MPICH).
+    WChar,
+    /// `MPI_BYTE`: bitwise operations only.
+    Byte,
+    /// `MPI_PACKED`: no reductions.
+    Packed,
+    /// `float _Complex`, `COMPLEX`, `COMPLEX8`.
+    CFloatComplex,
+    /// `double _Complex`, `DOUBLE_COMPLEX`, `COMPLEX16`.
+    CDoubleComplex,
+    /// `long double _Complex`, `COMPLEX32`: reductions other than replace unsupported.
+    CLongDoubleComplex,
+    /// `MPI_FLOAT_INT`: `struct { float; int; }`, 8 bytes.
+    FloatInt,
+    /// `MPI_DOUBLE_INT`: `struct { double; int; }`, 16 bytes (12 of data).
+    DoubleInt,
+    /// `MPI_LONG_INT`: `struct { long; int; }`, 16 bytes (12 of data).
+    LongInt,
+    /// `MPI_SHORT_INT`: `struct { short; int; }`, 8 bytes (6 of data: short at 0, int at 4).
+    ShortInt,
+    /// `MPI_2INT`, `MPI_2INTEGER`: two `int`s.
+    TwoInt,
+    /// `MPI_LONG_DOUBLE_INT`: `struct { long double; int; }`, 32 bytes (20 of data);
+    /// reductions other than replace unsupported.
+    LongDoubleInt,
+    /// `MPI_2REAL`: two `float`s (value and index).
+    TwoReal,
+    /// `MPI_2DOUBLE_PRECISION`: two `double`s (value and index).
+    TwoDouble,
+}
+
+impl Basic {
+    /// The bytes one element takes in a C array of it (`sizeof`), padding
+    /// included: the stride of `apply_builtin`'s arrays.
+    pub const fn size(self) -> usize {
+        use Basic::*;
+        match self {
+            I8 | U8 | Bool | Byte | Packed => 1,
+            I16 | U16 | F16 => 2,
+            I32 | U32 | F32 | Logical | WChar => 4,
+            I64 | U64 | F64 | CFloatComplex | FloatInt | ShortInt | TwoInt | TwoReal => 8,
+            LongDouble | CDoubleComplex | DoubleInt | LongInt | TwoDouble => 16,
+            CLongDoubleComplex | LongDoubleInt => 32,
+        }
+    }
+
+    /// The bytes of data in one element (`MPI_Type_size`): `size` less the
+    /// padding of the pair types.
+    pub const fn data_size(self) -> usize {
+        match self.pair_parts() {
+            Some((v, _, i)) => v + i,
+            None => self.size(),
+        }
+    }
+
+    /// For the value-index pair types: (value bytes, index offset, index
+    /// bytes) in the C struct; `None` for the others.
+    pub const fn pair_parts(self) -> Option<(usize, usize, usize)> {
+        use Basic::*;
+        Some(match self {
+            FloatInt | TwoInt | TwoReal => (4, 4, 4),
+            DoubleInt | LongInt => (8, 8, 4),
+            ShortInt => (2, 4, 4),
+            LongDoubleInt => (16, 16, 4),
+            TwoDouble => (8, 8, 8),
+            _ => return None,
+        })
+    }
+
+    /// Whether this is one of the value-index pair types of `MPI_MINLOC`.
+    pub const fn is_pair(self) -> bool {
+        self.pair_parts().is_some()
+    }
+}
+
+/// A predefined type's facts.
+#[derive(Clone, Copy)]
+struct Predef {
+    basic: Option<Basic>,
+    size: usize,
+    extent: usize,
+    align: usize,
+    name: &'static str,
+}
+
+/// The facts of predefined type `dt`, if it is one.
+fn predef(dt: Handle) -> Option<Predef> {
+    use Basic::*;
+    let (basic, name, align) = match dt {
+        abi::CHAR => (I8, "MPI_CHAR", 1),
+        abi::SIGNED_CHAR => (I8, "MPI_SIGNED_CHAR", 1),
+        abi::UNSIGNED_CHAR => (U8, "MPI_UNSIGNED_CHAR", 1),
+        abi::BYTE => (Byte, "MPI_BYTE", 1),
+        abi::WCHAR => (WChar, "MPI_WCHAR", 4),
+        abi::SHORT => (I16, "MPI_SHORT", 2),
+        abi::UNSIGNED_SHORT => (U16, "MPI_UNSIGNED_SHORT", 2),
+        abi::INT => (I32, "MPI_INT", 4),
+        abi::UNSIGNED => (U32, "MPI_UNSIGNED", 4),
+        abi::LONG => (I64, "MPI_LONG", 8),
+        abi::UNSIGNED_LONG => (U64, "MPI_UNSIGNED_LONG", 8),
+        abi::FLOAT => (F32, "MPI_FLOAT", 4),
+        abi::DOUBLE => (F64, "MPI_DOUBLE", 8),
+        abi::LONG_DOUBLE => (LongDouble, "MPI_LONG_DOUBLE", 16),
+        abi::LONG_LONG_INT => (I64, "MPI_LONG_LONG_INT", 8),
+        abi::UNSIGNED_LONG_LONG => (U64, "MPI_UNSIGNED_LONG_LONG", 8),
+        abi::PACKED => (Packed, "MPI_PACKED", 1),
+        abi::LB | abi::UB => {
+            let name = if dt == abi::LB { "MPI_LB" } else { "MPI_UB" };
+            return Some(Predef { basic: None, size: 0, extent: 0, align: 1, name });
+        }
+        abi::FLOAT_INT => (FloatInt, "MPI_FLOAT_INT", 4),
+        abi::DOUBLE_INT => (DoubleInt, "MPI_DOUBLE_INT", 8),
+        abi::LONG_INT => (LongInt, "MPI_LONG_INT", 8),
+        abi::SHORT_INT => (ShortInt, "MPI_SHORT_INT", 4),
+        abi::TWO_INT => (TwoInt, "MPI_2INT", 4),
+        abi::LONG_DOUBLE_INT => (LongDoubleInt, "MPI_LONG_DOUBLE_INT", 16),
+        abi::COMPLEX => (CFloatComplex, "MPI_COMPLEX", 4),
+        abi::DOUBLE_COMPLEX => (CDoubleComplex, "MPI_DOUBLE_COMPLEX", 8),
+        abi::LOGICAL => (Logical, "MPI_LOGICAL", 4),
+        abi::REAL => (F32, "MPI_REAL", 4),
+        abi::DOUBLE_PRECISION => (F64, "MPI_DOUBLE_PRECISION", 8),
+        abi::INTEGER => (I32, "MPI_INTEGER", 4),
+        abi::TWO_INTEGER => (TwoInt, "MPI_2INTEGER", 4),
+        abi::TWO_REAL => (TwoReal, "MPI_2REAL", 4),
+        abi::TWO_DOUBLE_PRECISION => (TwoDouble, "MPI_2DOUBLE_PRECISION", 8),
+        abi::CHARACTER => (I8, "MPI_CHARACTER", 1),
+        abi::REAL4 => (F32, "MPI_REAL4", 4),
+        abi::REAL8 => (F64, "MPI_REAL8", 8),
+        // MPICH 4.0.2 aligns REAL16 to 1 (a struct {REAL16; char} has extent 17).
+        abi::REAL16 => (LongDouble, "MPI_REAL16", 1),
+        abi::COMPLEX8 => (CFloatComplex, "MPI_COMPLEX8", 4),
+        abi::COMPLEX16 => (CDoubleComplex, "MPI_COMPLEX16", 8),
+        abi::COMPLEX32 => (CLongDoubleComplex, "MPI_COMPLEX32", 16),
+        abi::INTEGER1 => (I8, "MPI_INTEGER1", 1),
+        abi::INTEGER2 => (I16, "MPI_INTEGER2", 2),
+        abi::INTEGER4 => (I32, "MPI_INTEGER4", 4),
+        abi::INTEGER8 => (I64, "MPI_INTEGER8", 8),
+        abi::INT8_T => (I8, "MPI_INT8_T", 1),
+        abi::INT16_T => (I16, "MPI_INT16_T", 2),
+        abi::INT32_T => (I32, "MPI_INT32_T", 4),
+        abi::INT64_T => (I64, "MPI_INT64_T", 8),
+        abi::UINT8_T => (U8, "MPI_UINT8_T", 1),
+        abi::UINT16_T => (U16, "MPI_UINT16_T", 2),
+        abi::UINT32_T => (U32, "MPI_UINT32_T", 4),
+        abi::UINT64_T => (U64, "MPI_UINT64_T", 8),
+        abi::C_BOOL => (Bool, "MPI_C_BOOL", 1),
+        abi::C_FLOAT_COMPLEX => (CFloatComplex, "MPI_C_COMPLEX", 4),
+        abi::C_DOUBLE_COMPLEX => (CDoubleComplex, "MPI_C_DOUBLE_COMPLEX", 8),
+        abi::C_LONG_DOUBLE_COMPLEX => (CLongDoubleComplex, "MPI_C_LONG_DOUBLE_COMPLEX", 16),
+        // MPICH 4.0.2 gives MPIX_C_FLOAT16 no name.
+        abi::X_C_FLOAT16 => (F16, "", 2),
+        abi::AINT => (I64, "MPI_AINT", 8),
+        abi::OFFSET => (I64, "MPI_OFFSET", 8),
+        abi::COUNT => (I64, "MPI_COUNT", 8),
+        abi::CXX_BOOL => (Bool, "MPI_CXX_BOOL", 1),
+        abi::CXX_FLOAT_COMPLEX => (CFloatComplex, "MPI_CXX_FLOAT_COMPLEX", 4),
+        abi::CXX_DOUBLE_COMPLEX => (CDoubleComplex, "MPI_CXX_DOUBLE_COMPLEX", 8),
+        abi::CXX_LONG_DOUBLE_COMPLEX => {
+            (CLongDoubleComplex, "MPI_CXX_LONG_DOUBLE_COMPLEX", 16)
+        }
+        _ => return None,
+    };
+    Some(Predef { basic: Some(basic), size: basic.data_size(), extent: basic.size(), align, name })
+}
+
+/// The basic element type of predefined datatype `dt`: `None` for derived
+/// types, `MPI_LB`/`MPI_UB`, and handles that are not datatypes.
+pub fn basic_of(dt: Handle) -> Option<Basic> {
+    predef(dt).and_then(|p| p.basic)
+}
+
+/// Whether `dt` is one of MPICH's predefined datatypes (pair types,
+/// `MPI_LB` and `MPI_UB` included).
+pub fn is_predefined(dt: Handle) -> bool {
+    predef(dt).is_some()
+}
+
+/// What `Types::info` reports of a datatype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TypeInfo {
+    /// Bytes of data in one element (`MPI_Type_size`).
+    pub size: usize,
+    /// Lower bound (`MPI_Type_get_extent`).
+    pub lb: Aint,
+    /// Extent: the stride between consecutive elements.
+    pub extent: Aint,
+    /// Lower bound of the bytes the data occupies.
+    pub true_lb: Aint,
+    /// Span of the bytes the data occupies.
+    pub true_extent: Aint,
+    /// The data of `n` elements is exactly the `n * size` bytes at the
+    /// buffer's address: one block at offset 0, `lb == 0`, `extent == size`.
+    pub contiguous: bool,
+    /// Committed (predefined types always are).
+    pub committed: bool,
+    /// `Some((b, n))` when one element is `n` basic elements all of type
+    /// `b` (what the predefined operations need).
+    pub basic: Option<(Basic, usize)>,
+}
+
+/// One block of bytes: `len` bytes at `off` from an element's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Block {
+    off: isize,
+    len: usize,
+}
+
+/// `reps` copies of what is inside, `stride` bytes apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Level {
+    reps: usize,
+    stride: isize,
+}
+
+/// `n` consecutive basic elements of `size` bytes each (in packed order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    size: usize,
+    n: u64,
+}
+
+/// Where one element's data lies: the tile's blocks, repeated by the
+/// levels (outermost first; tile copies in odometer order), and the sizes
+/// of the basic elements of one tile, in type-map order.
+#[derive(Clone, Debug, Default)]
+struct Layout {
+    blocks: Vec<Block>,
+    /// `starts[i]`: packed offset of `blocks[i]` within the tile; one more
+    /// entry than `blocks`, the last being the tile's size.
+    starts: Vec<usize>,
+    levels: Vec<Level>,
+    sig: Vec<Run>,
+}
+
+/// Largest number of blocks a layout flattens into before the
+/// constructor gives up with `ERR_NO_MEM`.
+const MAX_BLOCKS: usize = 1 << 26;
+
+impl Layout {
+    /// A predefined type's layout: one block, one basic element of `size`
+    /// bytes (a complex number is one element).
+    fn dense(size: usize) -> Layout {
+        let mut l = Layout::default();
+        if size > 0 {
+            l.blocks.push(Block { off: 0, len: size });
+            l.sig.push(Run { size, n: 1 });
+        }
+        l.finish()
+    }
+
+    /// A pair type's layout: value at 0, index at `io`.
+    fn pair(b: Basic) -> Layout {
+        let (v, io, i) = b.pair_parts().unwrap_or((b.size(), 0, 0));
+        let mut l = Layout::default();
+        push_block(&mut l.blocks, 0, v);
+        push_run(&mut l.sig, v, 1);
+        push_block(&mut l.blocks, io as isize, i);
+        push_run(&mut l.sig, i, 1);
+        l.finish()
+    }
+
+    fn finish(mut self) -> Layout {
+        self.starts.clear();
+        let mut s = 0;
+        for b in &self.blocks {
+            self.starts.push(s);
+            s += b.len;
+        }
+        self.starts.push(s);
+        self
+    }
+
+    fn tile_size(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    fn tiles(&self) -> usize {
+        self.levels.iter().map(|l| l.reps).product()
+    }
+
+    fn tile_elems(&self) -> u64 {
+        self.sig.iter().map(|r| r.n).sum()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The one span `(off, len)` the data forms, in type-map order, if it does.
+    fn dense_span(&self) -> Option<(isize, usize)> {
+        let [b] = self.blocks[..] else { return None };
+        let mut len = b.len;
+        for l in self.levels.iter().rev() {
+            if l.reps > 1 && l.stride != len as isize {
+                return None;
+            }
+            len *= l.reps;
+        }
+        Some((b.off, len))
+    }
+
+    fn shifted(mut self, d: isize) -> Layout {
+        for b in &mut self.blocks {
+            b.off = b.off.wrapping_add(d);
+        }
+        self
+    }
+
+    /// `n` copies of this layout, `stride` bytes apart.
+    fn replicate(mut self, n: usize, stride: isize) -> Layout {
+        if n == 0 || self.is_empty() {
+            return Layout::default().finish();
+        }
+        if n == 1 {
+            return self;
+        }
+        if self.levels.is_empty() && self.blocks.len() == 1 && self.sig.len() == 1 {
+            let b = self.blocks[0];
+            if b.len as isize == stride {
+                self.blocks[0].len *= n;
+                self.sig[0].n *= n as u64;
+                return self.finish();
+            }
+        }
+        if let Some(l0) = self.levels.first_mut() {
+            if (l0.reps as isize).wrapping_mul(l0.stride) == stride {
+                l0.reps *= n;
+                return self;
+            }
+        }
+        self.levels.insert(0, Level { reps: n, stride });
+        self
+    }
+
+    /// Appends this layout, flattened and shifted by `d`, to `blocks`/`sig`.
+    fn flatten_into(&self, d: isize, blocks: &mut Vec<Block>, sig: &mut Vec<Run>) -> Result<(), c_int> {
+        let tiles = self.tiles();
+        if tiles.saturating_mul(self.blocks.len()).saturating_add(blocks.len()) > MAX_BLOCKS {
+            return Err(abi::ERR_NO_MEM);
+        }
+        let mut digits = vec![0usize; self.levels.len()];
+        let mut t_off = d;
+        for _ in 0..tiles {
+            for b in &self.blocks {
+                push_block(blocks, t_off.wrapping_add(b.off), b.len);
+            }
+            t_off = advance(&self.levels, &mut digits, t_off);
+        }
+        if let [r] = self.sig[..] {
+            push_run(sig, r.size, r.n * tiles as u64);
+        } else {
+            for _ in 0..tiles {
+                for r in &self.sig {
+                    push_run(sig, r.size, r.n);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f(mem_off, packed_off, len)` over the blocks of `count`
+    /// elements `extent` apart, for packed bytes `start..end`.
+    fn walk(&self, extent: isize, start: usize, end: usize, mut f: impl FnMut(isize, usize, usize)) {
+        let tile = self.tile_size();
+        if tile == 0 || start >= end {
+            return;
+        }
+        let tiles = self.tiles();
+        let size = tile * tiles;
+        let mut elem = start / size;
+        let rem = start % size;
+        let t = rem / tile;
+        let r = rem % tile;
+        // The block holding packed offset r of the tile.
+        let mut b = self.starts.partition_point(|&s| s <= r) - 1;
+        let mut in_block = r - self.starts[b];
+        // The odometer for tile t.
+        let mut digits = vec![0usize; self.levels.len()];
+        let mut rest = t;
+        for (i, l) in self.levels.iter().enumerate().rev() {
+            digits[i] = rest % l.reps;
+            rest /= l.reps;
+        }
+        let mut t_off: isize = self
+            .levels
+            .iter()
+            .zip(&digits)
+            .fold(0isize, |a, (l, &d)| a.wrapping_add((d as isize).wrapping_mul(l.stride)));
+        let mut t_idx = t;
+        let mut pos = start;
+        let mut base = (elem as isize).wrapping_mul(extent);
+        loop {
+            while b < self.blocks.len() {
+                let blk = self.blocks[b];
+                let take = (blk.len - in_block).min(end - pos);
+                f(base.wrapping_add(t_off).wrapping_add(blk.off).wrapping_add(in_block as isize), pos, take);
+                pos += take;
+                if pos >= end {
+                    return;
+                }
+                in_block = 0;
+                b += 1;
+            }
+            b = 0;
+            t_idx += 1;
+            if t_idx == tiles {
+                t_idx = 0;
+                digits.iter_mut().for_each(|d| *d = 0);
+                t_off = 0;
+                elem += 1;
+                base = (elem as isize).wrapping_mul(extent);
+            } else {
+                t_off = advance(&self.levels, &mut digits, t_off);
+            }
+        }
+    }
+}
+
+/// Steps the odometer `digits` over `levels` to the next tile, returning
+/// its offset given the current one.
+fn advance(levels: &[Level], digits: &mut [usize], mut off: isize) -> isize {
+    for i in (0..levels.len()).rev() {
+        digits[i] += 1;
+        off = off.wrapping_add(levels[i].stride);
+        if digits[i] < levels[i].reps {
+            return off;
+        }
+        off = off.wrapping_sub((levels[i].reps as isize).wrapping_mul(levels[i].stride));
+        digits[i] = 0;
+    }
+    off
+}
+
+fn push_block(blocks: &mut Vec<Block>, off: isize, len: usize) {
+    if len == 0 {
+        return;
+    }
+    if let Some(last) = blocks.last_mut() {
+        if last.off.wrapping_add(last.len as isize) == off {
+            last.len += len;
+            return;
+        }
+    }
+    blocks.push(Block { off, len });
+}
+
+fn push_run(sig: &mut Vec<Run>, size: usize, n: u64) {
+    if size == 0 || n == 0 {
+        return;
+    }
+    if let Some(last) = sig.last_mut() {
+        if last.size == size {
+            last.n += n;
+            return;
+        }
+    }
+    sig.push(Run { size, n });
+}
+
+/// What a constructor remembers for `MPI_Type_get_contents`.
+#[derive(Clone, Debug, Default)]
+struct Contents {
+    combiner: c_int,
+    ints: Vec<i32>,
+    addrs: Vec<Aint>,
+    types: Vec<Handle>,
+}
+
+/// A derived datatype.
+#[derive(Debug)]
+struct Derived {
+    size: usize,
+    lb: isize,
+    extent: isize,
+    true_lb: isize,
+    true_ub: isize,
+    align: usize,
+    basic: Option<(Basic, usize)>,
+    /// `Some(off)`: one element's data is the `size` bytes at `off`.
+    dense: Option<isize>,
+    layout: Layout,
+    committed: bool,
+    name: String,
+    /// The program's handle (1) plus the derived types naming this one in
+    /// their contents plus handles `contents` gave out.
+    refs: Cell<u32>,
+    contents: Contents,
+}
+
+/// A datatype seen through one interface, predefined or derived.
+struct View<'a> {
+    size: usize,
+    lb: isize,
+    extent: isize,
+    true_lb: isize,
+    true_ub: isize,
+    align: usize,
+    basic: Option<(Basic, usize)>,
+    dense: Option<isize>,
+    /// `None` only for predefined types whose data is one block at 0.
+    layout: Option<&'a Layout>,
+    committed: bool,
+    predefined: bool,
+}
+
+impl View<'_> {
+    fn info(&self) -> TypeInfo {
+        TypeInfo {
+            size: self.size,
+            lb: self.lb,
+            extent: self.extent,
+            true_lb: self.true_lb,
+            true_extent: self.true_ub - self.true_lb,
+            contiguous: self.lb == 0
+                && self.extent == self.size as isize
+                && (self.size == 0 || self.dense == Some(0)),
+            committed: self.committed,
+            basic: self.basic,
+        }
+    }
+
+    /// This type's layout, owned (for constructors).
+    fn layout(&self) -> Layout {
+        match self.layout {
+            Some(l) => l.clone(),
+            None => Layout::dense(self.size),
+        }
+    }
+
+    /// `f(mem_off, packed_off, len)` over packed bytes `start..end` of a
+    /// sequence of elements.
+    fn walk(&self, start: usize, end: usize, mut f: impl FnMut(isize, usize, usize)) {
+        if self.size == 0 || start >= end {
+            return;
+        }
+        if let Some(off) = self.dense {
+            if self.extent == self.size as isize {
+                f(off.wrapping_add(start as isize), start, end - start);
+                return;
+            }
+            let mut pos = start;
+            while pos < end {
+                let e = pos / self.size;
+                let within = pos % self.size;
+                let take = (self.size - within).min(end - pos);
+                let mem = (e as isize).wrapping_mul(self.extent).wrapping_add(off).wrapping_add(within as isize);
+                f(mem, pos, take);
+                pos += take;
+            }
+            return;
+        }
+        if let Some(l) = self.layout {
+            l.walk(self.extent, start, end, f);
+        }
+    }
+}
+
+/// A constructor's intermediate: bounds in wide integers, so that
+/// overflow is caught once at the end.
+struct Part {
+    /// Contributes bounds (some block of length > 0).
+    any: bool,
+    /// Has data.
+    data: bool,
+    size: u128,
+    lb: i128,
+    ub: i128,
+    tlb: i128,
+    tub: i128,
+    align: usize,
+    basic: Option<(Basic, usize)>,
+    layout: Layout,
+}
+
+impl Part {
+    fn empty() -> Part {
+        Part {
+            any: false,
+            data: false,
+            size: 0,
+            lb: 0,
+            ub: 0,
+            tlb: 0,
+            tub: 0,
+            align: 1,
+            basic: None,
+            layout: Layout::default().finish(),
+        }
+    }
+
+    /// `k` copies of type `v`, `v.extent` apart, starting at `d` bytes.
+    fn of(v: &View<'_>, k: usize, d: isize) -> Part {
+        if k == 0 {
+            return Part::empty();
+        }
+        let e = v.extent as i128;
+        let span = (k as i128 - 1) * e;
+        let (lo, hi) = (span.min(0), span.max(0));
+        let d128 = d as i128;
+        Part {
+            any: true,
+            data: v.size > 0,
+            size: v.size as u128 * k as u128,
+            lb: d128 + v.lb as i128 + lo,
+            ub: d128 + v.lb as i128 + e + hi,
+            tlb: d128 + v.true_lb as i128 + lo,
+            tub: d128 + v.true_ub as i128 + hi,
+            align: v.align,
+            basic: v.basic.map(|(b, n)| (b, n.saturating_mul(k))),
+            layout: v.layout().replicate(k, v.extent).shifted(d),
+        }
+    }
+
+    /// `n` copies of this part, `stride` bytes apart.
+    fn repeat(self, n: usize, stride: isize) -> Part {
+        if n == 0 || !self.any {
+            return Part::empty();
+        }
+        let span = (n as i128 - 1) * stride as i128;
+        let (lo, hi) = (span.min(0), span.max(0));
+        Part {
+            size: self.size * n as u128,
+            lb: self.lb + lo,
+            ub: self.ub + hi,
+            tlb: self.tlb + lo,
+            tub: self.tub + hi,
+            basic: self.basic.map(|(b, k)| (b, k.saturating_mul(n))),
+            layout: self.layout.replicate(n, stride),
+            ..self
+        }
+    }
+
+    /// The parts one after another in type-map order.
+    fn concat(parts: Vec<Part>) -> Result<Part, c_int> {
+        let mut parts: Vec<Part> = parts.into_iter().filter(|p| p.any).collect();
+        if parts.len() <= 1 {
+            return Ok(parts.pop().unwrap_or_else(Part::empty));
+        }
+        let mut out = Part::empty();
+        out.any = true;
+        out.lb = i128::MAX;
+        out.ub = i128::MIN;
+        let mut blocks = Vec::new();
+        let mut sig = Vec::new();
+        let mut first = true;
+        for p in &parts {
+            out.size += p.size;
+            out.lb = out.lb.min(p.lb);
+            out.ub = out.ub.max(p.ub);
+            if p.data {
+                if out.data {
+                    out.tlb = out.tlb.min(p.tlb);
+                    out.tub = out.tub.max(p.tub);
+                } else {
+                    (out.tlb, out.tub) = (p.tlb, p.tub);
+                }
+                out.data = true;
+            }
+            out.align = out.align.max(p.align);
+            out.basic = match (first, out.basic, p.basic) {
+                (true, _, b) => b,
+                (false, Some((a, n)), Some((b, m))) if a == b => Some((a, n.saturating_add(m))),
+                _ => None,
+            };
+            first = false;
+            p.layout.flatten_into(0, &mut blocks, &mut sig)?;
+        }
+        out.layout = Layout { blocks, starts: Vec::new(), levels: Vec::new(), sig }.finish();
+        Ok(out)
+    }
+}
+
+/// The handles of derived types: `0x8c10_0000 | index`.
+const USER_BASE: u32 = 0x8c10_0000;
+const USER_MASK: u32 = 0xfff0_0000;
+const USER_MAX: usize = 0x10_0000;
+
+/// The datatypes of a process: the predefined ones, answered from their
+/// handles, and a slab of derived ones.
+pub struct Types {
+    slots: Vec<Option<Derived>>,
+    free_slots: Vec<usize>,
+    /// The pair types' layouts, built once (see `pair_index`).
+    pairs: Vec<Layout>,
+    /// Names the program gave predefined types.
+    renamed: Vec<(Handle, String)>,
+}
+
+impl Default for Types {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+const PAIRS: [Handle; 9] = [
+    abi::FLOAT_INT,
+    abi::DOUBLE_INT,
+    abi::LONG_INT,
+    abi::SHORT_INT,
+    abi::LONG_DOUBLE_INT,
+    abi::TWO_INT,
+    abi::TWO_INTEGER,
+    abi::TWO_REAL,
+    abi::TWO_DOUBLE_PRECISION,
+];
+
+fn pair_index(dt: Handle) -> Option<usize> {
+    PAIRS.iter().position(|&p| p == dt)
+}
+
+/// Converts a constructor's count or block length.
+fn count_arg(n: i32) -> Result<usize, c_int> {
+    usize::try_from(n).map_err(|_| abi::ERR_COUNT)
+}
+
+fn narrow(v: i128) -> Result<isize, c_int> {
+    isize::try_from(v).map_err(|_| abi::ERR_ARG)
+}
+
+impl Types {
+    /// An empty table (predefined types only).
+    pub fn new() -> Self {
+        let pairs = PAIRS
+            .iter()
+            .map(|&h| Layout::pair(basic_of(h).unwrap_or(Basic::TwoInt)))
+            .collect();
+        Types { slots: Vec::new(), free_slots: Vec::new(), pairs, renamed: Vec::new() }
+    }
+
+    fn slot(&self, dt: Handle) -> Option<&Derived> {
+        let u = dt as u32;
+        if u & USER_MASK != USER_BASE {
+            return None;
+        }
+        self.slots.get((u & !USER_MASK) as usize)?.as_ref()
+    }
+
+    fn slot_mut(&mut self, dt: Handle) -> Option<&mut Derived> {
+        let u = dt as u32;
+        if u & USER_MASK != USER_BASE {
+            return None;
+        }
+        self.slots.get_mut((u & !USER_MASK) as usize)?.as_mut()
+    }
+
+    fn view(&self, dt: Handle) -> Result<View<'_>, c_int> {
+        if let Some(p) = predef(dt) {
+            let layout = pair_index(dt).map(|i| &self.pairs[i]);
+            let dense = match layout {
+                Some(l) => l.dense_span().map(|s| s.0),
+                None => Some(0),
+            };
+            let true_ub = match (layout, p.basic) {
+                (Some(_), Some(b)) => b.pair_parts().map_or(p.size, |(_, io, i)| io + i),
+                _ => p.size,
+            };
+            return Ok(View {
+                size: p.size,
+                lb: 0,
+                extent: p.extent as isize,
+                true_lb: 0,
+                true_ub: true_ub as isize,
+                align: p.align,
+                basic: p.basic.map(|b| (b, 1)),
+                dense,
+                layout,
+                committed: true,
+                predefined: true,
+            });
+        }
+        let d = self.slot(dt).ok_or(abi::ERR_TYPE)?;
+        Ok(View {
+            size: d.size,
+            lb: d.lb,
+            extent: d.extent,
+            true_lb: d.true_lb,
+            true_ub: d.true_ub,
+            align: d.align,
+            basic: d.basic,
+            dense: d.dense,
+            layout: Some(&d.layout),
+            committed: d.committed,
+            predefined: false,
+        })
+    }
+
+    /// A datatype's size, bounds and shape. Predefined types are answered
+    /// without allocating.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for `MPI_DATATYPE_NULL`, a freed or an unknown handle.
+    pub fn info(&self, dt: Handle) -> Result<TypeInfo, c_int> {
+        self.view(dt).map(|v| v.info())
+    }
+
+    /// Whether `dt` names a predefined or a live derived datatype.
+    pub fn is_valid(&self, dt: Handle) -> bool {
+        predef(dt).is_some() || self.slot(dt).is_some()
+    }
+
+    /// Stores a new derived type, taking a reference on each derived type
+    /// its contents name.
+    fn insert(&mut self, p: Part, lb: i128, ub: i128, committed: bool, contents: Contents) -> Result<Handle, c_int> {
+        let size = usize::try_from(p.size).map_err(|_| abi::ERR_ARG)?;
+        let (lb, ub) = (narrow(lb)?, narrow(ub)?);
+        let extent = narrow(ub as i128 - lb as i128)?;
+        let (tlb, tub) = if p.data { (narrow(p.tlb)?, narrow(p.tub)?) } else { (0, 0) };
+        narrow(tub as i128 - tlb as i128)?;
+        let dense = p.layout.dense_span().filter(|s| s.1 == size).map(|s| s.0);
+        let d = Derived {
+            size,
+            lb,
+            extent,
+            true_lb: tlb,
+            true_ub: tub,
+            align: p.align,
+            basic: if size == 0 { None } else { p.basic },
+            dense,
+            layout: p.layout,
+            committed,
+            name: String::new(),
+            refs: Cell::new(1),
+            contents,
+        };
+        let idx = match self.free_slots.pop() {
+            Some(i) => i,
+            None if self.slots.len() < USER_MAX => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+            None => return Err(abi::ERR_NO_MEM),
+        };
+        for &t in &d.contents.types {
+            if let Some(c) = self.slot(t) {
+                c.refs.set(c.refs.get() + 1);
+            }
+        }
+        self.slots[idx] = Some(d);
+        Ok((USER_BASE | idx as u32) as Handle)
+    }
+
+    /// A type built from one part with the part's own bounds.
+    fn plain(&mut self, p: Part, contents: Contents) -> Result<Handle, c_int> {
+        let (lb, ub) = if p.any { (p.lb, p.ub) } else { (0, 0) };
+        self.insert(p, lb, ub, false, contents)
+    }
+
+    /// `MPI_Type_contiguous`: `count` copies of `old`.
+    ///
+    /// # Errors
+    /// `ERR_COUNT` for a negative count; `ERR_TYPE` for an invalid `old`;
+    /// `ERR_ARG` when the bounds overflow.
+    pub fn contiguous(&mut self, count: i32, old: Handle) -> Result<Handle, c_int> {
+        let n = count_arg(count)?;
+        let v = self.view(old)?;
+        let p = Part::of(&v, n, 0);
+        let c = Contents { combiner: abi::COMBINER_CONTIGUOUS, ints: vec![count], addrs: vec![], types: vec![old] };
+        self.plain(p, c)
+    }
+
+    fn strided(&mut self, count: i32, blocklen: i32, stride_bytes: i128, old: Handle, c: Contents) -> Result<Handle, c_int> {
+        let (n, k) = (count_arg(count)?, count_arg(blocklen)?);
+        let v = self.view(old)?;
+        let stride = narrow(stride_bytes)?;
+        let p = Part::of(&v, k, 0).repeat(n, stride);
+        self.plain(p, c)
+    }
+
+    /// `MPI_Type_vector`: `count` blocks of `blocklen` elements of `old`,
+    /// the blocks `stride` extents of `old` apart.
+    ///
+    /// # Errors
+    /// `ERR_COUNT` for a negative count or block length; `ERR_TYPE` for an
+    /// invalid `old`; `ERR_ARG` when the bounds overflow.
+    pub fn vector(&mut self, count: i32, blocklen: i32, stride: i32, old: Handle) -> Result<Handle, c_int> {
+        let ext = self.view(old)?.extent as i128;
+        let c = Contents { combiner: abi::COMBINER_VECTOR, ints: vec![count, blocklen, stride], addrs: vec![], types: vec![old] };
+        self.strided(count, blocklen, stride as i128 * ext, old, c)
+    }
+
+    /// `MPI_Type_create_hvector`: like `vector` with the stride in bytes.
+    ///
+    /// # Errors
+    /// As `vector`.
+    pub fn hvector(&mut self, count: i32, blocklen: i32, stride_bytes: Aint, old: Handle) -> Result<Handle, c_int> {
+        let c = Contents { combiner: abi::COMBINER_HVECTOR, ints: vec![count, blocklen], addrs: vec![stride_bytes], types: vec![old] };
+        self.strided(count, blocklen, stride_bytes as i128, old, c)
+    }
+
+    /// Blocks of `old` at byte displacements.
+    fn blocks_of(&mut self, entries: &[(usize, i128)], old: Handle, c: Contents) -> Result<Handle, c_int> {
+        let v = self.view(old)?;
+        let mut parts = Vec::with_capacity(entries.len());
+        for &(k, d) in entries {
+            parts.push(Part::of(&v, k, narrow(d)?));
+        }
+        let p = Part::concat(parts)?;
+        self.plain(p, c)
+    }
+
+    /// `MPI_Type_indexed`: blocks of `blocklens[i]` elements of `old` at
+    /// `displs[i]` extents of `old`.
+    ///
+    /// # Errors
+    /// `ERR_ARG` when the slices' lengths differ or the bounds overflow;
+    /// `ERR_COUNT` for a negative block length; `ERR_TYPE` for an invalid
+    /// `old`; `ERR_NO_MEM` for a layout of more than 2^26 blocks.
+    pub fn indexed(&mut self, blocklens: &[i32], displs: &[i32], old: Handle) -> Result<Handle, c_int> {
+        if blocklens.len() != displs.len() {
+            return Err(abi::ERR_ARG);
+        }
+        let ext = self.view(old)?.extent as i128;
+        let entries = blocklens
+            .iter()
+            .zip(displs)
+            .map(|(&k, &d)| Ok((count_arg(k)?, d as i128 * ext)))
+            .collect::<Result<Vec<_>, c_int>>()?;
+        let mut ints = vec![blocklens.len() as i32];
+        ints.extend_from_slice(blocklens);
+        ints.extend_from_slice(displs);
+        let c = Contents { combiner: abi::COMBINER_INDEXED, ints, addrs: vec![], types: vec![old] };
+        self.blocks_of(&entries, old, c)
+    }
+
+    /// `MPI_Type_create_hindexed`: like `indexed` with displacements in bytes.
+    ///
+    /// # Errors
+    /// As `indexed`.
+    pub fn hindexed(&mut self, blocklens: &[i32], displs: &[Aint], old: Handle) -> Result<Handle, c_int> {
+        if blocklens.len() != displs.len() {
+            return Err(abi::ERR_ARG);
+        }
+        self.view(old)?;
+        let entries = blocklens
+            .iter()
+            .zip(displs)
+            .map(|(&k, &d)| Ok((count_arg(k)?, d as i128)))
+            .collect::<Result<Vec<_>, c_int>>()?;
+        let mut ints = vec![blocklens.len() as i32];
+        ints.extend_from_slice(blocklens);
+        let c = Contents { combiner: abi::COMBINER_HINDEXED, ints, addrs: displs.to_vec(), types: vec![old] };
+        self.blocks_of(&entries, old, c)
+    }
+
+    /// `MPI_Type_create_indexed_block`: blocks of `blocklen` elements of
+    /// `old` at `displs[i]` extents of `old`.
+    ///
+    /// # Errors
+    /// As `indexed`.
+    pub fn indexed_block(&mut self, blocklen: i32, displs: &[i32], old: Handle) -> Result<Handle, c_int> {
+        let k = count_arg(blocklen)?;
+        let ext = self.view(old)?.extent as i128;
+        let entries: Vec<_> = displs.iter().map(|&d| (k, d as i128 * ext)).collect();
+        let mut ints = vec![displs.len() as i32, blocklen];
+        ints.extend_from_slice(displs);
+        let c = Contents { combiner: abi::COMBINER_INDEXED_BLOCK, ints, addrs: vec![], types: vec![old] };
+        self.blocks_of(&entries, old, c)
+    }
+
+    /// `MPI_Type_create_hindexed_block`: like `indexed_block` with
+    /// displacements in bytes.
+    ///
+    /// # Errors
+    /// As `indexed`.
+    pub fn hindexed_block(&mut self, blocklen: i32, displs: &[Aint], old: Handle) -> Result<Handle, c_int> {
+        let k = count_arg(blocklen)?;
+        self.view(old)?;
+        let entries: Vec<_> = displs.iter().map(|&d| (k, d as i128)).collect();
+        let c = Contents {
+            combiner: abi::COMBINER_HINDEXED_BLOCK,
+            ints: vec![displs.len() as i32, blocklen],
+            addrs: displs.to_vec(),
+            types: vec![old],
+        };
+        self.blocks_of(&entries, old, c)
+    }
+
+    /// `MPI_Type_create_struct`: blocks of `blocklens[i]` elements of
+    /// `types[i]` at byte displacements `displs[i]`. As in MPICH, the
+    /// extent of a struct of more than one distinct type is rounded up to
+    /// its members' largest alignment, and `MPI_LB`/`MPI_UB` entries set
+    /// the bounds (no rounding then).
+    ///
+    /// # Errors
+    /// `ERR_ARG` when the slices' lengths differ or the bounds overflow;
+    /// `ERR_COUNT` for a negative block length; `ERR_TYPE` for an invalid
+    /// type; `ERR_NO_MEM` for a layout of more than 2^26 blocks.
+    pub fn create_struct(&mut self, blocklens: &[i32], displs: &[Aint], types: &[Handle]) -> Result<Handle, c_int> {
+        if blocklens.len() != displs.len() || blocklens.len() != types.len() {
+            return Err(abi::ERR_ARG);
+        }
+        let mut parts = Vec::with_capacity(types.len());
+        let (mut mlb, mut mub): (Option<i128>, Option<i128>) = (None, None);
+        let mut first: Option<Handle> = None;
+        let mut mixed = false;
+        for ((&k, &d), &t) in blocklens.iter().zip(displs).zip(types) {
+            let k = count_arg(k)?;
+            let v = self.view(t)?;
+            if t == abi::LB || t == abi::UB {
+                if k > 0 {
+                    let m = if t == abi::LB { &mut mlb } else { &mut mub };
+                    let d = d as i128;
+                    *m = Some(match *m {
+                        Some(x) if t == abi::LB => x.min(d),
+                        Some(x) => x.max(d),
+                        None => d,
+                    });
+                }
+                continue;
+            }
+            if k > 0 {
+                match first {
+                    None => first = Some(t),
+                    Some(f) if f != t => mixed = true,
+                    _ => {}
+                }
+            }
+            parts.push(Part::of(&v, k, d));
+        }
+        let p = Part::concat(parts)?;
+        let (mut lb, mut ub) = if p.any { (p.lb, p.ub) } else { (0, 0) };
+        if mlb.is_some() || mub.is_some() {
+            lb = mlb.unwrap_or(if p.any { lb } else { mub.unwrap_or(0) });
+            ub = mub.unwrap_or(if p.any { ub } else { lb });
+        } else if mixed && p.align > 1 && ub > lb {
+            let a = p.align as i128;
+            ub = lb + (ub - lb + a - 1) / a * a;
+        }
+        let mut ints = vec![types.len() as i32];
+        ints.extend_from_slice(blocklens);
+        let c = Contents { combiner: abi::COMBINER_STRUCT, ints, addrs: displs.to_vec(), types: types.to_vec() };
+        self.insert(p, lb, ub, false, c)
+    }
+
+    /// `MPI_Type_create_resized`: `old` with lower bound `lb` and extent
+    /// `extent` (which may be negative).
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid `old`; `ERR_ARG` when `lb + extent` overflows.
+    pub fn resized(&mut self, old: Handle, lb: Aint, extent: Aint) -> Result<Handle, c_int> {
+        let v = self.view(old)?;
+        let p = Part {
+            any: true,
+            data: v.size > 0,
+            size: v.size as u128,
+            lb: lb as i128,
+            ub: lb as i128 + extent as i128,
+            tlb: v.true_lb as i128,
+            tub: v.true_ub as i128,
+            align: v.align,
+            basic: v.basic,
+            layout: v.layout(),
+        };
+        let c = Contents { combiner: abi::COMBINER_RESIZED, ints: vec![], addrs: vec![lb, extent], types: vec![old] };
+        let (l, u) = (p.lb, p.ub);
+        self.insert(p, l, u, false, c)
+    }
+
+    /// `MPI_Type_dup`: a new handle for the same type, committed if `old`
+    /// is, with no name.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid `old`.
+    pub fn dup(&mut self, old: Handle) -> Result<Handle, c_int> {
+        let v = self.view(old)?;
+        let p = Part {
+            any: true,
+            data: v.size > 0,
+            size: v.size as u128,
+            lb: v.lb as i128,
+            ub: v.lb as i128 + v.extent as i128,
+            tlb: v.true_lb as i128,
+            tub: v.true_ub as i128,
+            align: v.align,
+            basic: v.basic,
+            layout: v.layout(),
+        };
+        let committed = v.committed;
+        let c = Contents { combiner: abi::COMBINER_DUP, ints: vec![], addrs: vec![], types: vec![old] };
+        let (l, u) = (p.lb, p.ub);
+        self.insert(p, l, u, committed, c)
+    }
+
+    /// `MPI_Type_commit` (a no-op for predefined types).
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle.
+    pub fn commit(&mut self, dt: Handle) -> Result<(), c_int> {
+        if predef(dt).is_some() {
+            return Ok(());
+        }
+        self.slot_mut(dt).ok_or(abi::ERR_TYPE)?.committed = true;
+        Ok(())
+    }
+
+    /// `MPI_Type_free`: drops the program's reference. The types built
+    /// from `dt` keep working, and so does `dt` itself while a handle
+    /// `contents` gave out refers to it.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for a predefined type or an invalid handle.
+    pub fn free(&mut self, dt: Handle) -> Result<(), c_int> {
+        if predef(dt).is_some() || self.slot(dt).is_none() {
+            return Err(abi::ERR_TYPE);
+        }
+        let mut stack = vec![dt];
+        while let Some(h) = stack.pop() {
+            let Some(d) = self.slot(h) else { continue };
+            let r = d.refs.get() - 1;
+            d.refs.set(r);
+            if r == 0 {
+                let idx = (h as u32 & !USER_MASK) as usize;
+                if let Some(d) = self.slots[idx].take() {
+                    stack.extend(d.contents.types.iter().copied().filter(|&t| predef(t).is_none()));
+                }
+                self.free_slots.push(idx);
+            }
+        }
+        Ok(())
+    }
+
+    /// `MPI_Type_get_envelope`: `(num_integers, num_addresses,
+    /// num_datatypes, combiner)`; `(0, 0, 0, COMBINER_NAMED)` for
+    /// predefined types.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle.
+    pub fn envelope(&self, dt: Handle) -> Result<(i32, i32, i32, i32), c_int> {
+        if predef(dt).is_some() {
+            return Ok((0, 0, 0, abi::COMBINER_NAMED));
+        }
+        let c = &self.slot(dt).ok_or(abi::ERR_TYPE)?.contents;
+        Ok((c.ints.len() as i32, c.addrs.len() as i32, c.types.len() as i32, c.combiner))
+    }
+
+    /// `MPI_Type_get_contents`: the arguments `dt` was built with. The
+    /// datatypes are the very handles passed to the constructor; for each
+    /// derived one a reference is taken, so that the program may (as MPI
+    /// says it should) `MPI_Type_free` it — as MPICH does.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for a predefined type (MPICH's class) or an invalid
+    /// handle; `ERR_ARG` when a slice is shorter than the envelope says.
+    pub fn contents(&self, dt: Handle, ints: &mut [i32], addrs: &mut [Aint], types: &mut [Handle]) -> Result<(), c_int> {
+        if predef(dt).is_some() {
+            return Err(abi::ERR_TYPE);
+        }
+        let c = &self.slot(dt).ok_or(abi::ERR_TYPE)?.contents;
+        if ints.len() < c.ints.len() || addrs.len() < c.addrs.len() || types.len() < c.types.len() {
+            return Err(abi::ERR_ARG);
+        }
+        ints[..c.ints.len()].copy_from_slice(&c.ints);
+        addrs[..c.addrs.len()].copy_from_slice(&c.addrs);
+        types[..c.types.len()].copy_from_slice(&c.types);
+        for &t in &c.types {
+            if let Some(d) = self.slot(t) {
+                d.refs.set(d.refs.get() + 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// `MPI_Type_get_name`: MPICH's name for a predefined type (e.g.
+    /// `"MPI_LONG_LONG_INT"`, `"MPI_C_COMPLEX"`; `""` for
+    /// `MPIX_C_FLOAT16`, as MPICH 4.0.2), unless the program renamed it;
+    /// `""` for a derived type never named.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle.
+    pub fn name(&self, dt: Handle) -> Result<String, c_int> {
+        if let Some(p) = predef(dt) {
+            let r = self.renamed.iter().find(|r| r.0 == dt);
+            return Ok(r.map_or_else(|| p.name.to_string(), |r| r.1.clone()));
+        }
+        Ok(self.slot(dt).ok_or(abi::ERR_TYPE)?.name.clone())
+    }
+
+    /// `MPI_Type_set_name`, keeping at most `MAX_OBJECT_NAME - 1` bytes
+    /// (silently, as MPICH).
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle.
+    pub fn set_name(&mut self, dt: Handle, name: &str) -> Result<(), c_int> {
+        let mut end = name.len().min(abi::MAX_OBJECT_NAME - 1);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let name = name[..end].to_string();
+        if predef(dt).is_some() {
+            match self.renamed.iter_mut().find(|r| r.0 == dt) {
+                Some(r) => r.1 = name,
+                None => self.renamed.push((dt, name)),
+            }
+            return Ok(());
+        }
+        self.slot_mut(dt).ok_or(abi::ERR_TYPE)?.name = name;
+        Ok(())
+    }
+
+    /// Runs `f(mem_off, packed_off, len)` for each contiguous piece of the
+    /// data of `count` elements of `dt` (element `i` at `i * extent`), in
+    /// type-map order: `len` bytes at `buf + mem_off` are packed bytes
+    /// `packed_off..packed_off + len`. A contiguous type gives one piece.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle; `ERR_COUNT` when `count * size`
+    /// overflows.
+    pub fn for_each_block(&self, dt: Handle, count: usize, f: impl FnMut(isize, usize, usize)) -> Result<(), c_int> {
+        let v = self.view(dt)?;
+        let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
+        v.walk(0, total, f);
+        Ok(())
+    }
+
+    /// Copies `count` elements of type `dt` laid out at `src` into the
+    /// contiguous bytes `out`; returns the bytes written (`count * size`).
+    /// Does not check that `dt` is committed.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle; `ERR_COUNT` when `count * size`
+    /// overflows; `ERR_TRUNCATE` when `out` is shorter than `count * size`.
+    ///
+    /// # Safety
+    /// Every byte of the data of the `count` elements at `src` must be
+    /// readable and not overlap `out`. (`src` may be `MPI_BOTTOM`, null,
+    /// with absolute displacements.)
+    pub unsafe fn pack(&self, dt: Handle, count: usize, src: *const u8, out: &mut [u8]) -> Result<usize, c_int> {
+        let v = self.view(dt)?;
+        let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
+        if out.len() < total {
+            return Err(abi::ERR_TRUNCATE);
+        }
+        let dst = out.as_mut_ptr();
+        v.walk(0, total, |mem, pos, len| {
+            // SAFETY: the caller vouches for the data at `src`; pos + len
+            // <= total <= out.len().
+            unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(mem), dst.add(pos), len) }
+        });
+        Ok(total)
+    }
+
+    /// Packs the bytes `skip..skip + out.len()` of what `pack` would
+    /// produce for `count` elements (clipped at the end); returns the bytes
+    /// written. For sending a large non-contiguous message in pieces.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle; `ERR_COUNT` when `count * size`
+    /// overflows.
+    ///
+    /// # Safety
+    /// As `pack`, for the bytes packed.
+    pub unsafe fn pack_partial(&self, dt: Handle, count: usize, src: *const u8, skip: usize, out: &mut [u8]) -> Result<usize, c_int> {
+        let v = self.view(dt)?;
+        let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
+        let end = total.min(skip.saturating_add(out.len()));
+        if skip >= end {
+            return Ok(0);
+        }
+        let dst = out.as_mut_ptr();
+        v.walk(skip, end, |mem, pos, len| {
+            // SAFETY: the caller vouches for the data at `src`; pos - skip
+            // + len <= end - skip <= out.len().
+            unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(mem), dst.add(pos - skip), len) }
+        });
+        Ok(end - skip)
+    }
+
+    /// The reverse of `pack`: fills (at most) `count` elements at `dst`
+    /// from `bytes`, which may be shorter than `count * size` — then the
+    /// elements are filled in order as far as the bytes go, a partial last
+    /// block included; returns the bytes consumed
+    /// (`min(bytes.len(), count * size)`).
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle; `ERR_COUNT` when `count * size`
+    /// overflows.
+    ///
+    /// # Safety
+    /// Every byte of the data of the elements filled at `dst` must be
+    /// writable and not overlap `bytes`.
+    pub unsafe fn unpack(&self, dt: Handle, count: usize, bytes: &[u8], dst: *mut u8) -> Result<usize, c_int> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.unpack_partial(dt, count, 0, bytes, dst) }
+    }
+
+    /// Unpacks `bytes` as the packed bytes `skip..skip + bytes.len()` of
+    /// `count` elements at `dst` (clipped at the end); returns the bytes
+    /// consumed.
+    ///
+    /// # Errors
+    /// As `unpack`.
+    ///
+    /// # Safety
+    /// As `unpack`, for the bytes unpacked.
+    pub unsafe fn unpack_partial(&self, dt: Handle, count: usize, skip: usize, bytes: &[u8], dst: *mut u8) -> Result<usize, c_int> {
+        let v = self.view(dt)?;
+        let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
+        let end = total.min(skip.saturating_add(bytes.len()));
+        if skip >= end {
+            return Ok(0);
+        }
+        let src = bytes.as_ptr();
+        v.walk(skip, end, |mem, pos, len| {
+            // SAFETY: the caller vouches for the memory at `dst`; pos -
+            // skip + len <= bytes.len().
+            unsafe { std::ptr::copy_nonoverlapping(src.add(pos - skip), dst.wrapping_offset(mem), len) }
+        });
+        Ok(end - skip)
+    }
+
+    /// `MPI_Get_elements` for `bytes` received bytes: the basic elements
+    /// of the whole elements, plus the whole basic elements of a partial
+    /// one (a complex number or each half of a pair type counting as one).
+    /// As MPICH: for a predefined type other than a pair type,
+    /// `UNDEFINED` unless `bytes` is a multiple of its size; for a type of
+    /// size 0, 0 for 0 bytes and `UNDEFINED` otherwise.
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle.
+    pub fn elements(&self, dt: Handle, bytes: usize) -> Result<i64, c_int> {
+        let v = self.view(dt)?;
+        let undefined = abi::UNDEFINED as i64;
+        if v.size == 0 {
+            return Ok(if bytes == 0 { 0 } else { undefined });
+        }
+        let Some(l) = v.layout else {
+            return Ok(if bytes % v.size == 0 { (bytes / v.size) as i64 } else { undefined });
+        };
+        let tile = l.tile_size();
+        let per_tile = l.tile_elems() as i64;
+        let per_elem = per_tile * l.tiles() as i64;
+        let mut n = (bytes / v.size) as i64 * per_elem;
+        let rem = bytes % v.size;
+        n += (rem / tile) as i64 * per_tile;
+        let mut rem = rem % tile;
+        for r in &l.sig {
+            let k = (rem / r.size) as u64;
+            if k < r.n {
+                n += k as i64;
+                break;
+            }
+            n += r.n as i64;
+            rem -= r.n as usize * r.size;
+        }
+        Ok(n)
+    }
+
+    /// `MPI_Get_count` for `bytes` received bytes: whole elements, or
+    /// `UNDEFINED` when `bytes` is not a multiple of the size (0 for a type
+    /// of size 0 and 0 bytes).
+    ///
+    /// # Errors
+    /// `ERR_TYPE` for an invalid handle.
+    pub fn count_of(&self, dt: Handle, bytes: usize) -> Result<i64, c_int> {
+        let v = self.view(dt)?;
+        Ok(match v.size {
+            0 if bytes == 0 => 0,
+            0 => abi::UNDEFINED as i64,
+            s if bytes % s == 0 => (bytes / s) as i64,
+            _ => abi::UNDEFINED as i64,
+        })
+    }
+
+    /// Whether `dt` is predefined (answered by the handle alone).
+    pub fn is_predefined(&self, dt: Handle) -> bool {
+        self.view(dt).is_ok_and(|v| v.predefined)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{
+        CHAR, C_DOUBLE_COMPLEX, DOUBLE, DOUBLE_INT, ERR_ARG, ERR_COUNT, ERR_TYPE, FLOAT_INT, INT, LB,
+        SHORT, SHORT_INT, UB, UNDEFINED,
+    };
+
+    /// (size, lb, extent, true_lb, true_extent)
+    fn bounds(t: &Types, dt: Handle) -> (usize, isize, isize, isize, isize) {
+        let i = t.info(dt).unwrap();
+        (i.size, i.lb, i.extent, i.true_lb, i.true_extent)
+    }
+
+    fn st(t: &mut Types, bl: &[i32], d: &[Aint], ty: &[Handle]) -> Handle {
+        t.create_struct(bl, d, ty).unwrap()
+    }
+
+    /// The reference: one element's type map as (offset, bytes) of its
+    /// basic elements, rebuilt from `envelope`/`contents` and extents.
+    fn typemap(t: &Types, dt: Handle) -> Vec<(isize, usize)> {
+        if is_predefined(dt) {
+            return match basic_of(dt) {
+                None => vec![],
+                Some(b) => match b.pair_parts() {
+                    Some((v, io, i)) => vec![(0, v), (io as isize, i)],
+                    None => vec![(0, b.size())],
+                },
+            };
+        }
+        let (ni, na, nd, comb) = t.envelope(dt).unwrap();
+        let mut ints = vec![0; ni as usize];
+        let mut addrs = vec![0; na as usize];
+        let mut types = vec![0; nd as usize];
+        t.contents(dt, &mut ints, &mut addrs, &mut types).unwrap();
+        let mut out = Vec::new();
+        let mut rep = |h: Handle, disp: isize, k: i32| {
+            let m = typemap(t, h);
+            let e = t.info(h).unwrap().extent;
+            for j in 0..k as isize {
+                for &(o, l) in &m {
+                    out.push((disp + j * e + o, l));
+                }
+            }
+        };
+        let old = types.first().copied().unwrap_or(INT);
+        let e = t.info(old).unwrap().extent;
+        match comb {
+            abi::COMBINER_DUP | abi::COMBINER_RESIZED => return typemap(t, old),
+            abi::COMBINER_CONTIGUOUS => rep(old, 0, ints[0]),
+            abi::COMBINER_VECTOR => (0..ints[0]).for_each(|i| rep(old, (i * ints[2]) as isize * e, ints[1])),
+            abi::COMBINER_HVECTOR => (0..ints[0]).for_each(|i| rep(old, i as isize * addrs[0], ints[1])),
+            abi::COMBINER_INDEXED => {
+                let n = ints[0] as usize;
+                (0..n).for_each(|i| rep(old, ints[1 + n + i] as isize * e, ints[1 + i]))
+            }
+            abi::COMBINER_HINDEXED => (0..ints[0] as usize).for_each(|i| rep(old, addrs[i], ints[1 + i])),
+            abi::COMBINER_INDEXED_BLOCK => {
+                (0..ints[0] as usize).for_each(|i| rep(old, ints[2 + i] as isize * e, ints[1]))
+            }
+            abi::COMBINER_HINDEXED_BLOCK => (0..ints[0] as usize).for_each(|i| rep(old, addrs[i], ints[1])),
+            abi::COMBINER_STRUCT => (0..ints[0] as usize).for_each(|i| {
+                if types[i] != LB && types[i] != UB {
+                    rep(types[i], addrs[i], ints[1 + i])
+                }
+            }),
+            c => panic!("combiner {c}"),
+        }
+        out
+    }
+
+    /// A buffer holding `count` elements of `dt` with a byte pattern, and
+    /// the offset of the elements' origin in it.
+    fn buffer(t: &Types, dt: Handle, count: usize, seed: u8) -> (Vec<u8>, usize) {
+        let i = t.info(dt).unwrap();
+        let (mut lo, mut hi) = (0isize, 0isize);
+        for k in 0..count as isize {
+            lo = lo.min(k * i.extent + i.true_lb);
+            hi = hi.max(k * i.extent + i.true_lb + i.true_extent);
+        }
+        let v = (0..(hi - lo) as usize + 16).map(|k| (k as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        (v, (-lo) as usize + 8)
+    }
+
+    fn ref_pack(t: &Types, dt: Handle, count: usize, mem: &[u8], origin: usize) -> Vec<u8> {
+        let m = typemap(t, dt);
+        let e = t.info(dt).unwrap().extent;
+        let mut out = Vec::new();
+        for k in 0..count as isize {
+            for &(o, l) in &m {
+                let at = (origin as isize + k * e + o) as usize;
+                out.extend_from_slice(&mem[at..at + l]);
+            }
+        }
+        out
+    }
+
+    fn ref_unpack(t: &Types, dt: Handle, count: usize, bytes: &[u8], mem: &mut [u8], origin: usize) {
+        let m = typemap(t, dt);
+        let e = t.info(dt).unwrap().extent;
+        let mut pos = 0;
+        for k in 0..count as isize {
+            for &(o, l) in &m {
+                let at = (origin as isize + k * e + o) as usize;
+                let take = l.min(bytes.len() - pos);
+                mem[at..at + take].copy_from_slice(&bytes[pos..pos + take]);
+                pos += take;
+            }
+        }
+    }
+
+    fn ref_elements(t: &Types, dt: Handle, bytes: usize) -> i64 {
+        let m = typemap(t, dt);
+        let size: usize = m.iter().map(|x| x.1).sum();
+        let mut n = (bytes / size * m.len()) as i64;
+        let mut rem = bytes % size;
+        for &(_, l) in &m {
+            if rem < l {
+                break;
+            }
+            rem -= l;
+            n += 1;
+        }
+        n
+    }
+
+    /// Checks pack/unpack (whole and in pieces) and elements against the
+    /// reference.
+    fn check(t: &Types, dt: Handle, count: usize) {
+        let info = t.info(dt).unwrap();
+        let m = typemap(t, dt);
+        assert_eq!(info.size, m.iter().map(|x| x.1).sum::<usize>(), "size of {dt:#x}");
+        if !m.is_empty() {
+            let lo = m.iter().map(|x| x.0).min().unwrap();
+            let hi = m.iter().map(|x| x.0 + x.1 as isize).max().unwrap();
+            assert_eq!((info.true_lb, info.true_extent), (lo, hi - lo), "true bounds of {dt:#x}");
+        }
+        if info.contiguous {
+            assert_eq!((info.lb, info.extent), (0, info.size as isize));
+            let mut off = 0;
+            for &(o, l) in &m {
+                assert_eq!(o, off);
+                off += l as isize;
+            }
+        }
+        let (mem, origin) = buffer(t, dt, count, 7);
+        let want = ref_pack(t, dt, count, &mem, origin);
+        let mut got = vec![0u8; want.len()];
+        // SAFETY: `mem` holds the elements around `origin`.
+        let w = unsafe { t.pack(dt, count, mem.as_ptr().add(origin), &mut got) }.unwrap();
+        assert_eq!(w, want.len());
+        assert_eq!(got, want, "pack of {count} x {dt:#x}");
+        // In pieces.
+        for piece in [1, 3, 7, 64] {
+            let mut acc = vec![0u8; want.len()];
+            let mut at = 0;
+            while at < want.len() {
+                let end = (at + piece).min(want.len());
+                // SAFETY: as above.
+                let n = unsafe { t.pack_partial(dt, count, mem.as_ptr().add(origin), at, &mut acc[at..end]) }.unwrap();
+                assert_eq!(n, end - at);
+                at = end;
+            }
+            assert_eq!(acc, want, "pack in pieces of {piece}");
+        }
+        // Unpack everything, and a prefix.
+        let src: Vec<u8> = (0..want.len()).map(|k| (k as u8) ^ 0x5a).collect();
+        for cut in [src.len(), src.len() / 2, src.len().saturating_sub(1)] {
+            let (mut a, _) = buffer(t, dt, count, 3);
+            let mut b = a.clone();
+            // SAFETY: `a` holds the elements around `origin`.
+            let r = unsafe { t.unpack(dt, count, &src[..cut], a.as_mut_ptr().add(origin)) }.unwrap();
+            assert_eq!(r, cut);
+            ref_unpack(t, dt, count, &src[..cut], &mut b, origin);
+            assert_eq!(a, b, "unpack of {cut} bytes into {count} x {dt:#x}");
+        }
+        let (mut a, _) = buffer(t, dt, count, 3);
+        let mut b = a.clone();
+        let mut at = 0;
+        while at < src.len() {
+            let end = (at + 5).min(src.len());
+            // SAFETY: as above.
+            unsafe { t.unpack_partial(dt, count, at, &src[at..end], a.as_mut_ptr().add(origin)) }.unwrap();
+            at = end;
+        }
+        ref_unpack(t, dt, count, &src, &mut b, origin);
+        assert_eq!(a, b, "unpack in pieces");
+        if !is_predefined(dt) && info.size > 0 {
+            for bytes in (0..=2 * info.size + 1).step_by(1 + info.size / 16) {
+                assert_eq!(t.elements(dt, bytes).unwrap(), ref_elements(t, dt, bytes), "elements({dt:#x}, {bytes})");
+            }
+        }
+    }
+
+    #[test]
+    fn predefined_types_match_their_handles() {
+        let t = Types::new();
+        let all = [
+            abi::CHAR, abi::SIGNED_CHAR, abi::UNSIGNED_CHAR, abi::BYTE, abi::WCHAR, abi::SHORT,
+            abi::UNSIGNED_SHORT, abi::INT, abi::UNSIGNED, abi::LONG, abi::UNSIGNED_LONG, abi::FLOAT,
+            abi::DOUBLE, abi::LONG_DOUBLE, abi::LONG_LONG_INT, abi::UNSIGNED_LONG_LONG, abi::PACKED,
+            abi::LB, abi::UB, abi::TWO_INT, abi::COMPLEX, abi::DOUBLE_COMPLEX, abi::LOGICAL, abi::REAL,
+            abi::DOUBLE_PRECISION, abi::INTEGER, abi::TWO_INTEGER, abi::TWO_REAL,
+            abi::TWO_DOUBLE_PRECISION, abi::CHARACTER, abi::REAL4, abi::REAL8, abi::REAL16,
+            abi::COMPLEX8, abi::COMPLEX16, abi::COMPLEX32, abi::INTEGER1, abi::INTEGER2,
+            abi::INTEGER4, abi::INTEGER8, abi::INT8_T, abi::INT16_T, abi::INT32_T, abi::INT64_T,
+            abi::UINT8_T, abi::UINT16_T, abi::UINT32_T, abi::UINT64_T, abi::C_BOOL,
+            abi::C_FLOAT_COMPLEX, abi::C_DOUBLE_COMPLEX, abi::C_LONG_DOUBLE_COMPLEX,
+            abi::X_C_FLOAT16, abi::AINT, abi::OFFSET, abi::COUNT, abi::CXX_BOOL,
+            abi::CXX_FLOAT_COMPLEX, abi::CXX_DOUBLE_COMPLEX, abi::CXX_LONG_DOUBLE_COMPLEX,
+        ];
+        for dt in all {
+            let i = t.info(dt).unwrap();
+            let s = abi::builtin_size(dt).unwrap();
+            assert_eq!((i.size, i.extent, i.lb, i.true_lb, i.true_extent), (s, s as isize, 0, 0, s as isize), "{dt:#x}");
+            assert!(i.contiguous && i.committed, "{dt:#x}");
+            assert!(t.is_valid(dt) && t.is_predefined(dt));
+            assert_eq!(t.envelope(dt), Ok((0, 0, 0, abi::COMBINER_NAMED)));
+            if dt != LB && dt != UB {
+                let b = basic_of(dt).unwrap();
+                assert_eq!((b.size(), i.basic), (s, Some((b, 1))), "{dt:#x}");
+            }
+            check(&t, dt, 3);
+        }
+        // The pair types (size, lb, extent, true lb, true extent), as MPICH reports them.
+        assert_eq!(bounds(&t, FLOAT_INT), (8, 0, 8, 0, 8));
+        assert_eq!(bounds(&t, DOUBLE_INT), (12, 0, 16, 0, 12));
+        assert_eq!(bounds(&t, abi::LONG_INT), (12, 0, 16, 0, 12));
+        assert_eq!(bounds(&t, SHORT_INT), (6, 0, 8, 0, 8));
+        assert_eq!(bounds(&t, abi::LONG_DOUBLE_INT), (20, 0, 32, 0, 20));
+        for dt in [FLOAT_INT, DOUBLE_INT, abi::LONG_INT, SHORT_INT, abi::LONG_DOUBLE_INT] {
+            assert!(t.info(dt).unwrap().contiguous == (dt == FLOAT_INT));
+            assert_eq!(t.envelope(dt), Ok((0, 0, 0, abi::COMBINER_NAMED)));
+            check(&t, dt, 4);
+        }
+        for bad in [abi::DATATYPE_NULL, 0, -1, abi::COMM_WORLD, 0x4c00_04ff, 0x8c00_0005u32 as Handle, 0x8c10_0000u32 as Handle] {
+            assert_eq!(t.info(bad), Err(ERR_TYPE));
+            assert!(!t.is_valid(bad));
+        }
+    }
+
+    #[test]
+    fn basic_of_maps_every_family() {
+        use Basic::*;
+        let cases = [
+            (CHAR, I8), (abi::CHARACTER, I8), (abi::UNSIGNED_CHAR, U8), (abi::BYTE, Byte),
+            (abi::PACKED, Packed), (abi::WCHAR, WChar), (abi::LOGICAL, Logical), (abi::C_BOOL, Bool),
+            (abi::CXX_BOOL, Bool), (abi::LONG, I64), (abi::AINT, I64), (abi::OFFSET, I64),
+            (abi::COUNT, I64), (abi::UNSIGNED_LONG_LONG, U64), (abi::INTEGER, I32),
+            (abi::INTEGER2, I16), (abi::REAL, F32), (abi::DOUBLE_PRECISION, F64),
+            (abi::X_C_FLOAT16, F16), (abi::LONG_DOUBLE, LongDouble), (abi::COMPLEX, CFloatComplex),
+            (abi::DOUBLE_COMPLEX, CDoubleComplex), (abi::COMPLEX32, CLongDoubleComplex),
+            (abi::TWO_INTEGER, TwoInt), (abi::TWO_INT, TwoInt), (abi::TWO_REAL, TwoReal),
+            (abi::TWO_DOUBLE_PRECISION, TwoDouble), (SHORT_INT, ShortInt),
+            (abi::CXX_DOUBLE_COMPLEX, CDoubleComplex),
+        ];
+        for (h, b) in cases {
+            assert_eq!(basic_of(h), Some(b), "{h:#x}");
+        }
+        assert_eq!(basic_of(LB), None);
+        assert_eq!(basic_of(abi::DATATYPE_NULL), None);
+    }
+
+    #[test]
+    fn names_are_mpichs() {
+        let mut t = Types::new();
+        let names = [
+            (abi::LONG_LONG_INT, "MPI_LONG_LONG_INT"), (abi::C_FLOAT_COMPLEX, "MPI_C_COMPLEX"),
+            (abi::X_C_FLOAT16, ""), (FLOAT_INT, "MPI_FLOAT_INT"), (abi::TWO_INT, "MPI_2INT"),
+            (LB, "MPI_LB"), (abi::CXX_BOOL, "MPI_CXX_BOOL"), (abi::AINT, "MPI_AINT"),
+            (abi::INTEGER1, "MPI_INTEGER1"), (abi::REAL16, "MPI_REAL16"), (abi::CHARACTER, "MPI_CHARACTER"),
+            (INT, "MPI_INT"), (abi::TWO_DOUBLE_PRECISION, "MPI_2DOUBLE_PRECISION"),
+        ];
+        for (h, n) in names {
+            assert_eq!(t.name(h).unwrap(), n);
+        }
+        t.set_name(INT, "myint").unwrap();
+        assert_eq!(t.name(INT).unwrap(), "myint");
+        assert_eq!(t.name(abi::UNSIGNED).unwrap(), "MPI_UNSIGNED");
+        let c = t.contiguous(1, INT).unwrap();
+        assert_eq!(t.name(c).unwrap(), "");
+        t.set_name(c, &"a".repeat(300)).unwrap();
+        assert_eq!(t.name(c).unwrap(), "a".repeat(127));
+        t.set_name(c, "hello").unwrap();
+        let d = t.dup(c).unwrap();
+        assert_eq!((t.name(c).unwrap().as_str(), t.name(d).unwrap().as_str()), ("hello", ""));
+        assert_eq!(t.name(abi::DATATYPE_NULL), Err(ERR_TYPE));
+        assert_eq!(t.set_name(abi::DATATYPE_NULL, "x"), Err(ERR_TYPE));
+    }
+
+    #[test]
+    fn bounds_match_mpich() {
+        let mut t = Types::new();
+        let s1 = st(&mut t, &[1, 1, 3], &[0, 8, 16], &[INT, DOUBLE, CHAR]);
+        assert_eq!(bounds(&t, s1), (15, 0, 24, 0, 19));
+        let c3 = t.contiguous(3, s1).unwrap();
+        assert_eq!(bounds(&t, c3), (45, 0, 72, 0, 67));
+        let r8 = t.resized(INT, 0, 8).unwrap();
+        let r2 = t.resized(INT, -2, 10).unwrap();
+        let ub5 = st(&mut t, &[1, 1], &[0, 5], &[INT, UB]);
+        let cint2 = t.contiguous(2, INT).unwrap();
+        let v2 = t.vector(2, 1, 2, DOUBLE).unwrap();
+        let rd = t.resized(DOUBLE, 0, 1).unwrap();
+        let r6 = t.resized(INT, 0, 6).unwrap();
+        let cases: Vec<(Handle, (usize, isize, isize, isize, isize))> = vec![
+            (st(&mut t, &[1, 1], &[0, 1], &[CHAR, CHAR]), (2, 0, 2, 0, 2)),
+            (st(&mut t, &[1, 1], &[0, 4], &[INT, CHAR]), (5, 0, 8, 0, 5)),
+            (st(&mut t, &[1, 1, 1], &[0, 4, -1], &[INT, CHAR, CHAR]), (6, -1, 8, -1, 6)),
+            (st(&mut t, &[1], &[4], &[DOUBLE]), (8, 4, 8, 4, 8)),
+            (st(&mut t, &[1], &[4], &[INT]), (4, 4, 4, 4, 4)),
+            (st(&mut t, &[2], &[0], &[DOUBLE_INT]), (24, 0, 32, 0, 28)),
+            (st(&mut t, &[1, 1], &[0, 16], &[abi::LONG_DOUBLE, CHAR]), (17, 0, 32, 0, 17)),
+            (r8, (4, 0, 8, 0, 4)),
+            (st(&mut t, &[1, 1], &[0, 8], &[r8, CHAR]), (5, 0, 12, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 1], &[r8, CHAR]), (5, 0, 8, 0, 4)),
+            (r2, (4, -2, 10, 0, 4)),
+            (t.dup(r2).unwrap(), (4, -2, 10, 0, 4)),
+            (t.contiguous(2, r2).unwrap(), (8, -2, 20, 0, 14)),
+            (t.contiguous(0, INT).unwrap(), (0, 0, 0, 0, 0)),
+            (t.hvector(2, 1, -8, INT).unwrap(), (8, -8, 12, -8, 12)),
+            (t.vector(3, 2, 5, DOUBLE).unwrap(), (48, 0, 96, 0, 96)),
+            (t.vector(3, 2, -5, DOUBLE).unwrap(), (48, -80, 96, -80, 96)),
+            (t.indexed(&[0, 2], &[5, 1], INT).unwrap(), (8, 4, 8, 4, 8)),
+            (t.indexed(&[0, 0], &[5, 1], INT).unwrap(), (0, 0, 0, 0, 0)),
+            (st(&mut t, &[1, 1], &[0, 4], &[INT, LB]), (4, 4, 0, 0, 4)),
+            (st(&mut t, &[1, 1, 1], &[0, -4, 20], &[INT, LB, UB]), (4, -4, 24, 0, 4)),
+            (ub5, (4, 0, 5, 0, 4)),
+            (t.contiguous(2, ub5).unwrap(), (8, 0, 10, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 16], &[ub5, CHAR]), (5, 0, 20, 0, 17)),
+            (st(&mut t, &[1, 1], &[0, -1], &[INT, LB]), (4, -1, 5, 0, 4)),
+            (st(&mut t, &[1, 0], &[0, 8], &[CHAR, DOUBLE]), (1, 0, 1, 0, 1)),
+            (st(&mut t, &[], &[], &[]), (0, 0, 0, 0, 0)),
+            (st(&mut t, &[1, 1], &[0, 8], &[cint2, CHAR]), (9, 0, 12, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 24], &[v2, CHAR]), (17, 0, 32, 0, 25)),
+            (st(&mut t, &[1, 1], &[0, 1], &[rd, CHAR]), (9, 0, 8, 0, 8)),
+            (st(&mut t, &[1], &[0], &[FLOAT_INT]), (8, 0, 8, 0, 8)),
+            (st(&mut t, &[1, 1], &[0, 4], &[SHORT_INT, CHAR]), (7, 0, 8, 0, 8)),
+            (st(&mut t, &[1, 1], &[0, 8], &[C_DOUBLE_COMPLEX, CHAR]), (17, 0, 16, 0, 16)),
+            (st(&mut t, &[1, 1], &[0, 4], &[abi::WCHAR, CHAR]), (5, 0, 8, 0, 5)),
+            (st(&mut t, &[1, 1], &[0, 4], &[abi::LOGICAL, CHAR]), (5, 0, 8, 0, 5)),
+            (st(&mut t, &[1, 1], &[0, 8], &[abi::TWO_DOUBLE_PRECISION, CHAR]), (17, 0, 16, 0, 16)),
+            (st(&mut t, &[1, 1], &[0, 4], &[abi::TWO_INT, CHAR]), (9, 0, 8, 0, 8)),
+            (st(&mut t, &[1, 1], &[0, 8], &[abi::PACKED, CHAR]), (2, 0, 9, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 8], &[abi::AINT, CHAR]), (9, 0, 16, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 8], &[abi::CXX_BOOL, CHAR]), (2, 0, 9, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 16], &[abi::REAL16, CHAR]), (17, 0, 17, 0, 17)),
+            (st(&mut t, &[1, 1], &[0, 16], &[abi::LONG_DOUBLE_INT, CHAR]), (21, 0, 32, 0, 20)),
+            (st(&mut t, &[1, 1], &[0, 8], &[abi::INTEGER8, CHAR]), (9, 0, 16, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 16], &[abi::C_LONG_DOUBLE_COMPLEX, CHAR]), (33, 0, 32, 0, 32)),
+            (t.hindexed_block(2, &[0, 16, 40], INT).unwrap(), (24, 0, 48, 0, 48)),
+            (t.indexed_block(2, &[0, 4, 10], INT).unwrap(), (24, 0, 48, 0, 48)),
+            (t.hindexed(&[1, 2], &[3, 7], INT).unwrap(), (12, 3, 12, 3, 12)),
+            (t.hindexed(&[1, 1], &[0, 5], INT).unwrap(), (8, 0, 9, 0, 9)),
+            (t.hvector(2, 1, 5, INT).unwrap(), (8, 0, 9, 0, 9)),
+            (st(&mut t, &[1, 1], &[0, 5], &[INT, INT]), (8, 0, 9, 0, 9)),
+            (st(&mut t, &[1], &[0], &[r6]), (4, 0, 6, 0, 4)),
+            (t.contiguous(2, SHORT_INT).unwrap(), (12, 0, 16, 0, 16)),
+            (t.vector(2, 1, 1, SHORT_INT).unwrap(), (12, 0, 16, 0, 16)),
+            (t.resized(INT, 0, -4).unwrap(), (4, 0, -4, 0, 4)),
+            (t.contiguous(2, DOUBLE_INT).unwrap(), (24, 0, 32, 0, 28)),
+        ];
+        for (i, (h, want)) in cases.into_iter().enumerate() {
+            assert_eq!(bounds(&t, h), want, "case {i}");
+            check(&t, h, 3);
+        }
+    }
+
+    #[test]
+    fn struct_extent_is_padded_like_sizeof() {
+        #[repr(C)]
+        struct S {
+            a: i32,
+            b: f64,
+            c: [u8; 3],
+        }
+        let mut t = Types::new();
+        let h = st(&mut t, &[1, 1, 3], &[0, 8, 16], &[INT, DOUBLE, CHAR]);
+        assert_eq!(t.info(h).unwrap().extent as usize, std::mem::size_of::<S>());
+        t.commit(h).unwrap();
+        let src = [S { a: 1, b: 2.5, c: [3, 4, 5] }, S { a: -7, b: -0.25, c: [6, 7, 8] }];
+        let mut packed = [0u8; 30];
+        // SAFETY: two S.
+        assert_eq!(unsafe { t.pack(h, 2, src.as_ptr().cast(), &mut packed) }, Ok(30));
+        assert_eq!(&packed[..4], &1i32.to_ne_bytes());
+        assert_eq!(&packed[4..12], &2.5f64.to_ne_bytes());
+        assert_eq!(&packed[12..15], &[3, 4, 5]);
+        assert_eq!(&packed[15..19], &(-7i32).to_ne_bytes());
+        let mut dst = [S { a: 0, b: 0.0, c: [0; 3] }, S { a: 0, b: 0.0, c: [0; 3] }];
+        // SAFETY: two S.
+        assert_eq!(unsafe { t.unpack(h, 2, &packed, dst.as_mut_ptr().cast()) }, Ok(30));
+        assert_eq!((dst[1].a, dst[1].b, dst[1].c), (-7, -0.25, [6, 7, 8]));
+        assert_eq!(t.info(h).unwrap().basic, None);
+    }
+
+    #[test]
+    fn matrix_column_round_trip() {
+        // A 5x4 row-major matrix of doubles; its column 2, then all columns
+        // via a resized column type.
+        let mut t = Types::new();
+        let m: Vec<f64> = (0..20).map(|x| x as f64).collect();
+        let col = t.vector(5, 1, 4, DOUBLE).unwrap();
+        t.commit(col).unwrap();
+        let i = t.info(col).unwrap();
+        assert_eq!((i.size, i.extent, i.contiguous, i.basic), (40, 136, false, Some((Basic::F64, 5))));
+        let mut out = [0u8; 40];
+        // SAFETY: column 2 of `m`.
+        unsafe { t.pack(col, 1, m.as_ptr().add(2).cast(), &mut out) }.unwrap();
+        let got: Vec<f64> = out.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(got, [2.0, 6.0, 10.0, 14.0, 18.0]);
+        let cols = t.resized(col, 0, 8).unwrap();
+        let mut all = vec![0u8; 160];
+        // SAFETY: four columns of `m`.
+        unsafe { t.pack(cols, 4, m.as_ptr().cast(), &mut all) }.unwrap();
+        let got: Vec<f64> = all.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect();
+        let want: Vec<f64> = (0..4).flat_map(|c| (0..5).map(move |r| (r * 4 + c) as f64)).collect();
+        assert_eq!(got, want);
+        let mut back = vec![0f64; 20];
+        // SAFETY: a 5x4 matrix.
+        unsafe { t.unpack(cols, 4, &all, back.as_mut_ptr().cast()) }.unwrap();
+        assert_eq!(back, m);
+        check(&t, col, 2);
+        check(&t, cols, 4);
+    }
+
+    #[test]
+    fn nested_and_indexed_round_trips() {
+        let mut t = Types::new();
+        let idx = t.indexed(&[2, 1, 3], &[4, 0, 9], INT).unwrap();
+        let hidx = t.hindexed(&[1, 2], &[24, -8], SHORT).unwrap();
+        let vv = t.vector(3, 2, 3, idx).unwrap();
+        let s = st(&mut t, &[2, 1, 1], &[0, 100, -40], &[vv, SHORT_INT, hidx]);
+        let cs = t.contiguous(2, s).unwrap();
+        let rs = t.resized(s, -16, 64).unwrap();
+        let pairs = t.vector(3, 2, -3, SHORT_INT).unwrap();
+        for h in [idx, hidx, vv, s, cs, rs, pairs] {
+            check(&t, h, 3);
+        }
+        assert_eq!(t.info(idx).unwrap().basic, Some((Basic::I32, 6)));
+        assert_eq!(t.info(vv).unwrap().basic, Some((Basic::I32, 36)));
+        assert_eq!(t.info(pairs).unwrap().basic, Some((Basic::ShortInt, 6)));
+        assert_eq!(t.info(s).unwrap().basic, None);
+    }
+
+    /// A small deterministic generator.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> i64 {
+            (self.next() % n) as i64
+        }
+        fn range(&mut self, lo: i64, hi: i64) -> i64 {
+            lo + self.below((hi - lo + 1) as u64)
+        }
+    }
+
+    fn random_type(t: &mut Types, r: &mut Rng, depth: u32) -> Handle {
+        const LEAVES: [Handle; 9] = [INT, DOUBLE, CHAR, SHORT, SHORT_INT, DOUBLE_INT, C_DOUBLE_COMPLEX, FLOAT_INT, LB];
+        if depth == 0 || r.below(4) == 0 {
+            return LEAVES[r.below(LEAVES.len() as u64) as usize];
+        }
+        let old = random_type(t, r, depth - 1);
+        let n = r.range(0, 3) as usize;
+        let k = |r: &mut Rng| r.range(0, 3) as i32;
+        match r.below(10) {
+            0 => t.contiguous(r.range(0, 4) as i32, old),
+            1 => {
+                let (c, b, s) = (r.range(0, 3) as i32, k(r), r.range(-3, 4) as i32);
+                t.vector(c, b, s, old)
+            }
+            2 => {
+                let (c, b, s) = (r.range(0, 3) as i32, k(r), r.range(-40, 40) as isize);
+                t.hvector(c, b, s, old)
+            }
+            3 => {
+                let bl: Vec<i32> = (0..n).map(|_| k(r)).collect();
+                let d: Vec<i32> = (0..n).map(|_| r.range(-3, 6) as i32).collect();
+                t.indexed(&bl, &d, old)
+            }
+            4 => {
+                let bl: Vec<i32> = (0..n).map(|_| k(r)).collect();
+                let d: Vec<isize> = (0..n).map(|_| r.range(-30, 60) as isize).collect();
+                t.hindexed(&bl, &d, old)
+            }
+            5 => {
+                let d: Vec<i32> = (0..n).map(|_| r.range(-3, 6) as i32).collect();
+                t.indexed_block(k(r), &d, old)
+            }
+            6 => {
+                let d: Vec<isize> = (0..n).map(|_| r.range(-30, 60) as isize).collect();
+                t.hindexed_block(k(r), &d, old)
+            }
+            7 => {
+                let n = n + 1;
+                let ty: Vec<Handle> = (0..n).map(|i| if i == 0 { old } else { random_type(t, r, depth - 1) }).collect();
+                let bl: Vec<i32> = (0..n).map(|_| k(r)).collect();
+                let d: Vec<isize> = (0..n).map(|_| r.range(-30, 60) as isize).collect();
+                t.create_struct(&bl, &d, &ty)
+            }
+            8 => {
+                let (lb, e) = (r.range(-8, 8) as isize, r.range(-4, 40) as isize);
+                t.resized(old, lb, e)
+            }
+            _ => t.dup(old),
+        }
+        .unwrap()
+    }
+
+    #[test]
+    fn random_types_pack_like_their_type_maps() {
+        let mut t = Types::new();
+        let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..400 {
+            let h = random_type(&mut t, &mut r, 3);
+            t.commit(h).unwrap();
+            let count = r.range(0, 3) as usize;
+            check(&t, h, count);
+        }
+    }
+
+    #[test]
+    fn elements_match_mpich() {
+        let mut t = Types::new();
+        let s1 = st(&mut t, &[1, 1, 3], &[0, 8, 16], &[INT, DOUBLE, CHAR]);
+        let want = [(0, 0), (2, 0), (4, 1), (6, 1), (12, 2), (13, 3), (14, 4), (15, 5), (17, 5), (19, 6), (23, 6), (30, 10), (31, 10)];
+        for (b, n) in want {
+            assert_eq!(t.elements(s1, b), Ok(n), "{b} bytes");
+        }
+        let c3 = t.contiguous(3, s1).unwrap();
+        assert_eq!([45, 50, 94].map(|b| t.elements(c3, b).unwrap()), [15, 16, 31]);
+        let c2 = t.contiguous(2, DOUBLE_INT).unwrap();
+        assert_eq!([20, 24, 12].map(|b| t.elements(c2, b).unwrap()), [3, 4, 2]);
+        let u = UNDEFINED as i64;
+        assert_eq!([6, 8].map(|b| t.elements(INT, b).unwrap()), [u, 2]);
+        assert_eq!([12, 16, 24, 8].map(|b| t.elements(DOUBLE_INT, b).unwrap()), [2, 2, 4, 1]);
+        assert_eq!(t.elements(SHORT_INT, 6), Ok(2));
+        assert_eq!(t.elements(abi::TWO_INT, 8), Ok(2));
+        assert_eq!(t.elements(abi::TWO_REAL, 8), Ok(2));
+        assert_eq!([16, 8].map(|b| t.elements(C_DOUBLE_COMPLEX, b).unwrap()), [1, u]);
+        assert_eq!(t.elements(CHAR, 5), Ok(5));
+        let z = t.contiguous(0, INT).unwrap();
+        assert_eq!([0, 4].map(|b| t.elements(z, b).unwrap()), [0, u]);
+        assert_eq!([0, 4].map(|b| t.count_of(z, b).unwrap()), [0, u]);
+        assert_eq!([15, 30, 31].map(|b| t.count_of(s1, b).unwrap()), [1, 2, u]);
+        assert_eq!(t.elements(abi::DATATYPE_NULL, 4), Err(ERR_TYPE));
+    }
+
+    #[test]
+    fn envelope_and_contents() {
+        let mut t = Types::new();
+        let get = |t: &Types, h: Handle| {
+            let (ni, na, nd, c) = t.envelope(h).unwrap();
+            let (mut i, mut a, mut d) = (vec![0; ni as usize], vec![0; na as usize], vec![0; nd as usize]);
+            t.contents(h, &mut i, &mut a, &mut d).unwrap();
+            (c, i, a, d)
+        };
+        let v = t.vector(2, 3, 4, INT).unwrap();
+        assert_eq!(get(&t, v), (abi::COMBINER_VECTOR, vec![2, 3, 4], vec![], vec![INT]));
+        let h = t.hvector(2, 3, 100, INT).unwrap();
+        assert_eq!(get(&t, h), (abi::COMBINER_HVECTOR, vec![2, 3], vec![100], vec![INT]));
+        let c = t.contiguous(3, v).unwrap();
+        assert_eq!(get(&t, c), (abi::COMBINER_CONTIGUOUS, vec![3], vec![], vec![v]));
+        let i = t.indexed(&[1, 2], &[3, 7], INT).unwrap();
+        assert_eq!(get(&t, i), (abi::COMBINER_INDEXED, vec![2, 1, 2, 3, 7], vec![], vec![INT]));
+        let hi = t.hindexed(&[1, 2], &[3, 7], INT).unwrap();
+        assert_eq!(get(&t, hi), (abi::COMBINER_HINDEXED, vec![2, 1, 2], vec![3, 7], vec![INT]));
+        let ib = t.indexed_block(2, &[0, 4, 10], INT).unwrap();
+        assert_eq!(get(&t, ib), (abi::COMBINER_INDEXED_BLOCK, vec![3, 2, 0, 4, 10], vec![], vec![INT]));
+        let hb = t.hindexed_block(2, &[0, 16, 40], INT).unwrap();
+        assert_eq!(get(&t, hb), (abi::COMBINER_HINDEXED_BLOCK, vec![3, 2], vec![0, 16, 40], vec![INT]));
+        let s = st(&mut t, &[1, 1, 3], &[0, 8, 16], &[INT, v, CHAR]);
+        assert_eq!(get(&t, s), (abi::COMBINER_STRUCT, vec![3, 1, 1, 3], vec![0, 8, 16], vec![INT, v, CHAR]));
+        let s0 = st(&mut t, &[], &[], &[]);
+        assert_eq!(get(&t, s0), (abi::COMBINER_STRUCT, vec![0], vec![], vec![]));
+        let r = t.resized(INT, 3, 9).unwrap();
+        assert_eq!(get(&t, r), (abi::COMBINER_RESIZED, vec![], vec![3, 9], vec![INT]));
+        let d = t.dup(INT).unwrap();
+        assert_eq!(get(&t, d), (abi::COMBINER_DUP, vec![], vec![], vec![INT]));
+        assert_eq!(t.contents(INT, &mut [], &mut [], &mut []), Err(ERR_TYPE));
+        assert_eq!(t.contents(v, &mut [0; 2], &mut [], &mut [0; 1]), Err(ERR_ARG));
+        assert_eq!(t.envelope(abi::DATATYPE_NULL), Err(ERR_TYPE));
+    }
+
+    #[test]
+    fn free_keeps_derived_types_working() {
+        let mut t = Types::new();
+        let v = t.vector(3, 1, 2, INT).unwrap();
+        let c = t.contiguous(2, v).unwrap();
+        t.commit(c).unwrap();
+        t.free(v).unwrap();
+        assert_eq!(bounds(&t, c), (24, 0, 40, 0, 40));
+        let m: Vec<i32> = (0..10).collect();
+        let mut out = [0u8; 24];
+        // SAFETY: `m` holds one element of `c`.
+        unsafe { t.pack(c, 1, m.as_ptr().cast(), &mut out) }.unwrap();
+        let got: Vec<i32> = out.chunks(4).map(|x| i32::from_ne_bytes(x.try_into().unwrap())).collect();
+        assert_eq!(got, [0, 2, 4, 5, 7, 9]);
+        // `c`'s contents still name `v`, which lives on for them; handing it
+        // out takes a reference the program may free.
+        let mut ty = [0];
+        t.contents(c, &mut [0], &mut [], &mut ty).unwrap();
+        assert_eq!(ty[0], v);
+        assert!(t.is_valid(v));
+        t.free(v).unwrap();
+        t.free(c).unwrap();
+        assert!(!t.is_valid(c) && !t.is_valid(v));
+        assert_eq!(t.free(c), Err(ERR_TYPE));
+        assert_eq!(t.info(c), Err(ERR_TYPE));
+        for p in [INT, FLOAT_INT, LB, abi::DATATYPE_NULL] {
+            assert_eq!(t.free(p), Err(ERR_TYPE));
+        }
+        // Slots are reused.
+        let n = t.contiguous(1, INT).unwrap();
+        assert!(n == c || n == v);
+    }
+
+    #[test]
+    fn constructor_errors() {
+        let mut t = Types::new();
+        assert_eq!(t.contiguous(-1, INT), Err(ERR_COUNT));
+        assert_eq!(t.contiguous(1, abi::DATATYPE_NULL), Err(ERR_TYPE));
+        assert_eq!(t.vector(-1, 1, 1, INT), Err(ERR_COUNT));
+        assert_eq!(t.vector(1, -1, 1, INT), Err(ERR_COUNT));
+        assert_eq!(t.hvector(1, -1, 1, INT), Err(ERR_COUNT));
+        assert_eq!(t.indexed(&[-1], &[0], INT), Err(ERR_COUNT));
+        assert_eq!(t.indexed(&[1], &[0, 1], INT), Err(ERR_ARG));
+        assert_eq!(t.hindexed(&[1, 1], &[0], INT), Err(ERR_ARG));
+        assert_eq!(t.indexed_block(-1, &[0], INT), Err(ERR_COUNT));
+        assert_eq!(t.hindexed_block(1, &[0], 12345), Err(ERR_TYPE));
+        assert_eq!(t.create_struct(&[-1], &[0], &[INT]), Err(ERR_COUNT));
+        assert_eq!(t.create_struct(&[1], &[0], &[abi::DATATYPE_NULL]), Err(ERR_TYPE));
+        assert_eq!(t.create_struct(&[1], &[0, 1], &[INT]), Err(ERR_ARG));
+        assert_eq!(t.resized(abi::DATATYPE_NULL, 0, 4), Err(ERR_TYPE));
+        assert_eq!(t.dup(abi::DATATYPE_NULL), Err(ERR_TYPE));
+        assert_eq!(t.commit(abi::DATATYPE_NULL), Err(ERR_TYPE));
+        assert_eq!(t.hvector(2, 1, isize::MAX, INT), Err(ERR_ARG));
+        let mut small = [0u8; 3];
+        // SAFETY: nothing is read: the output is too small.
+        assert_eq!(unsafe { t.pack(INT, 1, std::ptr::null(), &mut small) }, Err(abi::ERR_TRUNCATE));
+    }
+
+    #[test]
+    fn commit_and_dup_state() {
+        let mut t = Types::new();
+        let c = t.contiguous(2, INT).unwrap();
+        assert!(!t.info(c).unwrap().committed);
+        let d0 = t.dup(c).unwrap();
+        t.commit(c).unwrap();
+        let d1 = t.dup(c).unwrap();
+        assert!(t.info(c).unwrap().committed);
+        assert!(!t.info(d0).unwrap().committed && t.info(d1).unwrap().committed);
+        let di = t.dup(INT).unwrap();
+        assert!(t.info(di).unwrap().committed);
+        assert_eq!(t.commit(INT), Ok(()));
+    }
+
+    #[test]
+    fn contiguity_and_basic() {
+        let mut t = Types::new();
+        let yes = [t.contiguous(4, INT).unwrap(), t.vector(3, 2, 2, DOUBLE).unwrap(), t.dup(INT).unwrap(), t.contiguous(3, FLOAT_INT).unwrap()];
+        for h in yes {
+            assert!(t.info(h).unwrap().contiguous, "{h:#x}");
+        }
+        let no = [
+            t.vector(3, 1, 2, DOUBLE).unwrap(),
+            t.resized(INT, 0, 8).unwrap(),
+            st(&mut t, &[1], &[4], &[INT]),
+            t.contiguous(2, DOUBLE_INT).unwrap(),
+            t.hvector(2, 1, -4, INT).unwrap(),
+        ];
+        for h in no {
+            assert!(!t.info(h).unwrap().contiguous, "{h:#x}");
+        }
+        assert_eq!(t.info(yes[0]).unwrap().basic, Some((Basic::I32, 4)));
+        assert_eq!(t.info(yes[1]).unwrap().basic, Some((Basic::F64, 6)));
+        let c = t.contiguous(3, DOUBLE_INT).unwrap();
+        assert_eq!(t.info(c).unwrap().basic, Some((Basic::DoubleInt, 3)));
+        let mixed = st(&mut t, &[1, 1], &[0, 4], &[INT, abi::UNSIGNED]);
+        assert_eq!(t.info(mixed).unwrap().basic, None);
+        let same = st(&mut t, &[1, 2], &[8, 0], &[INT, INT]);
+        assert_eq!(t.info(same).unwrap().basic, Some((Basic::I32, 3)));
+    }
+
+    #[test]
+    fn big_regular_types_stay_small() {
+        let mut t = Types::new();
+        let big = t.contiguous(1 << 30, INT).unwrap();
+        assert_eq!(t.info(big).unwrap().size, 4 << 30);
+        assert!(t.info(big).unwrap().contiguous);
+        let col = t.vector(1_000_000, 1, 2, DOUBLE).unwrap();
+        let many = t.contiguous(1000, col).unwrap();
+        let nested = t.vector(1000, 3, 5, many).unwrap();
+        for h in [big, col, many, nested] {
+            assert!(t.slot(h).unwrap().layout.blocks.len() <= 1);
+            assert!(t.slot(h).unwrap().layout.levels.len() <= 3);
+        }
+        // A window deep inside `nested` packs like the elements it covers.
+        let mem: Vec<u8> = (0..64).map(|x| x as u8).collect();
+        let mut out = [0u8; 16];
+        // SAFETY: only the first two doubles are touched: packed offset 8
+        // is element 0's second double, at byte 16.
+        let n = unsafe { t.pack_partial(nested, 1, mem.as_ptr(), 8, &mut out[..8]) }.unwrap();
+        assert_eq!((n, &out[..8]), (8, &mem[16..24]));
+        assert_eq!(t.elements(nested, 8 * 1000 + 4), Ok(1000));
+    }
+}

@@ -1,0 +1,169 @@
+//! tandem as an MPI library with MPICH's binary interface.
+//!
+//! Built as `libmpich.so.12` (see `scripts/build-mpi.sh`), this crate lets a
+//! program compiled against MPICH's `mpi.h` — by `mpicc.mpich`, or
+//! mpi4py's wheel — run on tandem unchanged: point `LD_LIBRARY_PATH` at
+//! `target/mpi/lib`. Every function is exported under its `MPI_` name and
+//! its `PMPI_` name (the profiling interface: a tool may define `MPI_Send`
+//! and call `PMPI_Send`).
+//!
+//! The layers, top down:
+//!
+//! ```text
+//! exports (env, comm, p2p, coll, unsupported)   C entry points: handles in, error codes out
+//!   state                                       handle tables, errors, error handlers
+//!   datatype, op                                MPI datatypes (pack/unpack) and reductions
+//! tandem_driver::Comm                           transports, matching, tandem's collectives
+//! ```
+
+#![allow(clippy::missing_safety_doc)]
+#![allow(clippy::too_many_arguments)]
+
+pub mod abi;
+pub mod datatype;
+pub mod op;
+pub mod state;
+
+mod coll;
+mod comm;
+mod env;
+mod p2p;
+mod types;
+mod unsupported;
+
+use state::{lib, Fail, Lib};
+use std::ffi::c_int;
+
+/// Defines each exported function twice: `PMPI_x` with the body, and
+/// `MPI_x` calling it (so a profiling tool's own `MPI_x` can wrap ours).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! export {
+    ($( fn $name:ident, $pname:ident ( $($a:ident : $t:ty),* $(,)? ) -> c_int $body:block )*) => {$(
+        #[doc = concat!("`", stringify!($pname), "`: the profiling name of `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $pname($($a: $t),*) -> std::ffi::c_int $body
+
+        #[doc = concat!("`", stringify!($name), "`, as the MPI standard defines it (see README's table for what tandem supports).")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> std::ffi::c_int {
+            $pname($($a),*)
+        }
+    )*};
+}
+
+/// Runs a call whose errors go to `comm`'s error handler.
+#[inline(always)]
+pub(crate) fn run(
+    comm: abi::Handle,
+    name: &'static str,
+    f: impl FnOnce(&'static Lib) -> Result<(), Fail>,
+) -> c_int {
+    let Some(l) = lib() else {
+        return not_running(name);
+    };
+    match f(l) {
+        Ok(()) => abi::SUCCESS,
+        Err(e) => raise(l, comm, name, e),
+    }
+}
+
+/// A call made before `MPI_Init` or after `MPI_Finalize`.
+#[cold]
+fn not_running(name: &str) -> c_int {
+    let when = if state::ended() {
+        "after MPI_Finalize"
+    } else {
+        "before MPI_Init"
+    };
+    eprintln!("tandem: {name} called {when}");
+    abi::ERR_OTHER
+}
+
+/// Hands a failure to the error handler of `comm` (of `MPI_COMM_WORLD` if
+/// `comm` is not a valid communicator); returns the code if the handler
+/// returns.
+#[cold]
+#[inline(never)]
+pub(crate) fn raise(l: &Lib, comm: abi::Handle, name: &str, e: Fail) -> c_int {
+    let code = state::error_code(Some(l), &e);
+    let (mut h, handler) = match l.comm(comm) {
+        Ok(c) => (comm, c.errhandler.get()),
+        Err(_) => (
+            abi::COMM_WORLD,
+            l.comm(abi::COMM_WORLD)
+                .map(|c| c.errhandler.get())
+                .unwrap_or(abi::ERRORS_ARE_FATAL),
+        ),
+    };
+    match handler {
+        abi::ERRORS_RETURN => code,
+        abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
+            eprintln!(
+                "tandem: {name}: {} (MPI error class {}); aborting (MPI_ERRORS_ARE_FATAL)",
+                e.msg, e.class
+            );
+            std::process::exit(1);
+        }
+        other => {
+            if let Some(f) = l.errhandler_fn(other) {
+                let mut c = code;
+                // SAFETY: a function the program registered with
+                // MPI_Comm_create_errhandler, called as MPI specifies (the
+                // variadic tail is empty).
+                unsafe { f(&mut h, &mut c) };
+            }
+            code
+        }
+    }
+}
+
+/// Turns a C count into a `usize`.
+///
+/// # Errors
+/// `MPI_ERR_COUNT` for a negative count.
+#[inline(always)]
+pub(crate) fn count(n: c_int) -> Result<usize, Fail> {
+    if n < 0 {
+        return Err(Fail::new(
+            abi::ERR_COUNT,
+            format!("negative count {n}"),
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// Fails with `class`.
+pub(crate) fn fail<T>(class: c_int, msg: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail::new(class, msg.into()))
+}
+
+/// Writes a Rust string into a C buffer of `cap` bytes (NUL-terminated,
+/// truncated to fit); returns the length written without the NUL.
+///
+/// # Safety
+/// `dst` points to `cap` writable bytes.
+pub(crate) unsafe fn put_str(dst: *mut std::ffi::c_char, cap: usize, s: &str) -> c_int {
+    if dst.is_null() || cap == 0 {
+        return 0;
+    }
+    let n = s.len().min(cap - 1);
+    // SAFETY: the caller gives `cap` writable bytes at `dst`; n + 1 <= cap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), dst.cast(), n);
+        *dst.add(n) = 0;
+    }
+    n as c_int
+}
+
+/// Writes `v` through `p` if it is not null.
+///
+/// # Safety
+/// `p` is null or valid for a write of `T`.
+#[inline(always)]
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { p.write(v) }
+    }
+}

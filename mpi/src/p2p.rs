@@ -1,0 +1,1361 @@
+//! Point-to-point communication and requests.
+
+use crate::abi::{self, Handle};
+use crate::state::{CommObj, Fail, Lib, P2pReq, Persistent, Req, Unpack};
+use crate::{count, export, fail, put, run};
+use std::ffi::{c_int, c_void};
+use std::rc::Rc;
+use tandem_driver::{Error, Status as DStatus, ANY_SOURCE, ANY_TAG};
+
+/// Whether `p` is a status the caller wants written.
+#[inline(always)]
+fn wants(p: *mut abi::Status) -> bool {
+    !p.is_null() && p as usize != abi::STATUS_IGNORE
+}
+
+/// Writes `st` to the caller's status (unless ignored), keeping its
+/// `MPI_ERROR` field as MPI asks of single-completion calls.
+#[inline(always)]
+pub(crate) unsafe fn out_status(p: *mut abi::Status, st: &abi::Status) {
+    if wants(p) {
+        // SAFETY: the caller's status, checked above.
+        unsafe {
+            let e = (*p).error;
+            *p = *st;
+            (*p).error = e;
+        }
+    }
+}
+
+/// The status of a completion with nothing received (`MPI_PROC_NULL`,
+/// `MPI_REQUEST_NULL`, an inactive persistent request).
+pub(crate) fn empty_status() -> abi::Status {
+    abi::Status {
+        count_lo: 0,
+        count_hi_and_cancelled: 0,
+        source: abi::ANY_SOURCE,
+        tag: abi::ANY_TAG,
+        error: abi::SUCCESS,
+    }
+}
+
+fn proc_null_status() -> abi::Status {
+    abi::Status {
+        source: abi::PROC_NULL,
+        ..empty_status()
+    }
+}
+
+/// A status from tandem's: the source as a rank of `c`.
+fn status_of(c: &CommObj, st: &DStatus, bytes: usize) -> abi::Status {
+    let mut s = abi::Status {
+        count_lo: 0,
+        count_hi_and_cancelled: 0,
+        source: c.member(st.source).map_or(abi::UNDEFINED, |r| r as c_int),
+        tag: st.tag as c_int,
+        error: abi::SUCCESS,
+    };
+    s.set_count(bytes as i64);
+    s
+}
+
+/// The destination's job rank; `None` for `MPI_PROC_NULL`.
+#[inline(always)]
+fn dest(c: &CommObj, r: c_int) -> Result<Option<usize>, Fail> {
+    if r >= 0 && (r as usize) < c.size() {
+        return Ok(Some(c.job_rank(r as usize)));
+    }
+    if r == abi::PROC_NULL {
+        return Ok(None);
+    }
+    fail(
+        abi::ERR_RANK,
+        format!("invalid rank {r} in a communicator of {}", c.size()),
+    )
+}
+
+/// The source's job rank (or tandem's `ANY_SOURCE`); `None` for
+/// `MPI_PROC_NULL`.
+#[inline(always)]
+fn source(c: &CommObj, r: c_int) -> Result<Option<usize>, Fail> {
+    if r == abi::ANY_SOURCE {
+        return Ok(Some(ANY_SOURCE));
+    }
+    dest(c, r)
+}
+
+#[inline(always)]
+fn send_tag(t: c_int) -> Result<u32, Fail> {
+    if t < 0 {
+        return fail(abi::ERR_TAG, format!("invalid tag {t} (sends need 0..=MPI_TAG_UB)"));
+    }
+    Ok(t as u32)
+}
+
+#[inline(always)]
+fn recv_tag(t: c_int) -> Result<u32, Fail> {
+    if t == abi::ANY_TAG {
+        return Ok(ANY_TAG);
+    }
+    send_tag(t)
+}
+
+/// A send buffer as bytes: the user's memory when the datatype is
+/// contiguous, else a packed copy.
+pub(crate) struct Out {
+    pub ptr: *const u8,
+    pub len: usize,
+    pub packed: Option<Vec<u8>>,
+}
+
+impl Out {
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr..ptr + len` is the caller's buffer (valid for the
+        // call by MPI's rules) or `packed`, owned here.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// Views a send buffer of `n` elements of `dt`.
+#[inline(always)]
+pub(crate) fn out_view(l: &Lib, buf: *const c_void, n: c_int, dt: Handle) -> Result<Out, Fail> {
+    let n = count(n)?;
+    if let Some(sz) = abi::builtin_size(dt) {
+        if sz > 0 && dt != abi::LB && dt != abi::UB {
+            return Ok(Out {
+                ptr: buf.cast(),
+                len: n * sz,
+                packed: None,
+            });
+        }
+    }
+    out_view_derived(l, buf, n, dt)
+}
+
+#[cold]
+fn out_view_derived(l: &Lib, buf: *const c_void, n: usize, dt: Handle) -> Result<Out, Fail> {
+    let types = l.types.borrow();
+    let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
+    if info.contiguous {
+        return Ok(Out {
+            ptr: buf.cast(),
+            len: n * info.size,
+            packed: None,
+        });
+    }
+    let mut v = vec![0u8; n * info.size];
+    // SAFETY: the program's buffer holds `n` elements of `dt`.
+    let w = unsafe { types.pack(dt, n, buf.cast(), &mut v) }.map_err(|c| type_fail(c, dt))?;
+    v.truncate(w);
+    Ok(Out {
+        ptr: v.as_ptr(),
+        len: v.len(),
+        packed: Some(v),
+    })
+}
+
+pub(crate) fn type_fail(class: c_int, dt: Handle) -> Fail {
+    Fail::new(class, format!("invalid or uncommitted datatype {dt:#x}"))
+}
+
+/// A receive buffer: the user's memory, or a staging buffer unpacked at
+/// completion.
+pub(crate) struct In {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub stage: Option<Unpack>,
+}
+
+/// Views a receive buffer of `n` elements of `dt`.
+#[inline(always)]
+pub(crate) fn in_view(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle) -> Result<In, Fail> {
+    let n = count(n)?;
+    if let Some(sz) = abi::builtin_size(dt) {
+        if sz > 0 && dt != abi::LB && dt != abi::UB {
+            return Ok(In {
+                ptr: buf.cast(),
+                len: n * sz,
+                stage: None,
+            });
+        }
+    }
+    in_view_derived(l, buf, n, dt)
+}
+
+#[cold]
+fn in_view_derived(l: &Lib, buf: *mut c_void, n: usize, dt: Handle) -> Result<In, Fail> {
+    let types = l.types.borrow();
+    let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
+    if info.contiguous {
+        return Ok(In {
+            ptr: buf.cast(),
+            len: n * info.size,
+            stage: None,
+        });
+    }
+    let mut staged = vec![0u8; n * info.size];
+    Ok(In {
+        ptr: staged.as_mut_ptr(),
+        len: staged.len(),
+        stage: Some(Unpack {
+            staged,
+            dst: buf.cast(),
+            dt,
+            count: n,
+        }),
+    })
+}
+
+impl In {
+    /// The bytes.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: the caller's buffer (valid for the call) or the staging
+        // buffer owned here.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// Unpacks `got` received bytes of a staged receive.
+pub(crate) fn unstage(l: &Lib, s: &Unpack, got: usize) -> Result<(), Fail> {
+    let types = l.types.borrow();
+    // SAFETY: `dst` is the program's receive buffer of `count` elements.
+    unsafe { types.unpack(s.dt, s.count, &s.staged[..got.min(s.staged.len())], s.dst) }
+        .map(|_| ())
+        .map_err(|c| type_fail(c, s.dt))
+}
+
+fn send(l: &Lib, buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, sync: bool) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let out = out_view(l, buf, n, dt)?;
+    let tag = send_tag(tag)?;
+    let Some(to) = dest(&c, to)? else { return Ok(()) };
+    if sync {
+        c.p2p.ssend(out.bytes(), to, tag)?;
+    } else {
+        c.p2p.send(out.bytes(), to, tag)?;
+    }
+    Ok(())
+}
+
+/// The result of a receive that delivered `got` bytes, or failed.
+fn received(l: &Lib, c: &CommObj, r: Result<DStatus, Error>, stage: Option<&Unpack>, st: *mut abi::Status) -> Result<(), Fail> {
+    match r {
+        Ok(s) => {
+            if let Some(u) = stage {
+                unstage(l, u, s.len)?;
+            }
+            // SAFETY: the caller's status pointer.
+            unsafe { out_status(st, &status_of(c, &s, s.len)) };
+            Ok(())
+        }
+        Err(Error::Truncated { needed, got, source, tag }) => {
+            if let Some(u) = stage {
+                unstage(l, u, got)?;
+            }
+            let mut s = status_of(c, &DStatus { source, tag, len: got }, got);
+            s.error = abi::ERR_TRUNCATE;
+            if wants(st) {
+                // SAFETY: the caller's status, checked.
+                unsafe { *st = s };
+            }
+            fail(
+                abi::ERR_TRUNCATE,
+                format!("message of {needed} bytes from rank {} (tag {tag}) truncated to a {got}-byte receive buffer", s.source),
+            )
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn recv(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, comm: Handle, st: *mut abi::Status) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let mut inb = in_view(l, buf, n, dt)?;
+    let tag = recv_tag(tag)?;
+    let Some(from) = source(&c, from)? else {
+        // SAFETY: the caller's status pointer.
+        unsafe { out_status(st, &proc_null_status()) };
+        return Ok(());
+    };
+    let r = c.p2p.recv(inb.bytes(), from, tag);
+    received(l, &c, r, inb.stage.as_ref(), st)
+}
+
+/// Starts a send; returns the request's state.
+fn isend(l: &Lib, buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, c: Rc<CommObj>, sync: bool, persistent: Option<Persistent>) -> Result<Req, Fail> {
+    let out = out_view(l, buf, n, dt)?;
+    let tag = send_tag(tag)?;
+    let Some(to) = dest(&c, to)? else {
+        return Ok(match persistent {
+            None => Req::Done(proc_null_status()),
+            Some(_) => Req::P2p(P2pReq {
+                comm: c,
+                raw: None,
+                recv: false,
+                stage: None,
+                persistent,
+                done: Some(proc_null_status()),
+                detached: false,
+                cancel: false,
+                null_peer: true,
+            }),
+        });
+    };
+    // SAFETY: MPI's rules keep the send buffer untouched until the request
+    // completes; a packed copy lives in the request.
+    let raw = unsafe { c.p2p.isend_raw(out.ptr, out.len, to, tag, sync)? };
+    let stage = out.packed.map(|staged| Unpack {
+        staged,
+        dst: std::ptr::null_mut(),
+        dt,
+        count: 0,
+    });
+    Ok(Req::P2p(P2pReq {
+        comm: c,
+        raw: Some(raw),
+        recv: false,
+        stage,
+        persistent,
+        done: None,
+        detached: false,
+        cancel: false,
+        null_peer: false,
+    }))
+}
+
+/// Starts a receive; returns the request's state.
+fn irecv(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, c: Rc<CommObj>, persistent: Option<Persistent>) -> Result<Req, Fail> {
+    let inb = in_view(l, buf, n, dt)?;
+    let tag = recv_tag(tag)?;
+    let Some(from) = source(&c, from)? else {
+        return Ok(match persistent {
+            None => Req::Done(proc_null_status()),
+            Some(_) => Req::P2p(P2pReq {
+                comm: c,
+                raw: None,
+                recv: true,
+                stage: None,
+                persistent,
+                done: Some(proc_null_status()),
+                detached: false,
+                cancel: false,
+                null_peer: true,
+            }),
+        });
+    };
+    // SAFETY: MPI's rules give the library the receive buffer until the
+    // request completes; a staging buffer lives in the request.
+    let raw = unsafe { c.p2p.irecv_raw(inb.ptr, inb.len, from, tag)? };
+    Ok(Req::P2p(P2pReq {
+        comm: c,
+        raw: Some(raw),
+        recv: true,
+        stage: inb.stage,
+        persistent,
+        done: None,
+        detached: false,
+        cancel: false,
+        null_peer: false,
+    }))
+}
+
+/// How hard to try completing a request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Block until done.
+    Wait,
+    /// Drive progress once, then look.
+    Test,
+    /// Only look (progress was driven by the caller).
+    Look,
+}
+
+/// What trying to complete a request found.
+pub(crate) enum Outcome {
+    /// Still running.
+    Pending,
+    /// Finished (or inactive): its status, and its error if it failed.
+    Done(abi::Status, Option<Fail>),
+}
+
+/// Tries to complete request `h`; a finished non-persistent request is
+/// freed and `*hp` set to `MPI_REQUEST_NULL`.
+pub(crate) fn complete(l: &Lib, hp: *mut Handle, mode: Mode) -> Result<Outcome, Fail> {
+    // SAFETY: the caller's request handle pointer (checked by callers).
+    let h = unsafe { *hp };
+    if h == abi::REQUEST_NULL {
+        return Ok(Outcome::Done(empty_status(), None));
+    }
+    let idx = l
+        .req_index(h)
+        .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+    let out = complete_index(l, idx, mode)?;
+    if let Outcome::Done(..) = out {
+        let persistent = matches!(l.reqs.borrow().get(idx), Some(Req::P2p(p)) if p.persistent.is_some());
+        if !persistent {
+            l.reqs.borrow_mut().remove(idx);
+            // SAFETY: as above.
+            unsafe { *hp = abi::REQUEST_NULL };
+        }
+    }
+    Ok(out)
+}
+
+/// Tries to complete the request at `idx` (it stays in the table).
+pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome, Fail> {
+    let mut reqs = l.reqs.borrow_mut();
+    let r = reqs
+        .get_mut(idx)
+        .ok_or_else(|| Fail::new(abi::ERR_REQUEST, "invalid request handle".into()))?;
+    match r {
+        Req::Done(st) => Ok(Outcome::Done(*st, None)),
+        Req::Coll { comm, raw, finish } => {
+            let Some(t) = raw.take() else {
+                return Ok(Outcome::Done(empty_status(), None));
+            };
+            let comm = comm.clone();
+            let finish = finish.take();
+            drop(reqs);
+            let res = match mode {
+                Mode::Wait => Ok(comm.p2p.coll_wait_raw(t)),
+                Mode::Test | Mode::Look => comm.p2p.coll_test_raw(t),
+            };
+            match res {
+                Err(t) => {
+                    if let Some(Req::Coll { raw, finish: f, .. }) = l.reqs.borrow_mut().get_mut(idx) {
+                        *raw = Some(t);
+                        *f = finish;
+                    }
+                    Ok(Outcome::Pending)
+                }
+                Ok(r) => {
+                    if let (Ok(()), Some(u)) = (&r, &finish) {
+                        unstage(l, u, u.staged.len())?;
+                    }
+                    Ok(Outcome::Done(empty_status(), r.err().map(Fail::from)))
+                }
+            }
+        }
+        Req::P2p(p) => {
+            if let Some(st) = p.done.take() {
+                return Ok(Outcome::Done(st, None));
+            }
+            let Some(raw) = p.raw.take() else {
+                // An inactive persistent request.
+                return Ok(Outcome::Done(empty_status(), None));
+            };
+            let comm = p.comm.clone();
+            drop(reqs);
+            let res = match mode {
+                Mode::Wait => Ok(comm.p2p.wait_raw(raw)),
+                Mode::Test => comm.p2p.test_raw(raw),
+                Mode::Look => comm.p2p.take_raw(raw),
+            };
+            let res = match res {
+                Err(raw) => {
+                    if let Some(Req::P2p(p)) = l.reqs.borrow_mut().get_mut(idx) {
+                        p.raw = Some(raw);
+                    }
+                    return Ok(Outcome::Pending);
+                }
+                Ok(r) => r,
+            };
+            let (stage, recv) = match l.reqs.borrow_mut().get_mut(idx) {
+                Some(Req::P2p(p)) => (
+                    if p.persistent.is_some() { None } else { p.stage.take() },
+                    p.recv,
+                ),
+                _ => (None, false),
+            };
+            let stage_ref = stage.as_ref().or(None);
+            let out = match res {
+                Ok(s) => {
+                    if recv {
+                        if let Some(u) = stage_ref {
+                            unstage(l, u, s.len)?;
+                        } else if let Some(Req::P2p(p)) = l.reqs.borrow().get(idx) {
+                            if let Some(u) = &p.stage {
+                                unstage(l, u, s.len)?;
+                            }
+                        }
+                    }
+                    let len = if recv { s.len } else { 0 };
+                    let mut st = status_of(&comm, &s, len);
+                    if !recv {
+                        st = empty_status();
+                    }
+                    Outcome::Done(st, None)
+                }
+                Err(Error::Cancelled) => {
+                    let mut st = empty_status();
+                    st.set_cancelled(true);
+                    Outcome::Done(st, None)
+                }
+                Err(Error::Truncated { needed, got, source, tag }) => {
+                    if let Some(u) = stage_ref {
+                        unstage(l, u, got)?;
+                    }
+                    let mut st = status_of(&comm, &DStatus { source, tag, len: got }, got);
+                    st.error = abi::ERR_TRUNCATE;
+                    let f = Fail::new(
+                        abi::ERR_TRUNCATE,
+                        format!("message of {needed} bytes from rank {} (tag {tag}) truncated to a {got}-byte receive buffer", st.source),
+                    );
+                    Outcome::Done(st, Some(f))
+                }
+                Err(e) => {
+                    let mut st = empty_status();
+                    let f = Fail::from(e);
+                    st.error = f.class;
+                    Outcome::Done(st, Some(f))
+                }
+            };
+            Ok(out)
+        }
+    }
+}
+
+/// Completes requests freed while active, as they finish.
+pub(crate) fn reap(l: &Lib) {
+    if l.detached.get() == 0 {
+        return;
+    }
+    let idx: Vec<usize> = l
+        .reqs
+        .borrow()
+        .indices()
+        .into_iter()
+        .filter(|&i| matches!(l.reqs.borrow().get(i), Some(Req::P2p(p)) if p.detached))
+        .collect();
+    for i in idx {
+        if let Ok(Outcome::Done(..)) = complete_index(l, i, Mode::Look) {
+            l.reqs.borrow_mut().remove(i);
+            l.detached.set(l.detached.get() - 1);
+        }
+    }
+}
+
+/// Waits for every request freed while active (`MPI_Finalize`).
+pub(crate) fn drain(l: &Lib) {
+    while l.detached.get() > 0 {
+        l.job.progress();
+        reap(l);
+        std::thread::yield_now();
+    }
+}
+
+fn add(l: &Lib, r: Req, out: *mut Handle) {
+    let h = l.add_req(r);
+    // SAFETY: the caller's request out-parameter.
+    unsafe { put(out, h) };
+}
+
+/// The communicator a request reports errors to.
+fn req_comm(l: &Lib, h: Handle) -> Handle {
+    let _ = l;
+    let _ = h;
+    abi::COMM_WORLD
+}
+
+fn wait(l: &Lib, r: *mut Handle, st: *mut abi::Status) -> Result<(), Fail> {
+    if r.is_null() {
+        return fail(abi::ERR_REQUEST, "null request pointer");
+    }
+    reap(l);
+    match complete(l, r, Mode::Wait)? {
+        Outcome::Done(s, None) => {
+            // SAFETY: the caller's status.
+            unsafe { out_status(st, &s) };
+            Ok(())
+        }
+        Outcome::Done(s, Some(f)) => {
+            if wants(st) {
+                // SAFETY: the caller's status, checked.
+                unsafe { *st = s };
+            }
+            Err(f)
+        }
+        Outcome::Pending => fail(abi::ERR_INTERN, "a waited request is still pending"),
+    }
+}
+
+fn test(l: &Lib, r: *mut Handle, flag: *mut c_int, st: *mut abi::Status) -> Result<(), Fail> {
+    if r.is_null() {
+        return fail(abi::ERR_REQUEST, "null request pointer");
+    }
+    reap(l);
+    match complete(l, r, Mode::Test)? {
+        Outcome::Pending => {
+            // SAFETY: the caller's flag.
+            unsafe { put(flag, 0) };
+            Ok(())
+        }
+        Outcome::Done(s, f) => {
+            // SAFETY: the caller's flag and status.
+            unsafe {
+                put(flag, 1);
+                if f.is_some() && wants(st) {
+                    *st = s;
+                } else {
+                    out_status(st, &s);
+                }
+            }
+            f.map_or(Ok(()), Err)
+        }
+    }
+}
+
+/// Whether request `h` is null or an inactive persistent request.
+fn inactive(l: &Lib, h: Handle) -> bool {
+    if h == abi::REQUEST_NULL {
+        return true;
+    }
+    match l.req_index(h).and_then(|i| {
+        l.reqs
+            .borrow()
+            .get(i)
+            .map(|r| matches!(r, Req::P2p(p) if p.persistent.is_some() && p.raw.is_none() && p.done.is_none()))
+    }) {
+        Some(x) => x,
+        None => false,
+    }
+}
+
+/// Writes status `i` of an array (unless `MPI_STATUSES_IGNORE`), with its
+/// `MPI_ERROR` field.
+unsafe fn put_status_at(sts: *mut abi::Status, i: usize, s: &abi::Status) {
+    if wants(sts) {
+        // SAFETY: the caller's array of at least i + 1 statuses.
+        unsafe { *sts.add(i) = *s };
+    }
+}
+
+fn waitall(l: &Lib, n: c_int, rs: *mut Handle, sts: *mut abi::Status) -> Result<(), Fail> {
+    let n = count(n)?;
+    reap(l);
+    let mut first: Option<Fail> = None;
+    let mut errs = 0;
+    for i in 0..n {
+        // SAFETY: the caller's array of n requests.
+        let rp = unsafe { rs.add(i) };
+        match complete(l, rp, Mode::Wait) {
+            Ok(Outcome::Done(mut s, f)) => {
+                s.error = f.as_ref().map_or(abi::SUCCESS, |f| f.class);
+                // SAFETY: the caller's array of n statuses.
+                unsafe { put_status_at(sts, i, &s) };
+                if let Some(f) = f {
+                    errs += 1;
+                    first.get_or_insert(f);
+                }
+            }
+            Ok(Outcome::Pending) => {}
+            Err(f) => {
+                let mut s = empty_status();
+                s.error = f.class;
+                // SAFETY: as above.
+                unsafe { put_status_at(sts, i, &s) };
+                errs += 1;
+                first.get_or_insert(f);
+            }
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(f) if errs > 0 && wants(sts) => Err(Fail::new(abi::ERR_IN_STATUS, f.msg)),
+        Some(f) => Err(f),
+    }
+}
+
+/// Polls until some active request completes or none is active: its
+/// index and outcome.
+fn any(l: &Lib, n: usize, rs: *mut Handle, block: bool) -> Result<Option<(usize, Outcome)>, Fail> {
+    let deadline = std::time::Instant::now() + l.job.config().timeout;
+    let mut spins = 0u32;
+    loop {
+        l.job.progress();
+        reap(l);
+        let mut active = 0;
+        for i in 0..n {
+            // SAFETY: the caller's array of n requests.
+            let rp = unsafe { rs.add(i) };
+            // SAFETY: as above.
+            let h = unsafe { *rp };
+            if inactive(l, h) {
+                continue;
+            }
+            active += 1;
+            match complete(l, rp, Mode::Look)? {
+                Outcome::Pending => {}
+                done => return Ok(Some((i, done))),
+            }
+        }
+        if active == 0 {
+            return Ok(None);
+        }
+        if !block {
+            return Ok(Some((usize::MAX, Outcome::Pending)));
+        }
+        spins += 1;
+        if spins > 1000 {
+            std::thread::yield_now();
+            if std::time::Instant::now() > deadline {
+                return fail(
+                    abi::ERR_OTHER,
+                    format!("no request of {active} completed within {:?} (TANDEM_TIMEOUT)", l.job.config().timeout),
+                );
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn waitany(l: &Lib, n: c_int, rs: *mut Handle, index: *mut c_int, st: *mut abi::Status, block: bool, flag: *mut c_int) -> Result<(), Fail> {
+    let n = count(n)?;
+    match any(l, n, rs, block)? {
+        None => {
+            // SAFETY: the caller's out-parameters.
+            unsafe {
+                put(index, abi::UNDEFINED);
+                put(flag, 1);
+                out_status(st, &empty_status());
+            }
+            Ok(())
+        }
+        Some((_, Outcome::Pending)) => {
+            // SAFETY: as above.
+            unsafe {
+                put(flag, 0);
+                put(index, abi::UNDEFINED);
+            }
+            Ok(())
+        }
+        Some((i, Outcome::Done(s, f))) => {
+            // SAFETY: as above.
+            unsafe {
+                put(index, i as c_int);
+                put(flag, 1);
+                if f.is_some() && wants(st) {
+                    *st = s;
+                } else {
+                    out_status(st, &s);
+                }
+            }
+            f.map_or(Ok(()), Err)
+        }
+    }
+}
+
+fn some(l: &Lib, n: c_int, rs: *mut Handle, outcount: *mut c_int, idx: *mut c_int, sts: *mut abi::Status, block: bool) -> Result<(), Fail> {
+    let n = count(n)?;
+    let mut got = 0usize;
+    let mut first = None;
+    let mut any_active = false;
+    loop {
+        l.job.progress();
+        reap(l);
+        for i in 0..n {
+            // SAFETY: the caller's array of n requests.
+            let rp = unsafe { rs.add(i) };
+            // SAFETY: as above.
+            if inactive(l, unsafe { *rp }) {
+                continue;
+            }
+            any_active = true;
+            if let Outcome::Done(mut s, f) = complete(l, rp, Mode::Look)? {
+                s.error = f.as_ref().map_or(abi::SUCCESS, |f| f.class);
+                // SAFETY: the caller's arrays of n entries.
+                unsafe {
+                    *idx.add(got) = i as c_int;
+                    put_status_at(sts, got, &s);
+                }
+                got += 1;
+                if let Some(f) = f {
+                    first.get_or_insert(f);
+                }
+            }
+        }
+        if !any_active {
+            // SAFETY: the caller's out-parameter.
+            unsafe { put(outcount, abi::UNDEFINED) };
+            return Ok(());
+        }
+        if got > 0 || !block {
+            break;
+        }
+        let mut none: c_int = 0;
+        // Block in waitany's loop for the first, then collect the rest.
+        let r = any(l, n, rs, true)?;
+        if let Some((i, Outcome::Done(mut s, f))) = r {
+            s.error = f.as_ref().map_or(abi::SUCCESS, |f| f.class);
+            // SAFETY: as above.
+            unsafe {
+                *idx.add(got) = i as c_int;
+                put_status_at(sts, got, &s);
+            }
+            got += 1;
+            if let Some(f) = f {
+                first.get_or_insert(f);
+            }
+            none += 1;
+        }
+        if none > 0 {
+            any_active = false;
+            for i in 0..n {
+                // SAFETY: as above.
+                if !inactive(l, unsafe { *rs.add(i) }) {
+                    any_active = true;
+                }
+            }
+            let _ = any_active;
+            break;
+        }
+    }
+    // SAFETY: the caller's out-parameter.
+    unsafe { put(outcount, got as c_int) };
+    match first {
+        None => Ok(()),
+        Some(f) => Err(Fail::new(abi::ERR_IN_STATUS, f.msg)),
+    }
+}
+
+fn testall(l: &Lib, n: c_int, rs: *mut Handle, flag: *mut c_int, sts: *mut abi::Status) -> Result<(), Fail> {
+    let n = count(n)?;
+    l.job.progress();
+    reap(l);
+    // All or nothing: look first, without collecting.
+    for i in 0..n {
+        // SAFETY: the caller's array of n requests.
+        let h = unsafe { *rs.add(i) };
+        if inactive(l, h) {
+            continue;
+        }
+        let idx = l
+            .req_index(h)
+            .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+        let done = match l.reqs.borrow().get(idx) {
+            Some(Req::P2p(p)) => p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r)),
+            Some(Req::Done(_)) => true,
+            Some(Req::Coll { .. }) => false,
+            None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
+        };
+        if !done {
+            // A collective is only known done by testing it: do so.
+            let is_coll = matches!(l.reqs.borrow().get(idx), Some(Req::Coll { .. }));
+            if is_coll {
+                if let Outcome::Done(s, f) = complete_index(l, idx, Mode::Test)? {
+                    // Keep its result for the collection below.
+                    let _ = f;
+                    l.reqs.borrow_mut().get_mut(idx).map(|r| *r = Req::Done(s));
+                    continue;
+                }
+            }
+            // SAFETY: the caller's flag.
+            unsafe { put(flag, 0) };
+            return Ok(());
+        }
+    }
+    // SAFETY: the caller's flag.
+    unsafe { put(flag, 1) };
+    waitall(l, n as c_int, rs, sts)
+}
+
+fn start(l: &Lib, rp: *mut Handle) -> Result<(), Fail> {
+    // SAFETY: the caller's request pointer.
+    let h = unsafe { *rp };
+    let idx = l
+        .req_index(h)
+        .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+    let (comm, args, recv) = match l.reqs.borrow().get(idx) {
+        Some(Req::P2p(p)) if p.persistent.is_some() => {
+            if p.raw.is_some() || p.done.is_some() {
+                return fail(abi::ERR_REQUEST, "MPI_Start on an active request");
+            }
+            (p.comm.clone(), p.persistent.expect("checked"), p.recv)
+        }
+        _ => return fail(abi::ERR_REQUEST, format!("request {h:#x} is not persistent")),
+    };
+    let r = if recv {
+        irecv(l, args.buf, args.count, args.dt, args.peer, args.tag, comm, Some(args))?
+    } else {
+        isend(l, args.buf, args.count, args.dt, args.peer, args.tag, comm, args.sync, Some(args))?
+    };
+    if let Some(slot) = l.reqs.borrow_mut().get_mut(idx) {
+        *slot = r;
+    }
+    Ok(())
+}
+
+fn persistent(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, peer: c_int, tag: c_int, comm: Handle, recv: bool, sync: bool, out: *mut Handle) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    // Validate now, as the calls that start it would.
+    if recv {
+        in_view(l, buf, n, dt)?;
+        recv_tag(tag)?;
+        source(&c, peer)?;
+    } else {
+        out_view(l, buf, n, dt)?;
+        send_tag(tag)?;
+        dest(&c, peer)?;
+    }
+    let args = Persistent {
+        buf,
+        count: n,
+        dt,
+        peer,
+        tag,
+        sync,
+    };
+    add(
+        l,
+        Req::P2p(P2pReq {
+            comm: c,
+            raw: None,
+            recv,
+            stage: None,
+            persistent: Some(args),
+            done: None,
+            detached: false,
+            cancel: false,
+            null_peer: peer == abi::PROC_NULL,
+        }),
+        out,
+    );
+    Ok(())
+}
+
+fn probe(l: &Lib, from: c_int, tag: c_int, comm: Handle, flag: *mut c_int, st: *mut abi::Status, block: bool) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let tag = recv_tag(tag)?;
+    let Some(from) = source(&c, from)? else {
+        // SAFETY: the caller's out-parameters.
+        unsafe {
+            put(flag, 1);
+            out_status(st, &proc_null_status());
+        }
+        return Ok(());
+    };
+    let got = if block {
+        Some(c.p2p.probe(from, tag)?)
+    } else {
+        c.p2p.iprobe(from, tag)?
+    };
+    // SAFETY: the caller's out-parameters.
+    unsafe {
+        put(flag, got.is_some() as c_int);
+        if let Some(s) = got {
+            out_status(st, &status_of(&c, &s, s.len));
+        }
+    }
+    Ok(())
+}
+
+fn sendrecv(l: &Lib, sbuf: *const c_void, sn: c_int, sdt: Handle, to: c_int, stag: c_int, rbuf: *mut c_void, rn: c_int, rdt: Handle, from: c_int, rtag: c_int, comm: Handle, st: *mut abi::Status) -> Result<(), Fail> {
+    let c = l.comm(comm)?;
+    let out = out_view(l, sbuf, sn, sdt)?;
+    let mut inb = in_view(l, rbuf, rn, rdt)?;
+    let (stag, rtag) = (send_tag(stag)?, recv_tag(rtag)?);
+    let (to, from) = (dest(&c, to)?, source(&c, from)?);
+    match (to, from) {
+        (None, None) => {
+            // SAFETY: the caller's status.
+            unsafe { out_status(st, &proc_null_status()) };
+            Ok(())
+        }
+        (Some(to), None) => {
+            c.p2p.send(out.bytes(), to, stag)?;
+            // SAFETY: the caller's status.
+            unsafe { out_status(st, &proc_null_status()) };
+            Ok(())
+        }
+        (None, Some(from)) => {
+            let r = c.p2p.recv(inb.bytes(), from, rtag);
+            received(l, &c, r, inb.stage.as_ref(), st)
+        }
+        (Some(to), Some(from)) => {
+            let stage = inb.stage.take();
+            let r = c.p2p.sendrecv(out.bytes(), to, stag, inb.bytes(), from, rtag);
+            received(l, &c, r, stage.as_ref(), st)
+        }
+    }
+}
+
+fn get_count(l: &Lib, st: *const abi::Status, dt: Handle, out: *mut c_int, elements: bool) -> Result<(), Fail> {
+    if st.is_null() || st as usize == abi::STATUS_IGNORE {
+        return fail(abi::ERR_ARG, "MPI_STATUS_IGNORE has no count");
+    }
+    // SAFETY: the caller's status.
+    let bytes = unsafe { (*st).count() } as usize;
+    let types = l.types.borrow();
+    let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
+    let n = if elements {
+        types.elements(dt, bytes).map_err(|c| type_fail(c, dt))?
+    } else if info.size == 0 {
+        0
+    } else if bytes % info.size != 0 {
+        abi::UNDEFINED as i64
+    } else {
+        (bytes / info.size) as i64
+    };
+    let n = if n > c_int::MAX as i64 { abi::UNDEFINED } else { n as c_int };
+    // SAFETY: the caller's out-parameter.
+    unsafe { put(out, n) };
+    Ok(())
+}
+
+export! {
+    fn MPI_Send, PMPI_Send(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Send", |l| send(l, buf, n, dt, to, tag, comm, false))
+    }
+
+    fn MPI_Rsend, PMPI_Rsend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Rsend", |l| send(l, buf, n, dt, to, tag, comm, false))
+    }
+
+    fn MPI_Ssend, PMPI_Ssend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle) -> c_int {
+        run(comm, "MPI_Ssend", |l| send(l, buf, n, dt, to, tag, comm, true))
+    }
+
+    fn MPI_Bsend, PMPI_Bsend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle) -> c_int {
+        // Buffered: the data is copied and sent in the background, so the
+        // call returns whatever the receiver does.
+        run(comm, "MPI_Bsend", |l| {
+            let c = l.comm(comm)?;
+            let out = out_view(l, buf, n, dt)?;
+            let copy = out.bytes().to_vec();
+            let r = isend(l, copy.as_ptr().cast(), copy.len() as c_int, abi::BYTE, to, tag, c, false, None)?;
+            let r = match r {
+                Req::P2p(mut p) => {
+                    p.stage = Some(Unpack { staged: copy, dst: std::ptr::null_mut(), dt: abi::BYTE, count: 0 });
+                    p.detached = true;
+                    Req::P2p(p)
+                }
+                other => return { drop(other); Ok(()) },
+            };
+            l.add_req(r);
+            l.detached.set(l.detached.get() + 1);
+            Ok(())
+        })
+    }
+
+    fn MPI_Recv, PMPI_Recv(buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, comm: Handle, st: *mut abi::Status) -> c_int {
+        run(comm, "MPI_Recv", |l| recv(l, buf, n, dt, from, tag, comm, st))
+    }
+
+    fn MPI_Isend, PMPI_Isend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Isend", |l| {
+            let q = isend(l, buf, n, dt, to, tag, l.comm(comm)?, false, None)?;
+            add(l, q, r);
+            Ok(())
+        })
+    }
+
+    fn MPI_Irsend, PMPI_Irsend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        PMPI_Isend(buf, n, dt, to, tag, comm, r)
+    }
+
+    fn MPI_Ibsend, PMPI_Ibsend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        PMPI_Isend(buf, n, dt, to, tag, comm, r)
+    }
+
+    fn MPI_Issend, PMPI_Issend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Issend", |l| {
+            let q = isend(l, buf, n, dt, to, tag, l.comm(comm)?, true, None)?;
+            add(l, q, r);
+            Ok(())
+        })
+    }
+
+    fn MPI_Irecv, PMPI_Irecv(buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Irecv", |l| {
+            let q = irecv(l, buf, n, dt, from, tag, l.comm(comm)?, None)?;
+            add(l, q, r);
+            Ok(())
+        })
+    }
+
+    fn MPI_Sendrecv, PMPI_Sendrecv(sbuf: *const c_void, sn: c_int, sdt: Handle, to: c_int, stag: c_int, rbuf: *mut c_void, rn: c_int, rdt: Handle, from: c_int, rtag: c_int, comm: Handle, st: *mut abi::Status) -> c_int {
+        run(comm, "MPI_Sendrecv", |l| sendrecv(l, sbuf, sn, sdt, to, stag, rbuf, rn, rdt, from, rtag, comm, st))
+    }
+
+    fn MPI_Sendrecv_replace, PMPI_Sendrecv_replace(buf: *mut c_void, n: c_int, dt: Handle, to: c_int, stag: c_int, from: c_int, rtag: c_int, comm: Handle, st: *mut abi::Status) -> c_int {
+        run(comm, "MPI_Sendrecv_replace", |l| {
+            let copy = out_view(l, buf, n, dt)?.bytes().to_vec();
+            let c = l.comm(comm)?;
+            let (stag, rtag) = (send_tag(stag)?, recv_tag(rtag)?);
+            let (to, from) = (dest(&c, to)?, source(&c, from)?);
+            let mut inb = in_view(l, buf, n, dt)?;
+            match (to, from) {
+                (None, None) => {
+                    out_status(st, &proc_null_status());
+                    Ok(())
+                }
+                (Some(to), None) => {
+                    c.p2p.send(&copy, to, stag)?;
+                    out_status(st, &proc_null_status());
+                    Ok(())
+                }
+                (None, Some(from)) => {
+                    let r = c.p2p.recv(inb.bytes(), from, rtag);
+                    received(l, &c, r, inb.stage.as_ref(), st)
+                }
+                (Some(to), Some(from)) => {
+                    let stage = inb.stage.take();
+                    let r = c.p2p.sendrecv(&copy, to, stag, inb.bytes(), from, rtag);
+                    received(l, &c, r, stage.as_ref(), st)
+                }
+            }
+        })
+    }
+
+    fn MPI_Probe, PMPI_Probe(from: c_int, tag: c_int, comm: Handle, st: *mut abi::Status) -> c_int {
+        run(comm, "MPI_Probe", |l| probe(l, from, tag, comm, std::ptr::null_mut(), st, true))
+    }
+
+    fn MPI_Iprobe, PMPI_Iprobe(from: c_int, tag: c_int, comm: Handle, flag: *mut c_int, st: *mut abi::Status) -> c_int {
+        run(comm, "MPI_Iprobe", |l| probe(l, from, tag, comm, flag, st, false))
+    }
+
+    fn MPI_Wait, PMPI_Wait(r: *mut Handle, st: *mut abi::Status) -> c_int {
+        let Some(l) = crate::state::lib() else { return run(abi::COMM_WORLD, "MPI_Wait", |_| Ok(())) };
+        let h = if r.is_null() { abi::REQUEST_NULL } else { *r };
+        let comm = req_comm(l, h);
+        run(comm, "MPI_Wait", |l| wait(l, r, st))
+    }
+
+    fn MPI_Test, PMPI_Test(r: *mut Handle, flag: *mut c_int, st: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Test", |l| test(l, r, flag, st))
+    }
+
+    fn MPI_Waitall, PMPI_Waitall(n: c_int, rs: *mut Handle, sts: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Waitall", |l| waitall(l, n, rs, sts))
+    }
+
+    fn MPI_Testall, PMPI_Testall(n: c_int, rs: *mut Handle, flag: *mut c_int, sts: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Testall", |l| testall(l, n, rs, flag, sts))
+    }
+
+    fn MPI_Waitany, PMPI_Waitany(n: c_int, rs: *mut Handle, index: *mut c_int, st: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Waitany", |l| waitany(l, n, rs, index, st, true, std::ptr::null_mut()))
+    }
+
+    fn MPI_Testany, PMPI_Testany(n: c_int, rs: *mut Handle, index: *mut c_int, flag: *mut c_int, st: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Testany", |l| waitany(l, n, rs, index, st, false, flag))
+    }
+
+    fn MPI_Waitsome, PMPI_Waitsome(n: c_int, rs: *mut Handle, outcount: *mut c_int, idx: *mut c_int, sts: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Waitsome", |l| some(l, n, rs, outcount, idx, sts, true))
+    }
+
+    fn MPI_Testsome, PMPI_Testsome(n: c_int, rs: *mut Handle, outcount: *mut c_int, idx: *mut c_int, sts: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Testsome", |l| some(l, n, rs, outcount, idx, sts, false))
+    }
+
+    fn MPI_Request_free, PMPI_Request_free(r: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Request_free", |l| {
+            if r.is_null() {
+                return fail(abi::ERR_REQUEST, "null request pointer");
+            }
+            let h = *r;
+            let idx = l
+                .req_index(h)
+                .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+            let active = match l.reqs.borrow_mut().get_mut(idx) {
+                Some(Req::P2p(p)) => {
+                    let a = p.raw.is_some();
+                    if a {
+                        p.detached = true;
+                        p.persistent = None;
+                    }
+                    a
+                }
+                Some(Req::Coll { raw, .. }) => raw.is_some(),
+                Some(Req::Done(_)) => false,
+                None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
+            };
+            if active {
+                if matches!(l.reqs.borrow().get(idx), Some(Req::Coll { .. })) {
+                    // A collective must finish: complete it now.
+                    complete_index(l, idx, Mode::Wait)?;
+                    l.reqs.borrow_mut().remove(idx);
+                } else {
+                    l.detached.set(l.detached.get() + 1);
+                }
+            } else {
+                l.reqs.borrow_mut().remove(idx);
+            }
+            *r = abi::REQUEST_NULL;
+            Ok(())
+        })
+    }
+
+    fn MPI_Request_get_status, PMPI_Request_get_status(h: Handle, flag: *mut c_int, st: *mut abi::Status) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Request_get_status", |l| {
+            if inactive(l, h) {
+                put(flag, 1);
+                out_status(st, &empty_status());
+                return Ok(());
+            }
+            l.job.progress();
+            let idx = l
+                .req_index(h)
+                .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+            let done = match l.reqs.borrow().get(idx) {
+                Some(Req::P2p(p)) => p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r)),
+                Some(Req::Done(_)) => true,
+                Some(Req::Coll { .. }) => false,
+                None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
+            };
+            if !done {
+                put(flag, 0);
+                return Ok(());
+            }
+            // Complete it and keep the result for the later wait/test.
+            match complete_index(l, idx, Mode::Look)? {
+                Outcome::Done(s, f) => {
+                    put(flag, 1);
+                    out_status(st, &s);
+                    if let Some(slot) = l.reqs.borrow_mut().get_mut(idx) {
+                        match slot {
+                            Req::P2p(p) => p.done = Some(s),
+                            other => *other = Req::Done(s),
+                        }
+                    }
+                    f.map_or(Ok(()), Err)
+                }
+                Outcome::Pending => {
+                    put(flag, 0);
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn MPI_Cancel, PMPI_Cancel(r: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Cancel", |l| {
+            if r.is_null() {
+                return fail(abi::ERR_REQUEST, "null request pointer");
+            }
+            let h = *r;
+            let idx = l
+                .req_index(h)
+                .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+            if let Some(Req::P2p(p)) = l.reqs.borrow_mut().get_mut(idx) {
+                if let Some(raw) = &p.raw {
+                    // Sends cannot be cancelled once posted (tandem may have
+                    // delivered them): they complete normally, and
+                    // MPI_Test_cancelled reports false.
+                    p.cancel = p.comm.p2p.cancel_raw(raw);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Test_cancelled, PMPI_Test_cancelled(st: *const abi::Status, flag: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Test_cancelled", |_| {
+            if st.is_null() || st as usize == abi::STATUS_IGNORE {
+                return fail(abi::ERR_ARG, "MPI_STATUS_IGNORE has no cancelled flag");
+            }
+            put(flag, (*st).cancelled() as c_int);
+            Ok(())
+        })
+    }
+
+    fn MPI_Get_count, PMPI_Get_count(st: *const abi::Status, dt: Handle, out: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Get_count", |l| get_count(l, st, dt, out, false))
+    }
+
+    fn MPI_Get_elements, PMPI_Get_elements(st: *const abi::Status, dt: Handle, out: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Get_elements", |l| get_count(l, st, dt, out, true))
+    }
+
+    fn MPI_Get_elements_x, PMPI_Get_elements_x(st: *const abi::Status, dt: Handle, out: *mut abi::Count) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Get_elements_x", |l| {
+            if st.is_null() || st as usize == abi::STATUS_IGNORE {
+                return fail(abi::ERR_ARG, "MPI_STATUS_IGNORE has no count");
+            }
+            let bytes = (*st).count() as usize;
+            let n = l.types.borrow().elements(dt, bytes).map_err(|c| type_fail(c, dt))?;
+            put(out, n);
+            Ok(())
+        })
+    }
+
+    fn MPI_Status_set_elements, PMPI_Status_set_elements(st: *mut abi::Status, dt: Handle, n: c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Status_set_elements", |l| {
+            let size = l.types.borrow().info(dt).map_err(|c| type_fail(c, dt))?.size;
+            if wants(st) {
+                (*st).set_count(n as i64 * size as i64);
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Status_set_cancelled, PMPI_Status_set_cancelled(st: *mut abi::Status, flag: c_int) -> c_int {
+        if wants(st) {
+            (*st).set_cancelled(flag != 0);
+        }
+        abi::SUCCESS
+    }
+
+    fn MPI_Send_init, PMPI_Send_init(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Send_init", |l| persistent(l, buf.cast_mut(), n, dt, to, tag, comm, false, false, r))
+    }
+
+    fn MPI_Bsend_init, PMPI_Bsend_init(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        PMPI_Send_init(buf, n, dt, to, tag, comm, r)
+    }
+
+    fn MPI_Rsend_init, PMPI_Rsend_init(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        PMPI_Send_init(buf, n, dt, to, tag, comm, r)
+    }
+
+    fn MPI_Ssend_init, PMPI_Ssend_init(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Ssend_init", |l| persistent(l, buf.cast_mut(), n, dt, to, tag, comm, false, true, r))
+    }
+
+    fn MPI_Recv_init, PMPI_Recv_init(buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Recv_init", |l| persistent(l, buf, n, dt, from, tag, comm, true, false, r))
+    }
+
+    fn MPI_Start, PMPI_Start(r: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Start", |l| {
+            if r.is_null() {
+                return fail(abi::ERR_REQUEST, "null request pointer");
+            }
+            start(l, r)
+        })
+    }
+
+    fn MPI_Startall, PMPI_Startall(n: c_int, rs: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Startall", |l| {
+            for i in 0..count(n)? {
+                start(l, rs.add(i))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Buffer_attach, PMPI_Buffer_attach(_buf: *mut c_void, _size: c_int) -> c_int {
+        // MPI_Bsend copies into memory of its own; the program's buffer is
+        // accepted and not used.
+        abi::SUCCESS
+    }
+
+    fn MPI_Buffer_detach, PMPI_Buffer_detach(buf: *mut c_void, size: *mut c_int) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Buffer_detach", |l| {
+            // MPI: detaching waits for the buffered messages to go.
+            drain(l);
+            put(buf.cast::<*mut c_void>(), std::ptr::null_mut());
+            put(size, 0);
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,528 @@
+//! The library's state: the job's communicators, requests, datatypes,
+//! operations and attribute keys, behind MPICH's integer handles.
+//!
+//! The state lives in one process-wide slot, created by `MPI_Init` and
+//! dropped by `MPI_Finalize`. Each table has its own `RefCell`, and no call
+//! holds a borrow while it runs a user callback (a reduction, an attribute
+//! delete function, an error handler), so a callback may call the library
+//! again. The library provides `MPI_THREAD_SERIALIZED`: calls may come from
+//! any thread, one at a time, which is what the cells (not `Sync`) need.
+
+use crate::abi::{self, Handle};
+use crate::datatype::Types;
+use crate::op::Ops;
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::ffi::{c_int, c_void};
+use std::rc::Rc;
+use tandem_driver::{Comm, Error, RawCollRequest, RawRequest};
+
+/// A communicator of the MPI layer: a group of the job's ranks and two
+/// contexts (point-to-point, and the MPI layer's own collectives).
+pub struct CommObj {
+    /// Point-to-point traffic (and tandem's collectives on its upper
+    /// context).
+    pub p2p: Comm,
+    /// The MPI layer's collective algorithms' traffic.
+    pub coll: Comm,
+    /// The job ranks of this communicator's members, in its rank order.
+    pub group: Rc<[u32]>,
+    /// Job rank to this communicator's rank (-1: not a member).
+    pub inverse: Rc<[i32]>,
+    /// This rank's rank in it.
+    pub rank: usize,
+    /// The contexts it holds (given back when it is freed).
+    pub contexts: [u16; 2],
+    /// Whether the members are the whole job in job order: then tandem's
+    /// own collectives serve it.
+    pub whole: bool,
+    /// Its error handler.
+    pub errhandler: Cell<Handle>,
+    /// Cached attributes: (key, value).
+    pub attrs: RefCell<Vec<(c_int, *mut c_void)>>,
+    /// Its name (`MPI_Comm_set_name`).
+    pub name: RefCell<String>,
+}
+
+impl CommObj {
+    /// The number of members.
+    pub fn size(&self) -> usize {
+        self.group.len()
+    }
+
+    /// The job rank of member `r`.
+    #[inline(always)]
+    pub fn job_rank(&self, r: usize) -> usize {
+        self.group[r] as usize
+    }
+
+    /// The member rank of job rank `j` (`None`: not a member).
+    #[inline(always)]
+    pub fn member(&self, j: usize) -> Option<usize> {
+        match self.inverse.get(j) {
+            Some(&r) if r >= 0 => Some(r as usize),
+            _ => None,
+        }
+    }
+}
+
+/// A pending or inactive request.
+pub enum Req {
+    /// A point-to-point operation (or a persistent one, active or not).
+    P2p(P2pReq),
+    /// Completed at its start (a `MPI_PROC_NULL` peer): its status is ready.
+    Done(abi::Status),
+    /// A tandem collective under way.
+    Coll {
+        /// Its communicator.
+        comm: Rc<CommObj>,
+        /// The driver's request (`None` once taken).
+        raw: Option<RawCollRequest>,
+        /// Bytes to copy back into the user's buffer at completion.
+        finish: Option<Unpack>,
+    },
+}
+
+/// Where a received message is unpacked at completion (a non-contiguous
+/// receive lands in a staging buffer first).
+pub struct Unpack {
+    /// The staging buffer.
+    pub staged: Vec<u8>,
+    /// The user's buffer.
+    pub dst: *mut u8,
+    /// Its datatype.
+    pub dt: Handle,
+    /// Its element count.
+    pub count: usize,
+}
+
+/// A point-to-point request.
+pub struct P2pReq {
+    /// Its communicator.
+    pub comm: Rc<CommObj>,
+    /// The driver's request, while active.
+    pub raw: Option<RawRequest>,
+    /// A receive (else a send).
+    pub recv: bool,
+    /// Staging of a non-contiguous buffer: packed bytes of a send, or the
+    /// bytes a receive unpacks.
+    pub stage: Option<Unpack>,
+    /// The arguments of a persistent request, to start it again.
+    pub persistent: Option<Persistent>,
+    /// The result of a finished operation not yet collected (set by a test
+    /// that saw it finish while another was pending, `MPI_Testall`).
+    pub done: Option<abi::Status>,
+    /// Freed by `MPI_Request_free` while active: dropped once it finishes.
+    pub detached: bool,
+    /// `MPI_Cancel` was called.
+    pub cancel: bool,
+    /// A send to or receive from `MPI_PROC_NULL` (a persistent one).
+    pub null_peer: bool,
+}
+
+/// The arguments of a persistent request.
+#[derive(Clone, Copy)]
+pub struct Persistent {
+    /// The user's buffer.
+    pub buf: *mut c_void,
+    /// Element count.
+    pub count: c_int,
+    /// Datatype.
+    pub dt: Handle,
+    /// Peer rank (in the communicator).
+    pub peer: c_int,
+    /// Tag.
+    pub tag: c_int,
+    /// Synchronous send.
+    pub sync: bool,
+}
+
+/// An attribute key (`MPI_Comm_create_keyval`).
+#[derive(Clone, Copy)]
+pub struct Keyval {
+    /// Copy callback (`MPI_Comm_dup`), may be null.
+    pub copy: Option<CopyFn>,
+    /// Delete callback, may be null.
+    pub delete: Option<DeleteFn>,
+    /// The user's extra state.
+    pub extra: *mut c_void,
+    /// `MPI_Comm_free_keyval` was called (the key lives on while attached).
+    pub freed: bool,
+    /// Communicators it is attached to.
+    pub uses: usize,
+}
+
+/// `MPI_Comm_copy_attr_function`.
+pub type CopyFn =
+    unsafe extern "C" fn(Handle, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+/// `MPI_Comm_delete_attr_function`.
+pub type DeleteFn = unsafe extern "C" fn(Handle, c_int, *mut c_void, *mut c_void) -> c_int;
+/// `MPI_Comm_errhandler_function` (variadic in C; called with two arguments).
+pub type ErrFn = unsafe extern "C" fn(*mut Handle, *mut c_int);
+
+/// A slab of objects addressed by index, reusing freed slots.
+pub struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    /// Stores `v`; returns its index.
+    pub fn insert(&mut self, v: T) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i] = Some(v);
+                i
+            }
+            None => {
+                self.items.push(Some(v));
+                self.items.len() - 1
+            }
+        }
+    }
+    /// The object at `i`.
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.items.get(i).and_then(|x| x.as_ref())
+    }
+    /// The object at `i`, mutably.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.items.get_mut(i).and_then(|x| x.as_mut())
+    }
+    /// Removes the object at `i`.
+    pub fn remove(&mut self, i: usize) -> Option<T> {
+        let v = self.items.get_mut(i)?.take();
+        if v.is_some() {
+            self.free.push(i);
+        }
+        v
+    }
+    /// The indices in use.
+    pub fn indices(&self) -> Vec<usize> {
+        (0..self.items.len())
+            .filter(|&i| self.items[i].is_some())
+            .collect()
+    }
+}
+
+/// The handle kind bits MPICH uses for objects it allocates (indirect).
+const COMM_KIND: u32 = 0x8400_0000;
+const REQ_KIND: u32 = 0xac00_0000;
+const KEYVAL_KIND: u32 = 0xa440_0000;
+const ERRH_KIND: u32 = 0x9400_0000;
+const GROUP_KIND: u32 = 0x8800_0000;
+const INDEX_MASK: u32 = 0x003f_ffff;
+
+/// Encodes a table index as a handle of `kind`.
+fn encode(kind: u32, i: usize) -> Handle {
+    (kind | i as u32) as Handle
+}
+
+/// Decodes a handle of `kind`.
+fn decode(kind: u32, h: Handle) -> Option<usize> {
+    let h = h as u32;
+    (h & !INDEX_MASK == kind).then_some((h & INDEX_MASK) as usize)
+}
+
+/// The library's state between `MPI_Init` and `MPI_Finalize`.
+pub struct Lib {
+    /// The job's communicator (context 0), owner of the engine.
+    pub job: Comm,
+    /// Communicators: 0 is `MPI_COMM_WORLD`, 1 `MPI_COMM_SELF`.
+    pub comms: RefCell<Slab<Rc<CommObj>>>,
+    /// Requests.
+    pub reqs: RefCell<Slab<Req>>,
+    /// Datatypes.
+    pub types: RefCell<Types>,
+    /// Reduction operations.
+    pub ops: RefCell<Ops>,
+    /// Attribute keys.
+    pub keyvals: RefCell<Slab<Keyval>>,
+    /// User error handlers.
+    pub errhandlers: RefCell<Slab<ErrFn>>,
+    /// Groups (`MPI_Comm_group`): job ranks.
+    pub groups: RefCell<Slab<Rc<[u32]>>>,
+    /// Free contexts (bit set: free), contexts 0..512.
+    pub free_ctx: Cell<[u64; 8]>,
+    /// The thread level granted.
+    pub thread_level: c_int,
+    /// The thread that called `MPI_Init` (for `MPI_Is_thread_main`).
+    pub main_thread: std::thread::ThreadId,
+    /// Recent error messages, by error code (see [`error_code`]).
+    pub messages: RefCell<Vec<String>>,
+    /// The next message's place in the ring.
+    pub next_message: Cell<usize>,
+    /// Requests freed while active, reaped as they finish.
+    pub detached: Cell<usize>,
+}
+
+struct Slot(UnsafeCell<Option<Lib>>);
+// SAFETY: the library grants MPI_THREAD_SERIALIZED: callers never use it
+// from two threads at once, and their own synchronisation orders the calls.
+unsafe impl Sync for Slot {}
+
+static LIB: Slot = Slot(UnsafeCell::new(None));
+static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The state, if `MPI_Init` ran and `MPI_Finalize` did not.
+#[inline(always)]
+pub fn lib() -> Option<&'static Lib> {
+    // SAFETY: the slot is written only by `install` and `uninstall`, which
+    // run in MPI_Init and MPI_Finalize, when (by the MPI standard) no other
+    // call is under way; shared references handed out here never outlive
+    // the call that got them.
+    unsafe { (*LIB.0.get()).as_ref() }
+}
+
+/// Installs the state (`MPI_Init`).
+pub fn install(l: Lib) {
+    // SAFETY: see `lib`; nothing holds a reference into the slot yet.
+    unsafe { *LIB.0.get() = Some(l) };
+    STARTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Removes the state (`MPI_Finalize`) and returns it to be dropped.
+pub fn uninstall() -> Option<Lib> {
+    ENDED.store(true, std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: see `lib`: finalize runs alone, no reference is held.
+    unsafe { (*LIB.0.get()).take() }
+}
+
+/// `MPI_Init` has run.
+pub fn started() -> bool {
+    STARTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// `MPI_Finalize` has run.
+pub fn ended() -> bool {
+    ENDED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+impl Lib {
+    /// The communicator behind a handle.
+    ///
+    /// # Errors
+    /// `MPI_ERR_COMM` for an invalid or freed handle.
+    #[inline(always)]
+    pub fn comm(&self, h: Handle) -> Result<Rc<CommObj>, Fail> {
+        let i = match h {
+            abi::COMM_WORLD => 0,
+            abi::COMM_SELF => 1,
+            _ => decode(COMM_KIND, h).ok_or_else(|| bad_comm(h))?,
+        };
+        self.comms
+            .borrow()
+            .get(i)
+            .cloned()
+            .ok_or_else(|| bad_comm(h))
+    }
+
+    /// Stores a new communicator; returns its handle.
+    pub fn add_comm(&self, c: CommObj) -> Handle {
+        encode(COMM_KIND, self.comms.borrow_mut().insert(Rc::new(c)))
+    }
+
+    /// Removes a communicator (not world or self).
+    pub fn remove_comm(&self, h: Handle) -> Option<Rc<CommObj>> {
+        let i = decode(COMM_KIND, h)?;
+        if i < 2 {
+            return None;
+        }
+        self.comms.borrow_mut().remove(i)
+    }
+
+    /// Stores a request; returns its handle.
+    pub fn add_req(&self, r: Req) -> Handle {
+        encode(REQ_KIND, self.reqs.borrow_mut().insert(r))
+    }
+
+    /// The table index of a request handle.
+    pub fn req_index(&self, h: Handle) -> Option<usize> {
+        decode(REQ_KIND, h)
+    }
+
+    /// Stores a key; returns its handle.
+    pub fn add_keyval(&self, k: Keyval) -> c_int {
+        encode(KEYVAL_KIND, self.keyvals.borrow_mut().insert(k))
+    }
+
+    /// The table index of a key.
+    pub fn keyval_index(&self, k: c_int) -> Option<usize> {
+        decode(KEYVAL_KIND, k)
+    }
+
+    /// Stores an error handler.
+    pub fn add_errhandler(&self, f: ErrFn) -> Handle {
+        encode(ERRH_KIND, self.errhandlers.borrow_mut().insert(f))
+    }
+
+    /// A user error handler's function.
+    pub fn errhandler_fn(&self, h: Handle) -> Option<ErrFn> {
+        self.errhandlers.borrow().get(decode(ERRH_KIND, h)?).copied()
+    }
+
+    /// Whether `h` names an error handler.
+    pub fn errhandler_valid(&self, h: Handle) -> bool {
+        matches!(
+            h,
+            abi::ERRORS_ARE_FATAL | abi::ERRORS_RETURN | abi::ERRORS_ABORT
+        ) || self.errhandler_fn(h).is_some()
+    }
+
+    /// Removes a user error handler.
+    pub fn remove_errhandler(&self, h: Handle) -> bool {
+        decode(ERRH_KIND, h)
+            .and_then(|i| self.errhandlers.borrow_mut().remove(i))
+            .is_some()
+    }
+
+    /// Stores a group.
+    pub fn add_group(&self, g: Rc<[u32]>) -> Handle {
+        if g.is_empty() {
+            return abi::GROUP_EMPTY;
+        }
+        encode(GROUP_KIND, self.groups.borrow_mut().insert(g))
+    }
+
+    /// A group's members.
+    ///
+    /// # Errors
+    /// `MPI_ERR_GROUP` for an invalid handle.
+    pub fn group(&self, h: Handle) -> Result<Rc<[u32]>, Fail> {
+        if h == abi::GROUP_EMPTY {
+            return Ok(Rc::from(Vec::new()));
+        }
+        decode(GROUP_KIND, h)
+            .and_then(|i| self.groups.borrow().get(i).cloned())
+            .ok_or_else(|| Fail::new(abi::ERR_GROUP, format!("invalid group handle {h:#x}")))
+    }
+
+    /// Removes a group.
+    pub fn remove_group(&self, h: Handle) -> bool {
+        decode(GROUP_KIND, h)
+            .and_then(|i| self.groups.borrow_mut().remove(i))
+            .is_some()
+    }
+}
+
+fn bad_comm(h: Handle) -> Fail {
+    if h == abi::COMM_NULL {
+        Fail::new(abi::ERR_COMM, "MPI_COMM_NULL is not a communicator".into())
+    } else {
+        Fail::new(abi::ERR_COMM, format!("invalid communicator handle {h:#x}"))
+    }
+}
+
+/// A failed call: its MPI error class and tandem's message.
+#[derive(Debug)]
+pub struct Fail {
+    /// The MPI error class.
+    pub class: c_int,
+    /// What went wrong.
+    pub msg: String,
+    /// A status to fill (`MPI_ERR_TRUNCATE`: the message's source and tag).
+    pub status: Option<abi::Status>,
+}
+
+impl Fail {
+    /// A failure of `class`.
+    pub fn new(class: c_int, msg: String) -> Self {
+        Self {
+            class,
+            msg,
+            status: None,
+        }
+    }
+}
+
+/// The MPI error class of a tandem error.
+pub fn class_of(e: &Error) -> c_int {
+    match e {
+        Error::Truncated { .. } => abi::ERR_TRUNCATE,
+        Error::InvalidTag { .. } => abi::ERR_TAG,
+        Error::InvalidRank { .. } => abi::ERR_RANK,
+        Error::PeerLost { .. } | Error::RankFailed { .. } => abi::X_ERR_PROC_FAILED,
+        Error::Cancelled => abi::SUCCESS,
+        Error::MessageTooLarge { .. } => abi::ERR_COUNT,
+        Error::TooManyRequests { .. } => abi::ERR_OTHER,
+        Error::InvalidArgument(_) => abi::ERR_ARG,
+        Error::Internal(_) => abi::ERR_INTERN,
+        _ => abi::ERR_OTHER,
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::new(class_of(&e), e.to_string())
+    }
+}
+
+/// Where error codes beyond the classes start: code = class + 256 * (slot
+/// + 1), the slot holding tandem's message.
+const CODE_STRIDE: c_int = 256;
+/// Messages kept for `MPI_Error_string`.
+const MESSAGES: usize = 64;
+
+/// An error code for `f`, remembering its message for
+/// `MPI_Error_string`.
+pub fn error_code(l: Option<&Lib>, f: &Fail) -> c_int {
+    let Some(l) = l else { return f.class };
+    let mut m = l.messages.borrow_mut();
+    // A ring of recent messages; the code names its slot.
+    let n = l.next_message.get();
+    l.next_message.set(n + 1);
+    let slot = n % MESSAGES;
+    if slot < m.len() {
+        m[slot] = f.msg.clone();
+    } else {
+        m.push(f.msg.clone());
+    }
+    f.class + CODE_STRIDE * (slot as c_int + 1)
+}
+
+/// The class of an error code.
+pub fn code_class(code: c_int) -> c_int {
+    if code < 0 {
+        return abi::ERR_UNKNOWN;
+    }
+    code % CODE_STRIDE
+}
+
+/// The message recorded for an error code, if any.
+pub fn code_message(code: c_int) -> Option<String> {
+    let slot = (code / CODE_STRIDE) as usize;
+    if slot == 0 {
+        return None;
+    }
+    lib()?.messages.borrow().get(slot - 1).cloned()
+}
+
+/// Takes a free context on this rank (the lowest set bit of `mask`).
+pub fn lowest(mask: &[u64; 8]) -> Option<u16> {
+    for (w, &bits) in mask.iter().enumerate() {
+        if bits != 0 {
+            return Some((w * 64 + bits.trailing_zeros() as usize) as u16);
+        }
+    }
+    None
+}
+
+/// Marks a context used (`false`) or free (`true`).
+pub fn mark(l: &Lib, ctx: u16, free: bool) {
+    let mut m = l.free_ctx.get();
+    let (w, b) = (ctx as usize / 64, ctx % 64);
+    if free {
+        m[w] |= 1 << b;
+    } else {
+        m[w] &= !(1 << b);
+    }
+    l.free_ctx.set(m);
+}

@@ -1,0 +1,272 @@
+//! Functions this library does not implement, exported so that programs
+//! linked against MPICH load: each fails through `MPI_COMM_WORLD`'s error
+//! handler with `MPI_ERR_UNSUPPORTED_OPERATION` and a message naming it
+//! ("tandem: MPI_Win_create is not supported"). The list is what mpi4py's
+//! MPICH-ABI extension needs to load; newer functions (the large-count
+//! `_c` ones, MPI-4.1's, `MPI_Abi_get_version`) are left out on purpose:
+//! a client that finds them absent falls back to what is here.
+
+use crate::abi;
+use std::ffi::c_int;
+
+/// Refuses an unsupported call.
+#[cold]
+fn refuse(name: &'static str) -> c_int {
+    crate::run(abi::COMM_WORLD, name, |_| {
+        crate::fail(
+            abi::ERR_UNSUPPORTED_OPERATION,
+            format!("tandem: {name} is not supported"),
+        )
+    })
+}
+
+macro_rules! unsupported {
+    ($($name:ident $pname:ident)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: not supported (fails with `MPI_ERR_UNSUPPORTED_OPERATION`).")]
+        #[no_mangle]
+        pub extern "C" fn $name() -> c_int {
+            refuse(stringify!($name))
+        }
+        #[doc = concat!("`", stringify!($pname), "`: not supported.")]
+        #[no_mangle]
+        pub extern "C" fn $pname() -> c_int {
+            refuse(stringify!($name))
+        }
+    )*};
+}
+
+/// `MPI_Pcontrol`: profiling control, a no-op without a profiler.
+#[no_mangle]
+pub extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
+    abi::SUCCESS
+}
+
+/// `PMPI_Pcontrol`.
+#[no_mangle]
+pub extern "C" fn PMPI_Pcontrol(_level: c_int) -> c_int {
+    abi::SUCCESS
+}
+
+/// A pointer constant of MPICH's interface.
+#[repr(transparent)]
+pub struct Marker(*const c_int);
+// SAFETY: the pointer is a constant address, never written through.
+unsafe impl Sync for Marker {}
+
+static UNWEIGHTED_TARGET: c_int = 0;
+static WEIGHTS_EMPTY_TARGET: c_int = 0;
+
+/// `MPI_UNWEIGHTED`: a distinct address (graph topologies are not supported).
+#[no_mangle]
+pub static MPI_UNWEIGHTED: Marker = Marker(&UNWEIGHTED_TARGET);
+/// `MPI_WEIGHTS_EMPTY`: a distinct address.
+#[no_mangle]
+pub static MPI_WEIGHTS_EMPTY: Marker = Marker(&WEIGHTS_EMPTY_TARGET);
+
+
+
+
+unsupported! {
+    MPI_Accumulate PMPI_Accumulate
+    MPI_Add_error_class PMPI_Add_error_class
+    MPI_Add_error_code PMPI_Add_error_code
+    MPI_Add_error_string PMPI_Add_error_string
+    MPI_Alltoallw PMPI_Alltoallw
+    MPI_Cart_coords PMPI_Cart_coords
+    MPI_Cart_create PMPI_Cart_create
+    MPI_Cart_get PMPI_Cart_get
+    MPI_Cart_map PMPI_Cart_map
+    MPI_Cart_rank PMPI_Cart_rank
+    MPI_Cart_shift PMPI_Cart_shift
+    MPI_Cart_sub PMPI_Cart_sub
+    MPI_Cartdim_get PMPI_Cartdim_get
+    MPI_Close_port PMPI_Close_port
+    MPI_Comm_accept PMPI_Comm_accept
+    MPI_Comm_connect PMPI_Comm_connect
+    MPI_Comm_create_group PMPI_Comm_create_group
+    MPI_Comm_get_info PMPI_Comm_get_info
+    MPI_Comm_get_parent PMPI_Comm_get_parent
+    MPI_Comm_idup PMPI_Comm_idup
+    MPI_Comm_join PMPI_Comm_join
+    MPI_Comm_remote_group PMPI_Comm_remote_group
+    MPI_Comm_remote_size PMPI_Comm_remote_size
+    MPI_Comm_set_info PMPI_Comm_set_info
+    MPI_Comm_spawn PMPI_Comm_spawn
+    MPI_Comm_spawn_multiple PMPI_Comm_spawn_multiple
+    MPI_Compare_and_swap PMPI_Compare_and_swap
+    MPI_Dims_create PMPI_Dims_create
+    MPI_Dist_graph_create PMPI_Dist_graph_create
+    MPI_Dist_graph_create_adjacent PMPI_Dist_graph_create_adjacent
+    MPI_Dist_graph_neighbors PMPI_Dist_graph_neighbors
+    MPI_Dist_graph_neighbors_count PMPI_Dist_graph_neighbors_count
+    MPI_Fetch_and_op PMPI_Fetch_and_op
+    MPI_File_call_errhandler PMPI_File_call_errhandler
+    MPI_File_close PMPI_File_close
+    MPI_File_create_errhandler PMPI_File_create_errhandler
+    MPI_File_delete PMPI_File_delete
+    MPI_File_get_amode PMPI_File_get_amode
+    MPI_File_get_atomicity PMPI_File_get_atomicity
+    MPI_File_get_byte_offset PMPI_File_get_byte_offset
+    MPI_File_get_errhandler PMPI_File_get_errhandler
+    MPI_File_get_group PMPI_File_get_group
+    MPI_File_get_info PMPI_File_get_info
+    MPI_File_get_position PMPI_File_get_position
+    MPI_File_get_position_shared PMPI_File_get_position_shared
+    MPI_File_get_size PMPI_File_get_size
+    MPI_File_get_type_extent PMPI_File_get_type_extent
+    MPI_File_get_view PMPI_File_get_view
+    MPI_File_iread PMPI_File_iread
+    MPI_File_iread_at PMPI_File_iread_at
+    MPI_File_iread_shared PMPI_File_iread_shared
+    MPI_File_iwrite PMPI_File_iwrite
+    MPI_File_iwrite_at PMPI_File_iwrite_at
+    MPI_File_iwrite_shared PMPI_File_iwrite_shared
+    MPI_File_open PMPI_File_open
+    MPI_File_preallocate PMPI_File_preallocate
+    MPI_File_read PMPI_File_read
+    MPI_File_read_all PMPI_File_read_all
+    MPI_File_read_all_begin PMPI_File_read_all_begin
+    MPI_File_read_all_end PMPI_File_read_all_end
+    MPI_File_read_at PMPI_File_read_at
+    MPI_File_read_at_all PMPI_File_read_at_all
+    MPI_File_read_at_all_begin PMPI_File_read_at_all_begin
+    MPI_File_read_at_all_end PMPI_File_read_at_all_end
+    MPI_File_read_ordered PMPI_File_read_ordered
+    MPI_File_read_ordered_begin PMPI_File_read_ordered_begin
+    MPI_File_read_ordered_end PMPI_File_read_ordered_end
+    MPI_File_read_shared PMPI_File_read_shared
+    MPI_File_seek PMPI_File_seek
+    MPI_File_seek_shared PMPI_File_seek_shared
+    MPI_File_set_atomicity PMPI_File_set_atomicity
+    MPI_File_set_errhandler PMPI_File_set_errhandler
+    MPI_File_set_info PMPI_File_set_info
+    MPI_File_set_size PMPI_File_set_size
+    MPI_File_set_view PMPI_File_set_view
+    MPI_File_sync PMPI_File_sync
+    MPI_File_write PMPI_File_write
+    MPI_File_write_all PMPI_File_write_all
+    MPI_File_write_all_begin PMPI_File_write_all_begin
+    MPI_File_write_all_end PMPI_File_write_all_end
+    MPI_File_write_at PMPI_File_write_at
+    MPI_File_write_at_all PMPI_File_write_at_all
+    MPI_File_write_at_all_begin PMPI_File_write_at_all_begin
+    MPI_File_write_at_all_end PMPI_File_write_at_all_end
+    MPI_File_write_ordered PMPI_File_write_ordered
+    MPI_File_write_ordered_begin PMPI_File_write_ordered_begin
+    MPI_File_write_ordered_end PMPI_File_write_ordered_end
+    MPI_File_write_shared PMPI_File_write_shared
+    MPI_Get PMPI_Get
+    MPI_Get_accumulate PMPI_Get_accumulate
+    MPI_Graph_create PMPI_Graph_create
+    MPI_Graph_get PMPI_Graph_get
+    MPI_Graph_map PMPI_Graph_map
+    MPI_Graph_neighbors PMPI_Graph_neighbors
+    MPI_Graph_neighbors_count PMPI_Graph_neighbors_count
+    MPI_Graphdims_get PMPI_Graphdims_get
+    MPI_Grequest_complete PMPI_Grequest_complete
+    MPI_Grequest_start PMPI_Grequest_start
+    MPI_Group_difference PMPI_Group_difference
+    MPI_Group_intersection PMPI_Group_intersection
+    MPI_Group_range_excl PMPI_Group_range_excl
+    MPI_Group_range_incl PMPI_Group_range_incl
+    MPI_Group_union PMPI_Group_union
+    MPI_Iallgather PMPI_Iallgather
+    MPI_Iallgatherv PMPI_Iallgatherv
+    MPI_Ialltoall PMPI_Ialltoall
+    MPI_Ialltoallv PMPI_Ialltoallv
+    MPI_Ialltoallw PMPI_Ialltoallw
+    MPI_Iexscan PMPI_Iexscan
+    MPI_Igather PMPI_Igather
+    MPI_Igatherv PMPI_Igatherv
+    MPI_Improbe PMPI_Improbe
+    MPI_Imrecv PMPI_Imrecv
+    MPI_Ineighbor_allgather PMPI_Ineighbor_allgather
+    MPI_Ineighbor_allgatherv PMPI_Ineighbor_allgatherv
+    MPI_Ineighbor_alltoall PMPI_Ineighbor_alltoall
+    MPI_Ineighbor_alltoallv PMPI_Ineighbor_alltoallv
+    MPI_Ineighbor_alltoallw PMPI_Ineighbor_alltoallw
+    MPI_Info_create PMPI_Info_create
+    MPI_Info_delete PMPI_Info_delete
+    MPI_Info_dup PMPI_Info_dup
+    MPI_Info_free PMPI_Info_free
+    MPI_Info_get PMPI_Info_get
+    MPI_Info_get_nkeys PMPI_Info_get_nkeys
+    MPI_Info_get_nthkey PMPI_Info_get_nthkey
+    MPI_Info_get_valuelen PMPI_Info_get_valuelen
+    MPI_Info_set PMPI_Info_set
+    MPI_Intercomm_create PMPI_Intercomm_create
+    MPI_Intercomm_merge PMPI_Intercomm_merge
+    MPI_Ireduce PMPI_Ireduce
+    MPI_Ireduce_scatter PMPI_Ireduce_scatter
+    MPI_Ireduce_scatter_block PMPI_Ireduce_scatter_block
+    MPI_Iscan PMPI_Iscan
+    MPI_Iscatter PMPI_Iscatter
+    MPI_Iscatterv PMPI_Iscatterv
+    MPI_Lookup_name PMPI_Lookup_name
+    MPI_Mprobe PMPI_Mprobe
+    MPI_Mrecv PMPI_Mrecv
+    MPI_Neighbor_allgather PMPI_Neighbor_allgather
+    MPI_Neighbor_allgatherv PMPI_Neighbor_allgatherv
+    MPI_Neighbor_alltoall PMPI_Neighbor_alltoall
+    MPI_Neighbor_alltoallv PMPI_Neighbor_alltoallv
+    MPI_Neighbor_alltoallw PMPI_Neighbor_alltoallw
+    MPI_Open_port PMPI_Open_port
+    MPI_Pack_external PMPI_Pack_external
+    MPI_Pack_external_size PMPI_Pack_external_size
+    MPI_Publish_name PMPI_Publish_name
+    MPI_Put PMPI_Put
+    MPI_Raccumulate PMPI_Raccumulate
+    MPI_Register_datarep PMPI_Register_datarep
+    MPI_Rget PMPI_Rget
+    MPI_Rget_accumulate PMPI_Rget_accumulate
+    MPI_Rput PMPI_Rput
+    MPI_Status_set_elements_x PMPI_Status_set_elements_x
+    MPI_Topo_test PMPI_Topo_test
+    MPI_Type_create_darray PMPI_Type_create_darray
+    MPI_Type_create_keyval PMPI_Type_create_keyval
+    MPI_Type_create_subarray PMPI_Type_create_subarray
+    MPI_Type_delete_attr PMPI_Type_delete_attr
+    MPI_Type_free_keyval PMPI_Type_free_keyval
+    MPI_Type_get_attr PMPI_Type_get_attr
+    MPI_Type_match_size PMPI_Type_match_size
+    MPI_Type_set_attr PMPI_Type_set_attr
+    MPI_Unpack_external PMPI_Unpack_external
+    MPI_Unpublish_name PMPI_Unpublish_name
+    MPI_Win_allocate PMPI_Win_allocate
+    MPI_Win_allocate_shared PMPI_Win_allocate_shared
+    MPI_Win_attach PMPI_Win_attach
+    MPI_Win_call_errhandler PMPI_Win_call_errhandler
+    MPI_Win_complete PMPI_Win_complete
+    MPI_Win_create PMPI_Win_create
+    MPI_Win_create_dynamic PMPI_Win_create_dynamic
+    MPI_Win_create_errhandler PMPI_Win_create_errhandler
+    MPI_Win_create_keyval PMPI_Win_create_keyval
+    MPI_Win_delete_attr PMPI_Win_delete_attr
+    MPI_Win_detach PMPI_Win_detach
+    MPI_Win_fence PMPI_Win_fence
+    MPI_Win_flush PMPI_Win_flush
+    MPI_Win_flush_all PMPI_Win_flush_all
+    MPI_Win_flush_local PMPI_Win_flush_local
+    MPI_Win_flush_local_all PMPI_Win_flush_local_all
+    MPI_Win_free PMPI_Win_free
+    MPI_Win_free_keyval PMPI_Win_free_keyval
+    MPI_Win_get_attr PMPI_Win_get_attr
+    MPI_Win_get_errhandler PMPI_Win_get_errhandler
+    MPI_Win_get_group PMPI_Win_get_group
+    MPI_Win_get_info PMPI_Win_get_info
+    MPI_Win_get_name PMPI_Win_get_name
+    MPI_Win_lock PMPI_Win_lock
+    MPI_Win_lock_all PMPI_Win_lock_all
+    MPI_Win_post PMPI_Win_post
+    MPI_Win_set_attr PMPI_Win_set_attr
+    MPI_Win_set_errhandler PMPI_Win_set_errhandler
+    MPI_Win_set_info PMPI_Win_set_info
+    MPI_Win_set_name PMPI_Win_set_name
+    MPI_Win_shared_query PMPI_Win_shared_query
+    MPI_Win_start PMPI_Win_start
+    MPI_Win_sync PMPI_Win_sync
+    MPI_Win_test PMPI_Win_test
+    MPI_Win_unlock PMPI_Win_unlock
+    MPI_Win_unlock_all PMPI_Win_unlock_all
+    MPI_Win_wait PMPI_Win_wait
+}
