@@ -622,7 +622,12 @@ fn reduce_scatter(l: &Lib, s: *const c_void, r: *mut c_void, counts: &[usize], d
                 // SAFETY (all arms): the program's buffers.
                 return with_el!(el, T => unsafe {
                     if is_in_place(s) {
-                        c.p2p.reduce_scatter_in_place::<T>(sl_mut(r, total), rop)
+                        // tandem leaves the result in block `rank`; MPI wants
+                        // it at the start of the buffer.
+                        let all = sl_mut::<T>(r, total);
+                        c.p2p.reduce_scatter_in_place::<T>(all, rop).map(|()| {
+                            all.copy_within(me * k..(me + 1) * k, 0);
+                        })
                     } else {
                         c.p2p.reduce_scatter::<T>(sl(s, total), sl_mut(r, k), rop)
                     }

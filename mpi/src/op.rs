@@ -776,6 +776,7 @@ mod tests {
                         DoubleInt | TwoDouble => val.to_le_bytes().to_vec(),
                         LongInt => (val as i64).to_le_bytes().to_vec(),
                         ShortInt => (val as i16).to_le_bytes().to_vec(),
+                        LongDoubleInt => [val.to_le_bytes(), [0; 8]].concat(),
                         _ => (val as i32).to_le_bytes().to_vec(),
                     };
                     let ib: Vec<u8> = match b {

@@ -140,6 +140,9 @@ pub(crate) fn out_view(l: &Lib, buf: *const c_void, n: c_int, dt: Handle) -> Res
 fn out_view_derived(l: &Lib, buf: *const c_void, n: usize, dt: Handle) -> Result<Out, Fail> {
     let types = l.types.borrow();
     let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
+    if !info.committed {
+        return fail(abi::ERR_TYPE, format!("datatype {dt:#x} is not committed (MPI_Type_commit)"));
+    }
     if info.contiguous {
         return Ok(Out {
             ptr: buf.cast(),
@@ -190,6 +193,9 @@ pub(crate) fn in_view(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle) -> Result
 fn in_view_derived(l: &Lib, buf: *mut c_void, n: usize, dt: Handle) -> Result<In, Fail> {
     let types = l.types.borrow();
     let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
+    if !info.committed {
+        return fail(abi::ERR_TYPE, format!("datatype {dt:#x} is not committed (MPI_Type_commit)"));
+    }
     if info.contiguous {
         return Ok(In {
             ptr: buf.cast(),
