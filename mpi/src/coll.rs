@@ -80,7 +80,14 @@ fn g_recv(c: &CommObj, from: usize, b: &mut [u8], tag: u32) -> Result<usize, Fai
     Ok(st.len)
 }
 
-fn g_sendrecv(c: &CommObj, to: usize, s: &[u8], from: usize, r: &mut [u8], tag: u32) -> Result<(), Fail> {
+fn g_sendrecv(
+    c: &CommObj,
+    to: usize,
+    s: &[u8],
+    from: usize,
+    r: &mut [u8],
+    tag: u32,
+) -> Result<(), Fail> {
     c.coll
         .sendrecv(s, c.job_rank(to), tag, r, c.job_rank(from), tag)?;
     Ok(())
@@ -122,7 +129,14 @@ fn g_bcast(c: &CommObj, buf: &mut [u8], root: usize) -> Result<(), Fail> {
 /// Reduces `acc` (count elements of dt, typed layout) onto member 0 in
 /// rank order (`acc` = x0 op x1 op … op xn-1 there), for any operator,
 /// commutative or not.
-fn g_reduce0(l: &Lib, c: &CommObj, acc: &mut Vec<u8>, op: Handle, dt: Handle, n_el: usize) -> Result<(), Fail> {
+fn g_reduce0(
+    l: &Lib,
+    c: &CommObj,
+    acc: &mut Vec<u8>,
+    op: Handle,
+    dt: Handle,
+    n_el: usize,
+) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
     let mut tmp = vec![0u8; acc.len()];
     let mut mask = 1;
@@ -144,7 +158,14 @@ fn g_reduce0(l: &Lib, c: &CommObj, acc: &mut Vec<u8>, op: Handle, dt: Handle, n_
 }
 
 /// `inout = in op inout` for `n` elements of `dt`.
-fn apply(l: &Lib, op: Handle, dt: Handle, n: usize, inp: *const u8, inout: *mut u8) -> Result<(), Fail> {
+fn apply(
+    l: &Lib,
+    op: Handle,
+    dt: Handle,
+    n: usize,
+    inp: *const u8,
+    inout: *mut u8,
+) -> Result<(), Fail> {
     let ops = l.ops.borrow();
     let types = l.types.borrow();
     // SAFETY: both buffers hold `n` elements of `dt` in its layout.
@@ -153,7 +174,10 @@ fn apply(l: &Lib, op: Handle, dt: Handle, n: usize, inp: *const u8, inout: *mut 
 
 fn op_fail(class: c_int, op: Handle, dt: Handle) -> Fail {
     if class == abi::ERR_OP {
-        Fail::new(class, format!("operation {op:#x} is invalid or does not apply to datatype {dt:#x}"))
+        Fail::new(
+            class,
+            format!("operation {op:#x} is invalid or does not apply to datatype {dt:#x}"),
+        )
     } else {
         Fail::new(class, format!("reduction of datatype {dt:#x} failed"))
     }
@@ -222,7 +246,12 @@ enum El {
 
 fn tandem_el(dt: Handle) -> Option<El> {
     use crate::datatype::Basic as B;
-    if abi::builtin_size(dt).is_none() || dt == abi::BYTE || dt == abi::PACKED || dt == abi::C_BOOL || dt == abi::CXX_BOOL {
+    if abi::builtin_size(dt).is_none()
+        || dt == abi::BYTE
+        || dt == abi::PACKED
+        || dt == abi::C_BOOL
+        || dt == abi::CXX_BOOL
+    {
         return None;
     }
     Some(match basic_of(dt)? {
@@ -243,15 +272,42 @@ fn tandem_el(dt: Handle) -> Option<El> {
 macro_rules! with_el {
     ($el:expr, $T:ident => $body:expr) => {
         match $el {
-            El::I8 => { type $T = i8; $body }
-            El::U8 => { type $T = u8; $body }
-            El::I32 => { type $T = i32; $body }
-            El::U32 => { type $T = u32; $body }
-            El::I64 => { type $T = i64; $body }
-            El::U64 => { type $T = u64; $body }
-            El::F32 => { type $T = f32; $body }
-            El::F64 => { type $T = f64; $body }
-            El::F16 => { type $T = f16; $body }
+            El::I8 => {
+                type $T = i8;
+                $body
+            }
+            El::U8 => {
+                type $T = u8;
+                $body
+            }
+            El::I32 => {
+                type $T = i32;
+                $body
+            }
+            El::U32 => {
+                type $T = u32;
+                $body
+            }
+            El::I64 => {
+                type $T = i64;
+                $body
+            }
+            El::U64 => {
+                type $T = u64;
+                $body
+            }
+            El::F32 => {
+                type $T = f32;
+                $body
+            }
+            El::F64 => {
+                type $T = f64;
+                $body
+            }
+            El::F16 => {
+                type $T = f16;
+                $body
+            }
         }
     };
 }
@@ -280,7 +336,14 @@ fn aligned(p: *const c_void, size: usize) -> bool {
 }
 
 /// tandem's allreduce, where it applies: `Some(result)`.
-unsafe fn fast_allreduce(c: &CommObj, s: *const c_void, r: *mut c_void, n: usize, dt: Handle, op: Handle) -> Option<Result<(), Fail>> {
+unsafe fn fast_allreduce(
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    n: usize,
+    dt: Handle,
+    op: Handle,
+) -> Option<Result<(), Fail>> {
     if !c.whole {
         return None;
     }
@@ -289,17 +352,37 @@ unsafe fn fast_allreduce(c: &CommObj, s: *const c_void, r: *mut c_void, n: usize
     if !aligned(r, size) || (!is_in_place(s) && !aligned(s, size)) {
         return None;
     }
-    // SAFETY (all arms): the program's buffers of `n` elements.
-    Some(with_el!(el, T => unsafe {
+    Some(with_el!(el, T => allreduce_t::<T>(c, s, r, n, rop)).map_err(Fail::from))
+}
+
+/// tandem's allreduce on `n` elements of `T` (`s` may be `MPI_IN_PLACE`).
+fn allreduce_t<T: tandem_driver::Element>(
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    n: usize,
+    rop: ReduceOp,
+) -> tandem_driver::Result<()> {
+    // SAFETY: the program's buffers of `n` aligned elements (checked by
+    // the caller), as MPI_Allreduce's contract gives them.
+    unsafe {
         if is_in_place(s) {
             c.p2p.allreduce_in_place::<T>(sl_mut(r, n), rop)
         } else {
             c.p2p.allreduce::<T>(sl(s, n), sl_mut(r, n), rop)
         }
-    }).map_err(Fail::from))
+    }
 }
 
-fn allreduce(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) -> Result<(), Fail> {
+fn allreduce(
+    l: &Lib,
+    s: *const c_void,
+    r: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    op: Handle,
+    comm: Handle,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let n = count(n)?;
     // SAFETY: the program's buffers.
@@ -324,33 +407,62 @@ fn allreduce(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op
     Ok(())
 }
 
-fn reduce(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle) -> Result<(), Fail> {
+/// tandem's reduce on `n` elements of `T` to `root`.
+fn reduce_t<T: tandem_driver::Element>(
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    n: usize,
+    rop: ReduceOp,
+    root: usize,
+) -> tandem_driver::Result<()> {
+    // SAFETY: the program's buffers of `n` aligned elements (checked by
+    // the caller; the receive buffer only on the root), as MPI_Reduce's
+    // contract gives them.
+    unsafe {
+        if c.rank == root && is_in_place(s) {
+            c.p2p.reduce_in_place::<T>(sl_mut(r, n), rop, root)
+        } else if c.rank == root {
+            c.p2p.reduce::<T>(sl(s, n), sl_mut(r, n), rop, root)
+        } else {
+            let mut none: [T; 0] = [];
+            c.p2p.reduce::<T>(sl(s, n), &mut none, rop, root)
+        }
+    }
+}
+
+fn reduce(
+    l: &Lib,
+    s: *const c_void,
+    r: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    op: Handle,
+    root: c_int,
+    comm: Handle,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let root = root_of(&c, root)?;
     let n = count(n)?;
     let me = c.rank;
     if c.whole {
-        if let (Some(el), Some(rop), Some(size)) = (tandem_el(dt), tandem_op(op), abi::builtin_size(dt)) {
+        if let (Some(el), Some(rop), Some(size)) =
+            (tandem_el(dt), tandem_op(op), abi::builtin_size(dt))
+        {
             let src = if is_in_place(s) { r.cast_const() } else { s };
             if aligned(src, size) && (me != root || aligned(r, size)) {
-                // SAFETY (all arms): the program's buffers of `n` elements.
-                return with_el!(el, T => unsafe {
-                    if me == root && is_in_place(s) {
-                        c.p2p.reduce_in_place::<T>(sl_mut(r, n), rop, root)
-                    } else if me == root {
-                        c.p2p.reduce::<T>(sl(s, n), sl_mut(r, n), rop, root)
-                    } else {
-                        let mut none: [T; 0] = [];
-                        c.p2p.reduce::<T>(sl(s, n), &mut none, rop, root)
-                    }
-                })
-                .map_err(Fail::from);
+                return with_el!(el, T => reduce_t::<T>(&c, s, r, n, rop, root))
+                    .map_err(Fail::from);
             }
         }
     }
     check_op(l, op, dt)?;
     let t = ty(l, dt)?;
-    let src = if is_in_place(s) && me == root { r.cast_const() } else { s };
+    let src = if is_in_place(s) && me == root {
+        r.cast_const()
+    } else {
+        s
+    };
     // SAFETY: the program's buffer.
     let mut acc = unsafe { typed(src, n, t) }.to_vec();
     g_reduce0(l, &c, &mut acc, op, dt, n)?;
@@ -368,7 +480,14 @@ fn reduce(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: H
     Ok(())
 }
 
-fn bcast(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, root: c_int, comm: Handle) -> Result<(), Fail> {
+fn bcast(
+    l: &Lib,
+    buf: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    root: c_int,
+    comm: Handle,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let root = root_of(&c, root)?;
     let me = c.rank;
@@ -413,7 +532,14 @@ pub(crate) fn allgather_bytes(c: &CommObj, mine: &[u8], all: &mut [u8]) -> Resul
         let send_block = (me + n - step) % n;
         let recv_block = (me + n - step - 1) % n;
         let s = all[send_block * k..(send_block + 1) * k].to_vec();
-        g_sendrecv(c, (me + 1) % n, &s, (me + n - 1) % n, &mut all[recv_block * k..(recv_block + 1) * k], T_GATHER)?;
+        g_sendrecv(
+            c,
+            (me + 1) % n,
+            &s,
+            (me + n - 1) % n,
+            &mut all[recv_block * k..(recv_block + 1) * k],
+            T_GATHER,
+        )?;
     }
     Ok(())
 }
@@ -439,7 +565,18 @@ pub(crate) fn allreduce_band(c: &CommObj, mask: &mut [u64; 8]) -> Result<(), Fai
 
 /// Gathers each member's `counts[i]` elements of `rdt` at `displs[i]`
 /// (elements) on `root`.
-fn gatherv(l: &Lib, s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, counts: &[usize], displs: &[isize], rdt: Handle, root: usize, c: &CommObj) -> Result<(), Fail> {
+fn gatherv(
+    l: &Lib,
+    s: *const c_void,
+    sn: c_int,
+    sdt: Handle,
+    r: *mut c_void,
+    counts: &[usize],
+    displs: &[isize],
+    rdt: Handle,
+    root: usize,
+    c: &CommObj,
+) -> Result<(), Fail> {
     let me = c.rank;
     if me != root {
         let out = out_view(l, s, sn, sdt)?;
@@ -455,7 +592,14 @@ fn gatherv(l: &Lib, s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, co
                 let mut inb = in_view(l, at, counts[i] as c_int, rdt)?;
                 let dst = inb.bytes();
                 if out.len > dst.len() {
-                    return fail(abi::ERR_TRUNCATE, format!("the root's own block holds {} bytes, it sends {}", dst.len(), out.len));
+                    return fail(
+                        abi::ERR_TRUNCATE,
+                        format!(
+                            "the root's own block holds {} bytes, it sends {}",
+                            dst.len(),
+                            out.len
+                        ),
+                    );
                 }
                 dst[..out.len].copy_from_slice(out.bytes());
                 if let Some(u) = &inb.stage {
@@ -474,7 +618,18 @@ fn gatherv(l: &Lib, s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, co
 }
 
 /// Scatters `counts[i]` elements of `sdt` at `displs[i]` from `root`.
-fn scatterv(l: &Lib, s: *const c_void, counts: &[usize], displs: &[isize], sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: usize, c: &CommObj) -> Result<(), Fail> {
+fn scatterv(
+    l: &Lib,
+    s: *const c_void,
+    counts: &[usize],
+    displs: &[isize],
+    sdt: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rdt: Handle,
+    root: usize,
+    c: &CommObj,
+) -> Result<(), Fail> {
     let me = c.rank;
     if me != root {
         let mut inb = in_view(l, r, rn, rdt)?;
@@ -524,13 +679,27 @@ unsafe fn displs(p: *const c_int, n: usize) -> Result<Vec<isize>, Fail> {
     Ok((0..n).map(|i| unsafe { *p.add(i) } as isize).collect())
 }
 
-fn alltoallv(l: &Lib, s: *const c_void, scounts: &[usize], sdispls: &[isize], sdt: Handle, r: *mut c_void, rcounts: &[usize], rdispls: &[isize], rdt: Handle, c: &CommObj) -> Result<(), Fail> {
+fn alltoallv(
+    l: &Lib,
+    s: *const c_void,
+    scounts: &[usize],
+    sdispls: &[isize],
+    sdt: Handle,
+    r: *mut c_void,
+    rcounts: &[usize],
+    rdispls: &[isize],
+    rdt: Handle,
+    c: &CommObj,
+) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
     let (st, rt) = (ty(l, sdt)?, ty(l, rdt)?);
     let in_place = is_in_place(s);
     // In place: the send data is the receive buffer's, copied first.
     let saved: Option<Vec<u8>> = if in_place {
-        let total = (0..n).map(|i| (rdispls[i].max(0) as usize + rcounts[i]) * rt.extent).max().unwrap_or(0);
+        let total = (0..n)
+            .map(|i| (rdispls[i].max(0) as usize + rcounts[i]) * rt.extent)
+            .max()
+            .unwrap_or(0);
         // SAFETY: the receive buffer covers every block.
         Some(unsafe { std::slice::from_raw_parts(r.cast::<u8>(), total) }.to_vec())
     } else {
@@ -544,8 +713,11 @@ fn alltoallv(l: &Lib, s: *const c_void, scounts: &[usize], sdispls: &[isize], sd
         let to = (me + step) % n;
         let from = (me + n - step) % n;
         // SAFETY: the buffers cover every block.
-        let sat = unsafe { sbase.cast::<u8>().offset(sdis[to] * st2.extent as isize) }.cast::<c_void>();
-        let rat = unsafe { r.cast::<u8>().offset(rdispls[from] * rt.extent as isize) }.cast::<c_void>();
+        let sat =
+            unsafe { sbase.cast::<u8>().offset(sdis[to] * st2.extent as isize) }.cast::<c_void>();
+        // SAFETY: as above.
+        let rat =
+            unsafe { r.cast::<u8>().offset(rdispls[from] * rt.extent as isize) }.cast::<c_void>();
         let out = out_view(l, sat, scnt[to] as c_int, sdt2)?;
         let mut inb = in_view(l, rat, rcounts[from] as c_int, rdt)?;
         let got = if step == 0 {
@@ -557,12 +729,22 @@ fn alltoallv(l: &Lib, s: *const c_void, scounts: &[usize], sdispls: &[isize], sd
             let stage = inb.stage.take();
             let mut tmp;
             let dst: &mut [u8] = if stage.is_some() {
-                tmp = stage.as_ref().map(|u| vec![0u8; u.staged.len()]).unwrap_or_default();
+                tmp = stage
+                    .as_ref()
+                    .map(|u| vec![0u8; u.staged.len()])
+                    .unwrap_or_default();
                 &mut tmp
             } else {
                 inb.bytes()
             };
-            c.coll.sendrecv(out.bytes(), c.job_rank(to), T_ALLTOALL, dst, c.job_rank(from), T_ALLTOALL)?;
+            c.coll.sendrecv(
+                out.bytes(),
+                c.job_rank(to),
+                T_ALLTOALL,
+                dst,
+                c.job_rank(from),
+                T_ALLTOALL,
+            )?;
             if let Some(mut u) = stage {
                 let k = dst.len();
                 u.staged[..k].copy_from_slice(dst);
@@ -578,7 +760,16 @@ fn alltoallv(l: &Lib, s: *const c_void, scounts: &[usize], sdispls: &[isize], sd
 }
 
 /// Inclusive (or exclusive) prefix reduction in rank order.
-fn scan(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle, exclusive: bool) -> Result<(), Fail> {
+fn scan(
+    l: &Lib,
+    s: *const c_void,
+    r: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    op: Handle,
+    comm: Handle,
+    exclusive: bool,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let n = count(n)?;
     check_op(l, op, dt)?;
@@ -608,31 +799,54 @@ fn scan(l: &Lib, s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Han
     Ok(())
 }
 
-fn reduce_scatter(l: &Lib, s: *const c_void, r: *mut c_void, counts: &[usize], dt: Handle, op: Handle, comm: Handle) -> Result<(), Fail> {
+/// tandem's reduce-scatter of equal blocks of `k` elements of `T`.
+fn reduce_scatter_t<T: tandem_driver::Element>(
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    k: usize,
+    rop: ReduceOp,
+) -> tandem_driver::Result<()> {
+    let (me, total) = (c.rank, k * c.size());
+    // SAFETY: the program's buffers (`total` elements to send, `k` to
+    // receive, or `total` in place), aligned (checked by the caller).
+    unsafe {
+        if is_in_place(s) {
+            // tandem leaves the result in block `rank`; MPI wants it at the
+            // start of the buffer.
+            let all = sl_mut::<T>(r, total);
+            c.p2p.reduce_scatter_in_place::<T>(all, rop)?;
+            all.copy_within(me * k..(me + 1) * k, 0);
+            Ok(())
+        } else {
+            c.p2p.reduce_scatter::<T>(sl(s, total), sl_mut(r, k), rop)
+        }
+    }
+}
+
+fn reduce_scatter(
+    l: &Lib,
+    s: *const c_void,
+    r: *mut c_void,
+    counts: &[usize],
+    dt: Handle,
+    op: Handle,
+    comm: Handle,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let t = ty(l, dt)?;
     let total: usize = counts.iter().sum();
     let me = c.rank;
     // tandem's reduce-scatter for equal blocks of its types.
     if c.whole && counts.iter().all(|&k| k == counts[0]) {
-        if let (Some(el), Some(rop), Some(size)) = (tandem_el(dt), tandem_op(op), abi::builtin_size(dt)) {
+        if let (Some(el), Some(rop), Some(size)) =
+            (tandem_el(dt), tandem_op(op), abi::builtin_size(dt))
+        {
             let src = if is_in_place(s) { r.cast_const() } else { s };
             if aligned(src, size) && aligned(r, size) {
                 let k = counts[0];
-                // SAFETY (all arms): the program's buffers.
-                return with_el!(el, T => unsafe {
-                    if is_in_place(s) {
-                        // tandem leaves the result in block `rank`; MPI wants
-                        // it at the start of the buffer.
-                        let all = sl_mut::<T>(r, total);
-                        c.p2p.reduce_scatter_in_place::<T>(all, rop).map(|()| {
-                            all.copy_within(me * k..(me + 1) * k, 0);
-                        })
-                    } else {
-                        c.p2p.reduce_scatter::<T>(sl(s, total), sl_mut(r, k), rop)
-                    }
-                })
-                .map_err(Fail::from);
+                return with_el!(el, T => reduce_scatter_t::<T>(&c, s, r, k, rop))
+                    .map_err(Fail::from);
             }
         }
     }
@@ -650,7 +864,18 @@ fn reduce_scatter(l: &Lib, s: *const c_void, r: *mut c_void, counts: &[usize], d
         })
         .collect();
     let mut mine = vec![0u8; counts[me] * t.extent];
-    scatterv(l, acc.as_ptr().cast(), counts, &disp, dt, mine.as_mut_ptr().cast(), counts[me] as c_int, dt, 0, &c)?;
+    scatterv(
+        l,
+        acc.as_ptr().cast(),
+        counts,
+        &disp,
+        dt,
+        mine.as_mut_ptr().cast(),
+        counts[me] as c_int,
+        dt,
+        0,
+        &c,
+    )?;
     if !mine.is_empty() {
         // SAFETY: the receive buffer of counts[me] elements.
         unsafe { std::ptr::copy_nonoverlapping(mine.as_ptr(), r.cast(), mine.len()) };
@@ -658,9 +883,31 @@ fn reduce_scatter(l: &Lib, s: *const c_void, r: *mut c_void, counts: &[usize], d
     Ok(())
 }
 
+/// Starts tandem's allreduce of `n` elements of `T` (`s` null: in place).
+fn iallreduce_t<T: tandem_driver::Element>(
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    n: usize,
+    rop: ReduceOp,
+) -> tandem_driver::Result<tandem_driver::RawCollRequest> {
+    // SAFETY: MPI leaves the buffers to the library until the request
+    // completes, and the request holds the communicator.
+    unsafe {
+        c.p2p
+            .iallreduce_raw::<T>(s.cast::<T>(), r.cast::<T>(), n, rop)
+    }
+}
+
 /// Starts a non-blocking collective: tandem's own where it applies, else
 /// the blocking call run now (the request is then complete).
-fn start_coll(l: &Lib, comm: Handle, out: *mut Handle, tandem: impl FnOnce(&CommObj) -> Option<Result<tandem_driver::RawCollRequest, Fail>>, blocking: impl FnOnce(&Lib) -> Result<(), Fail>) -> Result<(), Fail> {
+fn start_coll(
+    l: &Lib,
+    comm: Handle,
+    out: *mut Handle,
+    tandem: impl FnOnce(&CommObj) -> Option<Result<tandem_driver::RawCollRequest, Fail>>,
+    blocking: impl FnOnce(&Lib) -> Result<(), Fail>,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     if c.whole {
         if let Some(r) = tandem(&c) {
@@ -682,7 +929,6 @@ fn start_coll(l: &Lib, comm: Handle, out: *mut Handle, tandem: impl FnOnce(&Comm
     unsafe { put(out, h) };
     Ok(())
 }
-
 
 export! {
     fn MPI_Barrier, PMPI_Barrier(comm: Handle) -> c_int {
@@ -932,10 +1178,7 @@ export! {
             start_coll(l, comm, req, |c| {
                 let (el, rop) = fast?;
                 let src = if is_in_place(s) { std::ptr::null() } else { s };
-                // SAFETY (all arms): MPI keeps the buffers for the request.
-                Some(with_el!(el, T => unsafe {
-                    c.p2p.iallreduce_raw::<T>(src.cast::<T>(), r.cast::<T>(), nn, rop)
-                }).map_err(Fail::from))
+                Some(with_el!(el, T => iallreduce_t::<T>(c, src, r, nn, rop)).map_err(Fail::from))
             }, |l| allreduce(l, s, r, n, dt, op, comm))
         })
     }

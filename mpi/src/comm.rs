@@ -48,7 +48,8 @@ fn make(l: &Lib, group: Rc<[u32]>, ctx: [u16; 2], from: &CommObj) -> Result<Comm
         .iter()
         .position(|&g| g == me)
         .ok_or_else(|| Fail::new(abi::ERR_INTERN, "not a member of the new group".into()))?;
-    let whole = group.len() == l.job.size() && group.iter().enumerate().all(|(i, &g)| g == i as u32);
+    let whole =
+        group.len() == l.job.size() && group.iter().enumerate().all(|(i, &g)| g == i as u32);
     Ok(CommObj {
         p2p: l.job.dup_with_context(ctx[0])?,
         coll: l.job.dup_with_context(ctx[1])?,
@@ -99,7 +100,10 @@ fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<Handle, Fail
 fn create(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, Fail> {
     let c = l.comm(comm)?;
     if let Some(&g) = group.iter().find(|&&g| c.member(g as usize).is_none()) {
-        return fail(abi::ERR_GROUP, format!("job rank {g} of the group is not in the communicator"));
+        return fail(
+            abi::ERR_GROUP,
+            format!("job rank {g} of the group is not in the communicator"),
+        );
     }
     let ctx = agree_contexts(l, &c)?;
     let me = l.job.rank() as u32;
@@ -136,7 +140,10 @@ fn dup(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
             )
         };
         if r != abi::SUCCESS {
-            return Err(Fail::new(r, format!("the copy callback of key {key:#x} failed ({r})")));
+            return Err(Fail::new(
+                r,
+                format!("the copy callback of key {key:#x} failed ({r})"),
+            ));
         }
         if flag != 0 {
             set_attr(l, h, key, out)?;
@@ -182,7 +189,10 @@ fn delete_one(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(),
         // SAFETY: the program's delete callback, called as MPI specifies.
         let r = unsafe { f(comm, key, val, k.extra) };
         if r != abi::SUCCESS {
-            return Err(Fail::new(r, format!("the delete callback of key {key:#x} failed ({r})")));
+            return Err(Fail::new(
+                r,
+                format!("the delete callback of key {key:#x} failed ({r})"),
+            ));
         }
     }
     Ok(())
@@ -233,7 +243,10 @@ fn free(l: &Lib, h: *mut Handle) -> Result<(), Fail> {
     // SAFETY: checked non-null; the program's handle.
     let comm = unsafe { *h };
     if comm == abi::COMM_WORLD || comm == abi::COMM_SELF {
-        return fail(abi::ERR_COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed");
+        return fail(
+            abi::ERR_COMM,
+            "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
+        );
     }
     l.comm(comm)?;
     delete_attrs(l, comm)?;
@@ -281,7 +294,13 @@ fn as_bytes_mut(v: &mut [i32]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
-fn get_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> Result<(), Fail> {
+fn get_attr(
+    l: &Lib,
+    comm: Handle,
+    key: c_int,
+    val: *mut c_void,
+    flag: *mut c_int,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let predefined: Option<&AtomicI32> = match key {
         abi::TAG_UB => Some(&TAG_UB_VALUE),
@@ -304,7 +323,9 @@ fn get_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_in
         unsafe { put(flag, 1) };
         return Ok(());
     }
-    if l.keyval_index(key).is_none_or(|i| l.keyvals.borrow().get(i).is_none()) {
+    if l.keyval_index(key)
+        .is_none_or(|i| l.keyvals.borrow().get(i).is_none())
+    {
         return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
     }
     let found = c.attrs.borrow().iter().find(|a| a.0 == key).map(|a| a.1);
@@ -318,7 +339,13 @@ fn get_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_in
     Ok(())
 }
 
-fn create_keyval(l: &Lib, copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) -> Result<(), Fail> {
+fn create_keyval(
+    l: &Lib,
+    copy: Option<CopyFn>,
+    delete: Option<DeleteFn>,
+    key: *mut c_int,
+    extra: *mut c_void,
+) -> Result<(), Fail> {
     let k = l.add_keyval(Keyval {
         copy,
         delete,

@@ -159,7 +159,13 @@ fn predef(dt: Handle) -> Option<Predef> {
         abi::PACKED => (Packed, "MPI_PACKED", 1),
         abi::LB | abi::UB => {
             let name = if dt == abi::LB { "MPI_LB" } else { "MPI_UB" };
-            return Some(Predef { basic: None, size: 0, extent: 0, align: 1, name });
+            return Some(Predef {
+                basic: None,
+                size: 0,
+                extent: 0,
+                align: 1,
+                name,
+            });
         }
         abi::FLOAT_INT => (FloatInt, "MPI_FLOAT_INT", 4),
         abi::DOUBLE_INT => (DoubleInt, "MPI_DOUBLE_INT", 8),
@@ -208,12 +214,16 @@ fn predef(dt: Handle) -> Option<Predef> {
         abi::CXX_BOOL => (Bool, "MPI_CXX_BOOL", 1),
         abi::CXX_FLOAT_COMPLEX => (CFloatComplex, "MPI_CXX_FLOAT_COMPLEX", 4),
         abi::CXX_DOUBLE_COMPLEX => (CDoubleComplex, "MPI_CXX_DOUBLE_COMPLEX", 8),
-        abi::CXX_LONG_DOUBLE_COMPLEX => {
-            (CLongDoubleComplex, "MPI_CXX_LONG_DOUBLE_COMPLEX", 16)
-        }
+        abi::CXX_LONG_DOUBLE_COMPLEX => (CLongDoubleComplex, "MPI_CXX_LONG_DOUBLE_COMPLEX", 16),
         _ => return None,
     };
-    Some(Predef { basic: Some(basic), size: basic.data_size(), extent: basic.size(), align, name })
+    Some(Predef {
+        basic: Some(basic),
+        size: basic.data_size(),
+        extent: basic.size(),
+        align,
+        name,
+    })
 }
 
 /// The basic element type of predefined datatype `dt`: `None` for derived
@@ -317,7 +327,7 @@ impl Layout {
         let mut s = 0;
         for b in &self.blocks {
             self.starts.push(s);
-            s += b.len;
+            s = s.saturating_add(b.len);
         }
         self.starts.push(s);
         self
@@ -328,7 +338,9 @@ impl Layout {
     }
 
     fn tiles(&self) -> usize {
-        self.levels.iter().map(|l| l.reps).product()
+        self.levels
+            .iter()
+            .fold(1usize, |a, l| a.saturating_mul(l.reps))
     }
 
     fn tile_elems(&self) -> u64 {
@@ -370,14 +382,14 @@ impl Layout {
         if self.levels.is_empty() && self.blocks.len() == 1 && self.sig.len() == 1 {
             let b = self.blocks[0];
             if b.len as isize == stride {
-                self.blocks[0].len *= n;
-                self.sig[0].n *= n as u64;
+                self.blocks[0].len = b.len.saturating_mul(n);
+                self.sig[0].n = self.sig[0].n.saturating_mul(n as u64);
                 return self.finish();
             }
         }
         if let Some(l0) = self.levels.first_mut() {
             if (l0.reps as isize).wrapping_mul(l0.stride) == stride {
-                l0.reps *= n;
+                l0.reps = l0.reps.saturating_mul(n);
                 return self;
             }
         }
@@ -386,9 +398,18 @@ impl Layout {
     }
 
     /// Appends this layout, flattened and shifted by `d`, to `blocks`/`sig`.
-    fn flatten_into(&self, d: isize, blocks: &mut Vec<Block>, sig: &mut Vec<Run>) -> Result<(), c_int> {
+    fn flatten_into(
+        &self,
+        d: isize,
+        blocks: &mut Vec<Block>,
+        sig: &mut Vec<Run>,
+    ) -> Result<(), c_int> {
         let tiles = self.tiles();
-        if tiles.saturating_mul(self.blocks.len()).saturating_add(blocks.len()) > MAX_BLOCKS {
+        if tiles
+            .saturating_mul(self.blocks.len())
+            .saturating_add(blocks.len())
+            > MAX_BLOCKS
+        {
             return Err(abi::ERR_NO_MEM);
         }
         let mut digits = vec![0usize; self.levels.len()];
@@ -400,7 +421,7 @@ impl Layout {
             t_off = advance(&self.levels, &mut digits, t_off);
         }
         if let [r] = self.sig[..] {
-            push_run(sig, r.size, r.n * tiles as u64);
+            push_run(sig, r.size, r.n.saturating_mul(tiles as u64));
         } else {
             for _ in 0..tiles {
                 for r in &self.sig {
@@ -413,7 +434,13 @@ impl Layout {
 
     /// Runs `f(mem_off, packed_off, len)` over the blocks of `count`
     /// elements `extent` apart, for packed bytes `start..end`.
-    fn walk(&self, extent: isize, start: usize, end: usize, mut f: impl FnMut(isize, usize, usize)) {
+    fn walk(
+        &self,
+        extent: isize,
+        start: usize,
+        end: usize,
+        mut f: impl FnMut(isize, usize, usize),
+    ) {
         let tile = self.tile_size();
         if tile == 0 || start >= end {
             return;
@@ -434,11 +461,9 @@ impl Layout {
             digits[i] = rest % l.reps;
             rest /= l.reps;
         }
-        let mut t_off: isize = self
-            .levels
-            .iter()
-            .zip(&digits)
-            .fold(0isize, |a, (l, &d)| a.wrapping_add((d as isize).wrapping_mul(l.stride)));
+        let mut t_off: isize = self.levels.iter().zip(&digits).fold(0isize, |a, (l, &d)| {
+            a.wrapping_add((d as isize).wrapping_mul(l.stride))
+        });
         let mut t_idx = t;
         let mut pos = start;
         let mut base = (elem as isize).wrapping_mul(extent);
@@ -446,7 +471,13 @@ impl Layout {
             while b < self.blocks.len() {
                 let blk = self.blocks[b];
                 let take = (blk.len - in_block).min(end - pos);
-                f(base.wrapping_add(t_off).wrapping_add(blk.off).wrapping_add(in_block as isize), pos, take);
+                f(
+                    base.wrapping_add(t_off)
+                        .wrapping_add(blk.off)
+                        .wrapping_add(in_block as isize),
+                    pos,
+                    take,
+                );
                 pos += take;
                 if pos >= end {
                     return;
@@ -596,7 +627,10 @@ impl View<'_> {
                 let e = pos / self.size;
                 let within = pos % self.size;
                 let take = (self.size - within).min(end - pos);
-                let mem = (e as isize).wrapping_mul(self.extent).wrapping_add(off).wrapping_add(within as isize);
+                let mem = (e as isize)
+                    .wrapping_mul(self.extent)
+                    .wrapping_add(off)
+                    .wrapping_add(within as isize);
                 f(mem, pos, take);
                 pos += take;
             }
@@ -718,7 +752,13 @@ impl Part {
             first = false;
             p.layout.flatten_into(0, &mut blocks, &mut sig)?;
         }
-        out.layout = Layout { blocks, starts: Vec::new(), levels: Vec::new(), sig }.finish();
+        out.layout = Layout {
+            blocks,
+            starts: Vec::new(),
+            levels: Vec::new(),
+            sig,
+        }
+        .finish();
         Ok(out)
     }
 }
@@ -777,7 +817,12 @@ impl Types {
             .iter()
             .map(|&h| Layout::pair(basic_of(h).unwrap_or(Basic::TwoInt)))
             .collect();
-        Types { slots: Vec::new(), free_slots: Vec::new(), pairs, renamed: Vec::new() }
+        Types {
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            pairs,
+            renamed: Vec::new(),
+        }
     }
 
     fn slot(&self, dt: Handle) -> Option<&Derived> {
@@ -853,11 +898,22 @@ impl Types {
 
     /// Stores a new derived type, taking a reference on each derived type
     /// its contents name.
-    fn insert(&mut self, p: Part, lb: i128, ub: i128, committed: bool, contents: Contents) -> Result<Handle, c_int> {
+    fn insert(
+        &mut self,
+        p: Part,
+        lb: i128,
+        ub: i128,
+        committed: bool,
+        contents: Contents,
+    ) -> Result<Handle, c_int> {
         let size = usize::try_from(p.size).map_err(|_| abi::ERR_ARG)?;
         let (lb, ub) = (narrow(lb)?, narrow(ub)?);
         let extent = narrow(ub as i128 - lb as i128)?;
-        let (tlb, tub) = if p.data { (narrow(p.tlb)?, narrow(p.tub)?) } else { (0, 0) };
+        let (tlb, tub) = if p.data {
+            (narrow(p.tlb)?, narrow(p.tub)?)
+        } else {
+            (0, 0)
+        };
         narrow(tub as i128 - tlb as i128)?;
         let dense = p.layout.dense_span().filter(|s| s.1 == size).map(|s| s.0);
         let d = Derived {
@@ -907,11 +963,23 @@ impl Types {
         let n = count_arg(count)?;
         let v = self.view(old)?;
         let p = Part::of(&v, n, 0);
-        let c = Contents { combiner: abi::COMBINER_CONTIGUOUS, ints: vec![count], addrs: vec![], types: vec![old] };
+        let c = Contents {
+            combiner: abi::COMBINER_CONTIGUOUS,
+            ints: vec![count],
+            addrs: vec![],
+            types: vec![old],
+        };
         self.plain(p, c)
     }
 
-    fn strided(&mut self, count: i32, blocklen: i32, stride_bytes: i128, old: Handle, c: Contents) -> Result<Handle, c_int> {
+    fn strided(
+        &mut self,
+        count: i32,
+        blocklen: i32,
+        stride_bytes: i128,
+        old: Handle,
+        c: Contents,
+    ) -> Result<Handle, c_int> {
         let (n, k) = (count_arg(count)?, count_arg(blocklen)?);
         let v = self.view(old)?;
         let stride = narrow(stride_bytes)?;
@@ -925,9 +993,20 @@ impl Types {
     /// # Errors
     /// `ERR_COUNT` for a negative count or block length; `ERR_TYPE` for an
     /// invalid `old`; `ERR_ARG` when the bounds overflow.
-    pub fn vector(&mut self, count: i32, blocklen: i32, stride: i32, old: Handle) -> Result<Handle, c_int> {
+    pub fn vector(
+        &mut self,
+        count: i32,
+        blocklen: i32,
+        stride: i32,
+        old: Handle,
+    ) -> Result<Handle, c_int> {
         let ext = self.view(old)?.extent as i128;
-        let c = Contents { combiner: abi::COMBINER_VECTOR, ints: vec![count, blocklen, stride], addrs: vec![], types: vec![old] };
+        let c = Contents {
+            combiner: abi::COMBINER_VECTOR,
+            ints: vec![count, blocklen, stride],
+            addrs: vec![],
+            types: vec![old],
+        };
         self.strided(count, blocklen, stride as i128 * ext, old, c)
     }
 
@@ -935,13 +1014,29 @@ impl Types {
     ///
     /// # Errors
     /// As `vector`.
-    pub fn hvector(&mut self, count: i32, blocklen: i32, stride_bytes: Aint, old: Handle) -> Result<Handle, c_int> {
-        let c = Contents { combiner: abi::COMBINER_HVECTOR, ints: vec![count, blocklen], addrs: vec![stride_bytes], types: vec![old] };
+    pub fn hvector(
+        &mut self,
+        count: i32,
+        blocklen: i32,
+        stride_bytes: Aint,
+        old: Handle,
+    ) -> Result<Handle, c_int> {
+        let c = Contents {
+            combiner: abi::COMBINER_HVECTOR,
+            ints: vec![count, blocklen],
+            addrs: vec![stride_bytes],
+            types: vec![old],
+        };
         self.strided(count, blocklen, stride_bytes as i128, old, c)
     }
 
     /// Blocks of `old` at byte displacements.
-    fn blocks_of(&mut self, entries: &[(usize, i128)], old: Handle, c: Contents) -> Result<Handle, c_int> {
+    fn blocks_of(
+        &mut self,
+        entries: &[(usize, i128)],
+        old: Handle,
+        c: Contents,
+    ) -> Result<Handle, c_int> {
         let v = self.view(old)?;
         let mut parts = Vec::with_capacity(entries.len());
         for &(k, d) in entries {
@@ -958,7 +1053,12 @@ impl Types {
     /// `ERR_ARG` when the slices' lengths differ or the bounds overflow;
     /// `ERR_COUNT` for a negative block length; `ERR_TYPE` for an invalid
     /// `old`; `ERR_NO_MEM` for a layout of more than 2^26 blocks.
-    pub fn indexed(&mut self, blocklens: &[i32], displs: &[i32], old: Handle) -> Result<Handle, c_int> {
+    pub fn indexed(
+        &mut self,
+        blocklens: &[i32],
+        displs: &[i32],
+        old: Handle,
+    ) -> Result<Handle, c_int> {
         if blocklens.len() != displs.len() {
             return Err(abi::ERR_ARG);
         }
@@ -971,7 +1071,12 @@ impl Types {
         let mut ints = vec![blocklens.len() as i32];
         ints.extend_from_slice(blocklens);
         ints.extend_from_slice(displs);
-        let c = Contents { combiner: abi::COMBINER_INDEXED, ints, addrs: vec![], types: vec![old] };
+        let c = Contents {
+            combiner: abi::COMBINER_INDEXED,
+            ints,
+            addrs: vec![],
+            types: vec![old],
+        };
         self.blocks_of(&entries, old, c)
     }
 
@@ -979,7 +1084,12 @@ impl Types {
     ///
     /// # Errors
     /// As `indexed`.
-    pub fn hindexed(&mut self, blocklens: &[i32], displs: &[Aint], old: Handle) -> Result<Handle, c_int> {
+    pub fn hindexed(
+        &mut self,
+        blocklens: &[i32],
+        displs: &[Aint],
+        old: Handle,
+    ) -> Result<Handle, c_int> {
         if blocklens.len() != displs.len() {
             return Err(abi::ERR_ARG);
         }
@@ -991,7 +1101,12 @@ impl Types {
             .collect::<Result<Vec<_>, c_int>>()?;
         let mut ints = vec![blocklens.len() as i32];
         ints.extend_from_slice(blocklens);
-        let c = Contents { combiner: abi::COMBINER_HINDEXED, ints, addrs: displs.to_vec(), types: vec![old] };
+        let c = Contents {
+            combiner: abi::COMBINER_HINDEXED,
+            ints,
+            addrs: displs.to_vec(),
+            types: vec![old],
+        };
         self.blocks_of(&entries, old, c)
     }
 
@@ -1000,13 +1115,23 @@ impl Types {
     ///
     /// # Errors
     /// As `indexed`.
-    pub fn indexed_block(&mut self, blocklen: i32, displs: &[i32], old: Handle) -> Result<Handle, c_int> {
+    pub fn indexed_block(
+        &mut self,
+        blocklen: i32,
+        displs: &[i32],
+        old: Handle,
+    ) -> Result<Handle, c_int> {
         let k = count_arg(blocklen)?;
         let ext = self.view(old)?.extent as i128;
         let entries: Vec<_> = displs.iter().map(|&d| (k, d as i128 * ext)).collect();
         let mut ints = vec![displs.len() as i32, blocklen];
         ints.extend_from_slice(displs);
-        let c = Contents { combiner: abi::COMBINER_INDEXED_BLOCK, ints, addrs: vec![], types: vec![old] };
+        let c = Contents {
+            combiner: abi::COMBINER_INDEXED_BLOCK,
+            ints,
+            addrs: vec![],
+            types: vec![old],
+        };
         self.blocks_of(&entries, old, c)
     }
 
@@ -1015,7 +1140,12 @@ impl Types {
     ///
     /// # Errors
     /// As `indexed`.
-    pub fn hindexed_block(&mut self, blocklen: i32, displs: &[Aint], old: Handle) -> Result<Handle, c_int> {
+    pub fn hindexed_block(
+        &mut self,
+        blocklen: i32,
+        displs: &[Aint],
+        old: Handle,
+    ) -> Result<Handle, c_int> {
         let k = count_arg(blocklen)?;
         self.view(old)?;
         let entries: Vec<_> = displs.iter().map(|&d| (k, d as i128)).collect();
@@ -1038,7 +1168,12 @@ impl Types {
     /// `ERR_ARG` when the slices' lengths differ or the bounds overflow;
     /// `ERR_COUNT` for a negative block length; `ERR_TYPE` for an invalid
     /// type; `ERR_NO_MEM` for a layout of more than 2^26 blocks.
-    pub fn create_struct(&mut self, blocklens: &[i32], displs: &[Aint], types: &[Handle]) -> Result<Handle, c_int> {
+    pub fn create_struct(
+        &mut self,
+        blocklens: &[i32],
+        displs: &[Aint],
+        types: &[Handle],
+    ) -> Result<Handle, c_int> {
         if blocklens.len() != displs.len() || blocklens.len() != types.len() {
             return Err(abi::ERR_ARG);
         }
@@ -1081,7 +1216,12 @@ impl Types {
         }
         let mut ints = vec![types.len() as i32];
         ints.extend_from_slice(blocklens);
-        let c = Contents { combiner: abi::COMBINER_STRUCT, ints, addrs: displs.to_vec(), types: types.to_vec() };
+        let c = Contents {
+            combiner: abi::COMBINER_STRUCT,
+            ints,
+            addrs: displs.to_vec(),
+            types: types.to_vec(),
+        };
         self.insert(p, lb, ub, false, c)
     }
 
@@ -1104,7 +1244,12 @@ impl Types {
             basic: v.basic,
             layout: v.layout(),
         };
-        let c = Contents { combiner: abi::COMBINER_RESIZED, ints: vec![], addrs: vec![lb, extent], types: vec![old] };
+        let c = Contents {
+            combiner: abi::COMBINER_RESIZED,
+            ints: vec![],
+            addrs: vec![lb, extent],
+            types: vec![old],
+        };
         let (l, u) = (p.lb, p.ub);
         self.insert(p, l, u, false, c)
     }
@@ -1129,7 +1274,12 @@ impl Types {
             layout: v.layout(),
         };
         let committed = v.committed;
-        let c = Contents { combiner: abi::COMBINER_DUP, ints: vec![], addrs: vec![], types: vec![old] };
+        let c = Contents {
+            combiner: abi::COMBINER_DUP,
+            ints: vec![],
+            addrs: vec![],
+            types: vec![old],
+        };
         let (l, u) = (p.lb, p.ub);
         self.insert(p, l, u, committed, c)
     }
@@ -1164,7 +1314,13 @@ impl Types {
             if r == 0 {
                 let idx = (h as u32 & !USER_MASK) as usize;
                 if let Some(d) = self.slots[idx].take() {
-                    stack.extend(d.contents.types.iter().copied().filter(|&t| predef(t).is_none()));
+                    stack.extend(
+                        d.contents
+                            .types
+                            .iter()
+                            .copied()
+                            .filter(|&t| predef(t).is_none()),
+                    );
                 }
                 self.free_slots.push(idx);
             }
@@ -1183,7 +1339,12 @@ impl Types {
             return Ok((0, 0, 0, abi::COMBINER_NAMED));
         }
         let c = &self.slot(dt).ok_or(abi::ERR_TYPE)?.contents;
-        Ok((c.ints.len() as i32, c.addrs.len() as i32, c.types.len() as i32, c.combiner))
+        Ok((
+            c.ints.len() as i32,
+            c.addrs.len() as i32,
+            c.types.len() as i32,
+            c.combiner,
+        ))
     }
 
     /// `MPI_Type_get_contents`: the arguments `dt` was built with. The
@@ -1194,7 +1355,13 @@ impl Types {
     /// # Errors
     /// `ERR_TYPE` for a predefined type (MPICH's class) or an invalid
     /// handle; `ERR_ARG` when a slice is shorter than the envelope says.
-    pub fn contents(&self, dt: Handle, ints: &mut [i32], addrs: &mut [Aint], types: &mut [Handle]) -> Result<(), c_int> {
+    pub fn contents(
+        &self,
+        dt: Handle,
+        ints: &mut [i32],
+        addrs: &mut [Aint],
+        types: &mut [Handle],
+    ) -> Result<(), c_int> {
         if predef(dt).is_some() {
             return Err(abi::ERR_TYPE);
         }
@@ -1258,7 +1425,12 @@ impl Types {
     /// # Errors
     /// `ERR_TYPE` for an invalid handle; `ERR_COUNT` when `count * size`
     /// overflows.
-    pub fn for_each_block(&self, dt: Handle, count: usize, f: impl FnMut(isize, usize, usize)) -> Result<(), c_int> {
+    pub fn for_each_block(
+        &self,
+        dt: Handle,
+        count: usize,
+        f: impl FnMut(isize, usize, usize),
+    ) -> Result<(), c_int> {
         let v = self.view(dt)?;
         let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
         v.walk(0, total, f);
@@ -1277,7 +1449,13 @@ impl Types {
     /// Every byte of the data of the `count` elements at `src` must be
     /// readable and not overlap `out`. (`src` may be `MPI_BOTTOM`, null,
     /// with absolute displacements.)
-    pub unsafe fn pack(&self, dt: Handle, count: usize, src: *const u8, out: &mut [u8]) -> Result<usize, c_int> {
+    pub unsafe fn pack(
+        &self,
+        dt: Handle,
+        count: usize,
+        src: *const u8,
+        out: &mut [u8],
+    ) -> Result<usize, c_int> {
         let v = self.view(dt)?;
         let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
         if out.len() < total {
@@ -1302,7 +1480,14 @@ impl Types {
     ///
     /// # Safety
     /// As `pack`, for the bytes packed.
-    pub unsafe fn pack_partial(&self, dt: Handle, count: usize, src: *const u8, skip: usize, out: &mut [u8]) -> Result<usize, c_int> {
+    pub unsafe fn pack_partial(
+        &self,
+        dt: Handle,
+        count: usize,
+        src: *const u8,
+        skip: usize,
+        out: &mut [u8],
+    ) -> Result<usize, c_int> {
         let v = self.view(dt)?;
         let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
         let end = total.min(skip.saturating_add(out.len()));
@@ -1313,7 +1498,9 @@ impl Types {
         v.walk(skip, end, |mem, pos, len| {
             // SAFETY: the caller vouches for the data at `src`; pos - skip
             // + len <= end - skip <= out.len().
-            unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(mem), dst.add(pos - skip), len) }
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.wrapping_offset(mem), dst.add(pos - skip), len)
+            }
         });
         Ok(end - skip)
     }
@@ -1331,7 +1518,13 @@ impl Types {
     /// # Safety
     /// Every byte of the data of the elements filled at `dst` must be
     /// writable and not overlap `bytes`.
-    pub unsafe fn unpack(&self, dt: Handle, count: usize, bytes: &[u8], dst: *mut u8) -> Result<usize, c_int> {
+    pub unsafe fn unpack(
+        &self,
+        dt: Handle,
+        count: usize,
+        bytes: &[u8],
+        dst: *mut u8,
+    ) -> Result<usize, c_int> {
         // SAFETY: forwarded from the caller.
         unsafe { self.unpack_partial(dt, count, 0, bytes, dst) }
     }
@@ -1345,7 +1538,14 @@ impl Types {
     ///
     /// # Safety
     /// As `unpack`, for the bytes unpacked.
-    pub unsafe fn unpack_partial(&self, dt: Handle, count: usize, skip: usize, bytes: &[u8], dst: *mut u8) -> Result<usize, c_int> {
+    pub unsafe fn unpack_partial(
+        &self,
+        dt: Handle,
+        count: usize,
+        skip: usize,
+        bytes: &[u8],
+        dst: *mut u8,
+    ) -> Result<usize, c_int> {
         let v = self.view(dt)?;
         let total = v.size.checked_mul(count).ok_or(abi::ERR_COUNT)?;
         let end = total.min(skip.saturating_add(bytes.len()));
@@ -1356,7 +1556,9 @@ impl Types {
         v.walk(skip, end, |mem, pos, len| {
             // SAFETY: the caller vouches for the memory at `dst`; pos -
             // skip + len <= bytes.len().
-            unsafe { std::ptr::copy_nonoverlapping(src.add(pos - skip), dst.wrapping_offset(mem), len) }
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.add(pos - skip), dst.wrapping_offset(mem), len)
+            }
         });
         Ok(end - skip)
     }
@@ -1377,12 +1579,16 @@ impl Types {
             return Ok(if bytes == 0 { 0 } else { undefined });
         }
         let Some(l) = v.layout else {
-            return Ok(if bytes % v.size == 0 { (bytes / v.size) as i64 } else { undefined });
+            return Ok(if bytes % v.size == 0 {
+                (bytes / v.size) as i64
+            } else {
+                undefined
+            });
         };
         let tile = l.tile_size();
         let per_tile = l.tile_elems() as i64;
-        let per_elem = per_tile * l.tiles() as i64;
-        let mut n = (bytes / v.size) as i64 * per_elem;
+        let per_elem = per_tile.saturating_mul(l.tiles() as i64);
+        let mut n = ((bytes / v.size) as i64).saturating_mul(per_elem);
         let rem = bytes % v.size;
         n += (rem / tile) as i64 * per_tile;
         let mut rem = rem % tile;
@@ -1424,8 +1630,8 @@ impl Types {
 mod tests {
     use super::*;
     use crate::abi::{
-        CHAR, C_DOUBLE_COMPLEX, DOUBLE, DOUBLE_INT, ERR_ARG, ERR_COUNT, ERR_TYPE, FLOAT_INT, INT, LB,
-        SHORT, SHORT_INT, UB, UNDEFINED,
+        CHAR, C_DOUBLE_COMPLEX, DOUBLE, DOUBLE_INT, ERR_ARG, ERR_COUNT, ERR_TYPE, FLOAT_INT, INT,
+        LB, SHORT, SHORT_INT, UB, UNDEFINED,
     };
 
     /// (size, lb, extent, true_lb, true_extent)
@@ -1470,17 +1676,25 @@ mod tests {
         match comb {
             abi::COMBINER_DUP | abi::COMBINER_RESIZED => return typemap(t, old),
             abi::COMBINER_CONTIGUOUS => rep(old, 0, ints[0]),
-            abi::COMBINER_VECTOR => (0..ints[0]).for_each(|i| rep(old, (i * ints[2]) as isize * e, ints[1])),
-            abi::COMBINER_HVECTOR => (0..ints[0]).for_each(|i| rep(old, i as isize * addrs[0], ints[1])),
+            abi::COMBINER_VECTOR => {
+                (0..ints[0]).for_each(|i| rep(old, (i * ints[2]) as isize * e, ints[1]))
+            }
+            abi::COMBINER_HVECTOR => {
+                (0..ints[0]).for_each(|i| rep(old, i as isize * addrs[0], ints[1]))
+            }
             abi::COMBINER_INDEXED => {
                 let n = ints[0] as usize;
                 (0..n).for_each(|i| rep(old, ints[1 + n + i] as isize * e, ints[1 + i]))
             }
-            abi::COMBINER_HINDEXED => (0..ints[0] as usize).for_each(|i| rep(old, addrs[i], ints[1 + i])),
+            abi::COMBINER_HINDEXED => {
+                (0..ints[0] as usize).for_each(|i| rep(old, addrs[i], ints[1 + i]))
+            }
             abi::COMBINER_INDEXED_BLOCK => {
                 (0..ints[0] as usize).for_each(|i| rep(old, ints[2 + i] as isize * e, ints[1]))
             }
-            abi::COMBINER_HINDEXED_BLOCK => (0..ints[0] as usize).for_each(|i| rep(old, addrs[i], ints[1])),
+            abi::COMBINER_HINDEXED_BLOCK => {
+                (0..ints[0] as usize).for_each(|i| rep(old, addrs[i], ints[1]))
+            }
             abi::COMBINER_STRUCT => (0..ints[0] as usize).for_each(|i| {
                 if types[i] != LB && types[i] != UB {
                     rep(types[i], addrs[i], ints[1 + i])
@@ -1500,7 +1714,9 @@ mod tests {
             lo = lo.min(k * i.extent + i.true_lb);
             hi = hi.max(k * i.extent + i.true_lb + i.true_extent);
         }
-        let v = (0..(hi - lo) as usize + 16).map(|k| (k as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        let v = (0..(hi - lo) as usize + 16)
+            .map(|k| (k as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect();
         (v, (-lo) as usize + 8)
     }
 
@@ -1517,7 +1733,14 @@ mod tests {
         out
     }
 
-    fn ref_unpack(t: &Types, dt: Handle, count: usize, bytes: &[u8], mem: &mut [u8], origin: usize) {
+    fn ref_unpack(
+        t: &Types,
+        dt: Handle,
+        count: usize,
+        bytes: &[u8],
+        mem: &mut [u8],
+        origin: usize,
+    ) {
         let m = typemap(t, dt);
         let e = t.info(dt).unwrap().extent;
         let mut pos = 0;
@@ -1551,11 +1774,19 @@ mod tests {
     fn check(t: &Types, dt: Handle, count: usize) {
         let info = t.info(dt).unwrap();
         let m = typemap(t, dt);
-        assert_eq!(info.size, m.iter().map(|x| x.1).sum::<usize>(), "size of {dt:#x}");
+        assert_eq!(
+            info.size,
+            m.iter().map(|x| x.1).sum::<usize>(),
+            "size of {dt:#x}"
+        );
         if !m.is_empty() {
             let lo = m.iter().map(|x| x.0).min().unwrap();
             let hi = m.iter().map(|x| x.0 + x.1 as isize).max().unwrap();
-            assert_eq!((info.true_lb, info.true_extent), (lo, hi - lo), "true bounds of {dt:#x}");
+            assert_eq!(
+                (info.true_lb, info.true_extent),
+                (lo, hi - lo),
+                "true bounds of {dt:#x}"
+            );
         }
         if info.contiguous {
             assert_eq!((info.lb, info.extent), (0, info.size as isize));
@@ -1579,7 +1810,10 @@ mod tests {
             while at < want.len() {
                 let end = (at + piece).min(want.len());
                 // SAFETY: as above.
-                let n = unsafe { t.pack_partial(dt, count, mem.as_ptr().add(origin), at, &mut acc[at..end]) }.unwrap();
+                let n = unsafe {
+                    t.pack_partial(dt, count, mem.as_ptr().add(origin), at, &mut acc[at..end])
+                }
+                .unwrap();
                 assert_eq!(n, end - at);
                 at = end;
             }
@@ -1591,7 +1825,8 @@ mod tests {
             let (mut a, _) = buffer(t, dt, count, 3);
             let mut b = a.clone();
             // SAFETY: `a` holds the elements around `origin`.
-            let r = unsafe { t.unpack(dt, count, &src[..cut], a.as_mut_ptr().add(origin)) }.unwrap();
+            let r =
+                unsafe { t.unpack(dt, count, &src[..cut], a.as_mut_ptr().add(origin)) }.unwrap();
             assert_eq!(r, cut);
             ref_unpack(t, dt, count, &src[..cut], &mut b, origin);
             assert_eq!(a, b, "unpack of {cut} bytes into {count} x {dt:#x}");
@@ -1602,14 +1837,19 @@ mod tests {
         while at < src.len() {
             let end = (at + 5).min(src.len());
             // SAFETY: as above.
-            unsafe { t.unpack_partial(dt, count, at, &src[at..end], a.as_mut_ptr().add(origin)) }.unwrap();
+            unsafe { t.unpack_partial(dt, count, at, &src[at..end], a.as_mut_ptr().add(origin)) }
+                .unwrap();
             at = end;
         }
         ref_unpack(t, dt, count, &src, &mut b, origin);
         assert_eq!(a, b, "unpack in pieces");
         if !is_predefined(dt) && info.size > 0 {
             for bytes in (0..=2 * info.size + 1).step_by(1 + info.size / 16) {
-                assert_eq!(t.elements(dt, bytes).unwrap(), ref_elements(t, dt, bytes), "elements({dt:#x}, {bytes})");
+                assert_eq!(
+                    t.elements(dt, bytes).unwrap(),
+                    ref_elements(t, dt, bytes),
+                    "elements({dt:#x}, {bytes})"
+                );
             }
         }
     }
@@ -1618,23 +1858,75 @@ mod tests {
     fn predefined_types_match_their_handles() {
         let t = Types::new();
         let all = [
-            abi::CHAR, abi::SIGNED_CHAR, abi::UNSIGNED_CHAR, abi::BYTE, abi::WCHAR, abi::SHORT,
-            abi::UNSIGNED_SHORT, abi::INT, abi::UNSIGNED, abi::LONG, abi::UNSIGNED_LONG, abi::FLOAT,
-            abi::DOUBLE, abi::LONG_DOUBLE, abi::LONG_LONG_INT, abi::UNSIGNED_LONG_LONG, abi::PACKED,
-            abi::LB, abi::UB, abi::TWO_INT, abi::COMPLEX, abi::DOUBLE_COMPLEX, abi::LOGICAL, abi::REAL,
-            abi::DOUBLE_PRECISION, abi::INTEGER, abi::TWO_INTEGER, abi::TWO_REAL,
-            abi::TWO_DOUBLE_PRECISION, abi::CHARACTER, abi::REAL4, abi::REAL8, abi::REAL16,
-            abi::COMPLEX8, abi::COMPLEX16, abi::COMPLEX32, abi::INTEGER1, abi::INTEGER2,
-            abi::INTEGER4, abi::INTEGER8, abi::INT8_T, abi::INT16_T, abi::INT32_T, abi::INT64_T,
-            abi::UINT8_T, abi::UINT16_T, abi::UINT32_T, abi::UINT64_T, abi::C_BOOL,
-            abi::C_FLOAT_COMPLEX, abi::C_DOUBLE_COMPLEX, abi::C_LONG_DOUBLE_COMPLEX,
-            abi::X_C_FLOAT16, abi::AINT, abi::OFFSET, abi::COUNT, abi::CXX_BOOL,
-            abi::CXX_FLOAT_COMPLEX, abi::CXX_DOUBLE_COMPLEX, abi::CXX_LONG_DOUBLE_COMPLEX,
+            abi::CHAR,
+            abi::SIGNED_CHAR,
+            abi::UNSIGNED_CHAR,
+            abi::BYTE,
+            abi::WCHAR,
+            abi::SHORT,
+            abi::UNSIGNED_SHORT,
+            abi::INT,
+            abi::UNSIGNED,
+            abi::LONG,
+            abi::UNSIGNED_LONG,
+            abi::FLOAT,
+            abi::DOUBLE,
+            abi::LONG_DOUBLE,
+            abi::LONG_LONG_INT,
+            abi::UNSIGNED_LONG_LONG,
+            abi::PACKED,
+            abi::LB,
+            abi::UB,
+            abi::TWO_INT,
+            abi::COMPLEX,
+            abi::DOUBLE_COMPLEX,
+            abi::LOGICAL,
+            abi::REAL,
+            abi::DOUBLE_PRECISION,
+            abi::INTEGER,
+            abi::TWO_INTEGER,
+            abi::TWO_REAL,
+            abi::TWO_DOUBLE_PRECISION,
+            abi::CHARACTER,
+            abi::REAL4,
+            abi::REAL8,
+            abi::REAL16,
+            abi::COMPLEX8,
+            abi::COMPLEX16,
+            abi::COMPLEX32,
+            abi::INTEGER1,
+            abi::INTEGER2,
+            abi::INTEGER4,
+            abi::INTEGER8,
+            abi::INT8_T,
+            abi::INT16_T,
+            abi::INT32_T,
+            abi::INT64_T,
+            abi::UINT8_T,
+            abi::UINT16_T,
+            abi::UINT32_T,
+            abi::UINT64_T,
+            abi::C_BOOL,
+            abi::C_FLOAT_COMPLEX,
+            abi::C_DOUBLE_COMPLEX,
+            abi::C_LONG_DOUBLE_COMPLEX,
+            abi::X_C_FLOAT16,
+            abi::AINT,
+            abi::OFFSET,
+            abi::COUNT,
+            abi::CXX_BOOL,
+            abi::CXX_FLOAT_COMPLEX,
+            abi::CXX_DOUBLE_COMPLEX,
+            abi::CXX_LONG_DOUBLE_COMPLEX,
         ];
         for dt in all {
             let i = t.info(dt).unwrap();
             let s = abi::builtin_size(dt).unwrap();
-            assert_eq!((i.size, i.extent, i.lb, i.true_lb, i.true_extent), (s, s as isize, 0, 0, s as isize), "{dt:#x}");
+            assert_eq!(
+                (i.size, i.extent, i.lb, i.true_lb, i.true_extent),
+                (s, s as isize, 0, 0, s as isize),
+                "{dt:#x}"
+            );
             assert!(i.contiguous && i.committed, "{dt:#x}");
             assert!(t.is_valid(dt) && t.is_predefined(dt));
             assert_eq!(t.envelope(dt), Ok((0, 0, 0, abi::COMBINER_NAMED)));
@@ -1650,12 +1942,26 @@ mod tests {
         assert_eq!(bounds(&t, abi::LONG_INT), (12, 0, 16, 0, 12));
         assert_eq!(bounds(&t, SHORT_INT), (6, 0, 8, 0, 8));
         assert_eq!(bounds(&t, abi::LONG_DOUBLE_INT), (20, 0, 32, 0, 20));
-        for dt in [FLOAT_INT, DOUBLE_INT, abi::LONG_INT, SHORT_INT, abi::LONG_DOUBLE_INT] {
+        for dt in [
+            FLOAT_INT,
+            DOUBLE_INT,
+            abi::LONG_INT,
+            SHORT_INT,
+            abi::LONG_DOUBLE_INT,
+        ] {
             assert!(t.info(dt).unwrap().contiguous == (dt == FLOAT_INT));
             assert_eq!(t.envelope(dt), Ok((0, 0, 0, abi::COMBINER_NAMED)));
             check(&t, dt, 4);
         }
-        for bad in [abi::DATATYPE_NULL, 0, -1, abi::COMM_WORLD, 0x4c00_04ff, 0x8c00_0005u32 as Handle, 0x8c10_0000u32 as Handle] {
+        for bad in [
+            abi::DATATYPE_NULL,
+            0,
+            -1,
+            abi::COMM_WORLD,
+            0x4c00_04ff,
+            0x8c00_0005u32 as Handle,
+            0x8c10_0000u32 as Handle,
+        ] {
             assert_eq!(t.info(bad), Err(ERR_TYPE));
             assert!(!t.is_valid(bad));
         }
@@ -1665,15 +1971,34 @@ mod tests {
     fn basic_of_maps_every_family() {
         use Basic::*;
         let cases = [
-            (CHAR, I8), (abi::CHARACTER, I8), (abi::UNSIGNED_CHAR, U8), (abi::BYTE, Byte),
-            (abi::PACKED, Packed), (abi::WCHAR, WChar), (abi::LOGICAL, Logical), (abi::C_BOOL, Bool),
-            (abi::CXX_BOOL, Bool), (abi::LONG, I64), (abi::AINT, I64), (abi::OFFSET, I64),
-            (abi::COUNT, I64), (abi::UNSIGNED_LONG_LONG, U64), (abi::INTEGER, I32),
-            (abi::INTEGER2, I16), (abi::REAL, F32), (abi::DOUBLE_PRECISION, F64),
-            (abi::X_C_FLOAT16, F16), (abi::LONG_DOUBLE, LongDouble), (abi::COMPLEX, CFloatComplex),
-            (abi::DOUBLE_COMPLEX, CDoubleComplex), (abi::COMPLEX32, CLongDoubleComplex),
-            (abi::TWO_INTEGER, TwoInt), (abi::TWO_INT, TwoInt), (abi::TWO_REAL, TwoReal),
-            (abi::TWO_DOUBLE_PRECISION, TwoDouble), (SHORT_INT, ShortInt),
+            (CHAR, I8),
+            (abi::CHARACTER, I8),
+            (abi::UNSIGNED_CHAR, U8),
+            (abi::BYTE, Byte),
+            (abi::PACKED, Packed),
+            (abi::WCHAR, WChar),
+            (abi::LOGICAL, Logical),
+            (abi::C_BOOL, Bool),
+            (abi::CXX_BOOL, Bool),
+            (abi::LONG, I64),
+            (abi::AINT, I64),
+            (abi::OFFSET, I64),
+            (abi::COUNT, I64),
+            (abi::UNSIGNED_LONG_LONG, U64),
+            (abi::INTEGER, I32),
+            (abi::INTEGER2, I16),
+            (abi::REAL, F32),
+            (abi::DOUBLE_PRECISION, F64),
+            (abi::X_C_FLOAT16, F16),
+            (abi::LONG_DOUBLE, LongDouble),
+            (abi::COMPLEX, CFloatComplex),
+            (abi::DOUBLE_COMPLEX, CDoubleComplex),
+            (abi::COMPLEX32, CLongDoubleComplex),
+            (abi::TWO_INTEGER, TwoInt),
+            (abi::TWO_INT, TwoInt),
+            (abi::TWO_REAL, TwoReal),
+            (abi::TWO_DOUBLE_PRECISION, TwoDouble),
+            (SHORT_INT, ShortInt),
             (abi::CXX_DOUBLE_COMPLEX, CDoubleComplex),
         ];
         for (h, b) in cases {
@@ -1687,11 +2012,19 @@ mod tests {
     fn names_are_mpichs() {
         let mut t = Types::new();
         let names = [
-            (abi::LONG_LONG_INT, "MPI_LONG_LONG_INT"), (abi::C_FLOAT_COMPLEX, "MPI_C_COMPLEX"),
-            (abi::X_C_FLOAT16, ""), (FLOAT_INT, "MPI_FLOAT_INT"), (abi::TWO_INT, "MPI_2INT"),
-            (LB, "MPI_LB"), (abi::CXX_BOOL, "MPI_CXX_BOOL"), (abi::AINT, "MPI_AINT"),
-            (abi::INTEGER1, "MPI_INTEGER1"), (abi::REAL16, "MPI_REAL16"), (abi::CHARACTER, "MPI_CHARACTER"),
-            (INT, "MPI_INT"), (abi::TWO_DOUBLE_PRECISION, "MPI_2DOUBLE_PRECISION"),
+            (abi::LONG_LONG_INT, "MPI_LONG_LONG_INT"),
+            (abi::C_FLOAT_COMPLEX, "MPI_C_COMPLEX"),
+            (abi::X_C_FLOAT16, ""),
+            (FLOAT_INT, "MPI_FLOAT_INT"),
+            (abi::TWO_INT, "MPI_2INT"),
+            (LB, "MPI_LB"),
+            (abi::CXX_BOOL, "MPI_CXX_BOOL"),
+            (abi::AINT, "MPI_AINT"),
+            (abi::INTEGER1, "MPI_INTEGER1"),
+            (abi::REAL16, "MPI_REAL16"),
+            (abi::CHARACTER, "MPI_CHARACTER"),
+            (INT, "MPI_INT"),
+            (abi::TWO_DOUBLE_PRECISION, "MPI_2DOUBLE_PRECISION"),
         ];
         for (h, n) in names {
             assert_eq!(t.name(h).unwrap(), n);
@@ -1705,7 +2038,10 @@ mod tests {
         assert_eq!(t.name(c).unwrap(), "a".repeat(127));
         t.set_name(c, "hello").unwrap();
         let d = t.dup(c).unwrap();
-        assert_eq!((t.name(c).unwrap().as_str(), t.name(d).unwrap().as_str()), ("hello", ""));
+        assert_eq!(
+            (t.name(c).unwrap().as_str(), t.name(d).unwrap().as_str()),
+            ("hello", "")
+        );
         assert_eq!(t.name(abi::DATATYPE_NULL), Err(ERR_TYPE));
         assert_eq!(t.set_name(abi::DATATYPE_NULL, "x"), Err(ERR_TYPE));
     }
@@ -1724,14 +2060,21 @@ mod tests {
         let v2 = t.vector(2, 1, 2, DOUBLE).unwrap();
         let rd = t.resized(DOUBLE, 0, 1).unwrap();
         let r6 = t.resized(INT, 0, 6).unwrap();
-        let cases: Vec<(Handle, (usize, isize, isize, isize, isize))> = vec![
+        type Bounds = (usize, isize, isize, isize, isize);
+        let cases: Vec<(Handle, Bounds)> = vec![
             (st(&mut t, &[1, 1], &[0, 1], &[CHAR, CHAR]), (2, 0, 2, 0, 2)),
             (st(&mut t, &[1, 1], &[0, 4], &[INT, CHAR]), (5, 0, 8, 0, 5)),
-            (st(&mut t, &[1, 1, 1], &[0, 4, -1], &[INT, CHAR, CHAR]), (6, -1, 8, -1, 6)),
+            (
+                st(&mut t, &[1, 1, 1], &[0, 4, -1], &[INT, CHAR, CHAR]),
+                (6, -1, 8, -1, 6),
+            ),
             (st(&mut t, &[1], &[4], &[DOUBLE]), (8, 4, 8, 4, 8)),
             (st(&mut t, &[1], &[4], &[INT]), (4, 4, 4, 4, 4)),
             (st(&mut t, &[2], &[0], &[DOUBLE_INT]), (24, 0, 32, 0, 28)),
-            (st(&mut t, &[1, 1], &[0, 16], &[abi::LONG_DOUBLE, CHAR]), (17, 0, 32, 0, 17)),
+            (
+                st(&mut t, &[1, 1], &[0, 16], &[abi::LONG_DOUBLE, CHAR]),
+                (17, 0, 32, 0, 17),
+            ),
             (r8, (4, 0, 8, 0, 4)),
             (st(&mut t, &[1, 1], &[0, 8], &[r8, CHAR]), (5, 0, 12, 0, 9)),
             (st(&mut t, &[1, 1], &[0, 1], &[r8, CHAR]), (5, 0, 8, 0, 4)),
@@ -1745,33 +2088,101 @@ mod tests {
             (t.indexed(&[0, 2], &[5, 1], INT).unwrap(), (8, 4, 8, 4, 8)),
             (t.indexed(&[0, 0], &[5, 1], INT).unwrap(), (0, 0, 0, 0, 0)),
             (st(&mut t, &[1, 1], &[0, 4], &[INT, LB]), (4, 4, 0, 0, 4)),
-            (st(&mut t, &[1, 1, 1], &[0, -4, 20], &[INT, LB, UB]), (4, -4, 24, 0, 4)),
+            (
+                st(&mut t, &[1, 1, 1], &[0, -4, 20], &[INT, LB, UB]),
+                (4, -4, 24, 0, 4),
+            ),
             (ub5, (4, 0, 5, 0, 4)),
             (t.contiguous(2, ub5).unwrap(), (8, 0, 10, 0, 9)),
-            (st(&mut t, &[1, 1], &[0, 16], &[ub5, CHAR]), (5, 0, 20, 0, 17)),
+            (
+                st(&mut t, &[1, 1], &[0, 16], &[ub5, CHAR]),
+                (5, 0, 20, 0, 17),
+            ),
             (st(&mut t, &[1, 1], &[0, -1], &[INT, LB]), (4, -1, 5, 0, 4)),
-            (st(&mut t, &[1, 0], &[0, 8], &[CHAR, DOUBLE]), (1, 0, 1, 0, 1)),
+            (
+                st(&mut t, &[1, 0], &[0, 8], &[CHAR, DOUBLE]),
+                (1, 0, 1, 0, 1),
+            ),
             (st(&mut t, &[], &[], &[]), (0, 0, 0, 0, 0)),
-            (st(&mut t, &[1, 1], &[0, 8], &[cint2, CHAR]), (9, 0, 12, 0, 9)),
-            (st(&mut t, &[1, 1], &[0, 24], &[v2, CHAR]), (17, 0, 32, 0, 25)),
+            (
+                st(&mut t, &[1, 1], &[0, 8], &[cint2, CHAR]),
+                (9, 0, 12, 0, 9),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 24], &[v2, CHAR]),
+                (17, 0, 32, 0, 25),
+            ),
             (st(&mut t, &[1, 1], &[0, 1], &[rd, CHAR]), (9, 0, 8, 0, 8)),
             (st(&mut t, &[1], &[0], &[FLOAT_INT]), (8, 0, 8, 0, 8)),
-            (st(&mut t, &[1, 1], &[0, 4], &[SHORT_INT, CHAR]), (7, 0, 8, 0, 8)),
-            (st(&mut t, &[1, 1], &[0, 8], &[C_DOUBLE_COMPLEX, CHAR]), (17, 0, 16, 0, 16)),
-            (st(&mut t, &[1, 1], &[0, 4], &[abi::WCHAR, CHAR]), (5, 0, 8, 0, 5)),
-            (st(&mut t, &[1, 1], &[0, 4], &[abi::LOGICAL, CHAR]), (5, 0, 8, 0, 5)),
-            (st(&mut t, &[1, 1], &[0, 8], &[abi::TWO_DOUBLE_PRECISION, CHAR]), (17, 0, 16, 0, 16)),
-            (st(&mut t, &[1, 1], &[0, 4], &[abi::TWO_INT, CHAR]), (9, 0, 8, 0, 8)),
-            (st(&mut t, &[1, 1], &[0, 8], &[abi::PACKED, CHAR]), (2, 0, 9, 0, 9)),
-            (st(&mut t, &[1, 1], &[0, 8], &[abi::AINT, CHAR]), (9, 0, 16, 0, 9)),
-            (st(&mut t, &[1, 1], &[0, 8], &[abi::CXX_BOOL, CHAR]), (2, 0, 9, 0, 9)),
-            (st(&mut t, &[1, 1], &[0, 16], &[abi::REAL16, CHAR]), (17, 0, 17, 0, 17)),
-            (st(&mut t, &[1, 1], &[0, 16], &[abi::LONG_DOUBLE_INT, CHAR]), (21, 0, 32, 0, 20)),
-            (st(&mut t, &[1, 1], &[0, 8], &[abi::INTEGER8, CHAR]), (9, 0, 16, 0, 9)),
-            (st(&mut t, &[1, 1], &[0, 16], &[abi::C_LONG_DOUBLE_COMPLEX, CHAR]), (33, 0, 32, 0, 32)),
-            (t.hindexed_block(2, &[0, 16, 40], INT).unwrap(), (24, 0, 48, 0, 48)),
-            (t.indexed_block(2, &[0, 4, 10], INT).unwrap(), (24, 0, 48, 0, 48)),
-            (t.hindexed(&[1, 2], &[3, 7], INT).unwrap(), (12, 3, 12, 3, 12)),
+            (
+                st(&mut t, &[1, 1], &[0, 4], &[SHORT_INT, CHAR]),
+                (7, 0, 8, 0, 8),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 8], &[C_DOUBLE_COMPLEX, CHAR]),
+                (17, 0, 16, 0, 16),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 4], &[abi::WCHAR, CHAR]),
+                (5, 0, 8, 0, 5),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 4], &[abi::LOGICAL, CHAR]),
+                (5, 0, 8, 0, 5),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 8], &[abi::TWO_DOUBLE_PRECISION, CHAR]),
+                (17, 0, 16, 0, 16),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 4], &[abi::TWO_INT, CHAR]),
+                (9, 0, 8, 0, 8),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 8], &[abi::PACKED, CHAR]),
+                (2, 0, 9, 0, 9),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 8], &[abi::AINT, CHAR]),
+                (9, 0, 16, 0, 9),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 8], &[abi::CXX_BOOL, CHAR]),
+                (2, 0, 9, 0, 9),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 16], &[abi::REAL16, CHAR]),
+                (17, 0, 17, 0, 17),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 16], &[abi::LONG_DOUBLE_INT, CHAR]),
+                (21, 0, 32, 0, 20),
+            ),
+            (
+                st(&mut t, &[1, 1], &[0, 8], &[abi::INTEGER8, CHAR]),
+                (9, 0, 16, 0, 9),
+            ),
+            (
+                st(
+                    &mut t,
+                    &[1, 1],
+                    &[0, 16],
+                    &[abi::C_LONG_DOUBLE_COMPLEX, CHAR],
+                ),
+                (33, 0, 32, 0, 32),
+            ),
+            (
+                t.hindexed_block(2, &[0, 16, 40], INT).unwrap(),
+                (24, 0, 48, 0, 48),
+            ),
+            (
+                t.indexed_block(2, &[0, 4, 10], INT).unwrap(),
+                (24, 0, 48, 0, 48),
+            ),
+            (
+                t.hindexed(&[1, 2], &[3, 7], INT).unwrap(),
+                (12, 3, 12, 3, 12),
+            ),
             (t.hindexed(&[1, 1], &[0, 5], INT).unwrap(), (8, 0, 9, 0, 9)),
             (t.hvector(2, 1, 5, INT).unwrap(), (8, 0, 9, 0, 9)),
             (st(&mut t, &[1, 1], &[0, 5], &[INT, INT]), (8, 0, 9, 0, 9)),
@@ -1799,17 +2210,41 @@ mod tests {
         let h = st(&mut t, &[1, 1, 3], &[0, 8, 16], &[INT, DOUBLE, CHAR]);
         assert_eq!(t.info(h).unwrap().extent as usize, std::mem::size_of::<S>());
         t.commit(h).unwrap();
-        let src = [S { a: 1, b: 2.5, c: [3, 4, 5] }, S { a: -7, b: -0.25, c: [6, 7, 8] }];
+        let src = [
+            S {
+                a: 1,
+                b: 2.5,
+                c: [3, 4, 5],
+            },
+            S {
+                a: -7,
+                b: -0.25,
+                c: [6, 7, 8],
+            },
+        ];
         let mut packed = [0u8; 30];
         // SAFETY: two S.
-        assert_eq!(unsafe { t.pack(h, 2, src.as_ptr().cast(), &mut packed) }, Ok(30));
+        let r = unsafe { t.pack(h, 2, src.as_ptr().cast(), &mut packed) };
+        assert_eq!(r, Ok(30));
         assert_eq!(&packed[..4], &1i32.to_ne_bytes());
         assert_eq!(&packed[4..12], &2.5f64.to_ne_bytes());
         assert_eq!(&packed[12..15], &[3, 4, 5]);
         assert_eq!(&packed[15..19], &(-7i32).to_ne_bytes());
-        let mut dst = [S { a: 0, b: 0.0, c: [0; 3] }, S { a: 0, b: 0.0, c: [0; 3] }];
+        let mut dst = [
+            S {
+                a: 0,
+                b: 0.0,
+                c: [0; 3],
+            },
+            S {
+                a: 0,
+                b: 0.0,
+                c: [0; 3],
+            },
+        ];
         // SAFETY: two S.
-        assert_eq!(unsafe { t.unpack(h, 2, &packed, dst.as_mut_ptr().cast()) }, Ok(30));
+        let r = unsafe { t.unpack(h, 2, &packed, dst.as_mut_ptr().cast()) };
+        assert_eq!(r, Ok(30));
         assert_eq!((dst[1].a, dst[1].b, dst[1].c), (-7, -0.25, [6, 7, 8]));
         assert_eq!(t.info(h).unwrap().basic, None);
     }
@@ -1823,18 +2258,29 @@ mod tests {
         let col = t.vector(5, 1, 4, DOUBLE).unwrap();
         t.commit(col).unwrap();
         let i = t.info(col).unwrap();
-        assert_eq!((i.size, i.extent, i.contiguous, i.basic), (40, 136, false, Some((Basic::F64, 5))));
+        assert_eq!(
+            (i.size, i.extent, i.contiguous, i.basic),
+            (40, 136, false, Some((Basic::F64, 5)))
+        );
         let mut out = [0u8; 40];
         // SAFETY: column 2 of `m`.
         unsafe { t.pack(col, 1, m.as_ptr().add(2).cast(), &mut out) }.unwrap();
-        let got: Vec<f64> = out.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect();
+        let got: Vec<f64> = out
+            .chunks(8)
+            .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(got, [2.0, 6.0, 10.0, 14.0, 18.0]);
         let cols = t.resized(col, 0, 8).unwrap();
         let mut all = vec![0u8; 160];
         // SAFETY: four columns of `m`.
         unsafe { t.pack(cols, 4, m.as_ptr().cast(), &mut all) }.unwrap();
-        let got: Vec<f64> = all.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect();
-        let want: Vec<f64> = (0..4).flat_map(|c| (0..5).map(move |r| (r * 4 + c) as f64)).collect();
+        let got: Vec<f64> = all
+            .chunks(8)
+            .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        let want: Vec<f64> = (0..4)
+            .flat_map(|c| (0..5).map(move |r| (r * 4 + c) as f64))
+            .collect();
         assert_eq!(got, want);
         let mut back = vec![0f64; 20];
         // SAFETY: a 5x4 matrix.
@@ -1881,7 +2327,17 @@ mod tests {
     }
 
     fn random_type(t: &mut Types, r: &mut Rng, depth: u32) -> Handle {
-        const LEAVES: [Handle; 9] = [INT, DOUBLE, CHAR, SHORT, SHORT_INT, DOUBLE_INT, C_DOUBLE_COMPLEX, FLOAT_INT, LB];
+        const LEAVES: [Handle; 9] = [
+            INT,
+            DOUBLE,
+            CHAR,
+            SHORT,
+            SHORT_INT,
+            DOUBLE_INT,
+            C_DOUBLE_COMPLEX,
+            FLOAT_INT,
+            LB,
+        ];
         if depth == 0 || r.below(4) == 0 {
             return LEAVES[r.below(LEAVES.len() as u64) as usize];
         }
@@ -1918,7 +2374,15 @@ mod tests {
             }
             7 => {
                 let n = n + 1;
-                let ty: Vec<Handle> = (0..n).map(|i| if i == 0 { old } else { random_type(t, r, depth - 1) }).collect();
+                let ty: Vec<Handle> = (0..n)
+                    .map(|i| {
+                        if i == 0 {
+                            old
+                        } else {
+                            random_type(t, r, depth - 1)
+                        }
+                    })
+                    .collect();
                 let bl: Vec<i32> = (0..n).map(|_| k(r)).collect();
                 let d: Vec<isize> = (0..n).map(|_| r.range(-30, 60) as isize).collect();
                 t.create_struct(&bl, &d, &ty)
@@ -1948,21 +2412,44 @@ mod tests {
     fn elements_match_mpich() {
         let mut t = Types::new();
         let s1 = st(&mut t, &[1, 1, 3], &[0, 8, 16], &[INT, DOUBLE, CHAR]);
-        let want = [(0, 0), (2, 0), (4, 1), (6, 1), (12, 2), (13, 3), (14, 4), (15, 5), (17, 5), (19, 6), (23, 6), (30, 10), (31, 10)];
+        let want = [
+            (0, 0),
+            (2, 0),
+            (4, 1),
+            (6, 1),
+            (12, 2),
+            (13, 3),
+            (14, 4),
+            (15, 5),
+            (17, 5),
+            (19, 6),
+            (23, 6),
+            (30, 10),
+            (31, 10),
+        ];
         for (b, n) in want {
             assert_eq!(t.elements(s1, b), Ok(n), "{b} bytes");
         }
         let c3 = t.contiguous(3, s1).unwrap();
-        assert_eq!([45, 50, 94].map(|b| t.elements(c3, b).unwrap()), [15, 16, 31]);
+        assert_eq!(
+            [45, 50, 94].map(|b| t.elements(c3, b).unwrap()),
+            [15, 16, 31]
+        );
         let c2 = t.contiguous(2, DOUBLE_INT).unwrap();
         assert_eq!([20, 24, 12].map(|b| t.elements(c2, b).unwrap()), [3, 4, 2]);
         let u = UNDEFINED as i64;
         assert_eq!([6, 8].map(|b| t.elements(INT, b).unwrap()), [u, 2]);
-        assert_eq!([12, 16, 24, 8].map(|b| t.elements(DOUBLE_INT, b).unwrap()), [2, 2, 4, 1]);
+        assert_eq!(
+            [12, 16, 24, 8].map(|b| t.elements(DOUBLE_INT, b).unwrap()),
+            [2, 2, 4, 1]
+        );
         assert_eq!(t.elements(SHORT_INT, 6), Ok(2));
         assert_eq!(t.elements(abi::TWO_INT, 8), Ok(2));
         assert_eq!(t.elements(abi::TWO_REAL, 8), Ok(2));
-        assert_eq!([16, 8].map(|b| t.elements(C_DOUBLE_COMPLEX, b).unwrap()), [1, u]);
+        assert_eq!(
+            [16, 8].map(|b| t.elements(C_DOUBLE_COMPLEX, b).unwrap()),
+            [1, u]
+        );
         assert_eq!(t.elements(CHAR, 5), Ok(5));
         let z = t.contiguous(0, INT).unwrap();
         assert_eq!([0, 4].map(|b| t.elements(z, b).unwrap()), [0, u]);
@@ -1976,34 +2463,88 @@ mod tests {
         let mut t = Types::new();
         let get = |t: &Types, h: Handle| {
             let (ni, na, nd, c) = t.envelope(h).unwrap();
-            let (mut i, mut a, mut d) = (vec![0; ni as usize], vec![0; na as usize], vec![0; nd as usize]);
+            let (mut i, mut a, mut d) = (
+                vec![0; ni as usize],
+                vec![0; na as usize],
+                vec![0; nd as usize],
+            );
             t.contents(h, &mut i, &mut a, &mut d).unwrap();
             (c, i, a, d)
         };
         let v = t.vector(2, 3, 4, INT).unwrap();
-        assert_eq!(get(&t, v), (abi::COMBINER_VECTOR, vec![2, 3, 4], vec![], vec![INT]));
+        assert_eq!(
+            get(&t, v),
+            (abi::COMBINER_VECTOR, vec![2, 3, 4], vec![], vec![INT])
+        );
         let h = t.hvector(2, 3, 100, INT).unwrap();
-        assert_eq!(get(&t, h), (abi::COMBINER_HVECTOR, vec![2, 3], vec![100], vec![INT]));
+        assert_eq!(
+            get(&t, h),
+            (abi::COMBINER_HVECTOR, vec![2, 3], vec![100], vec![INT])
+        );
         let c = t.contiguous(3, v).unwrap();
-        assert_eq!(get(&t, c), (abi::COMBINER_CONTIGUOUS, vec![3], vec![], vec![v]));
+        assert_eq!(
+            get(&t, c),
+            (abi::COMBINER_CONTIGUOUS, vec![3], vec![], vec![v])
+        );
         let i = t.indexed(&[1, 2], &[3, 7], INT).unwrap();
-        assert_eq!(get(&t, i), (abi::COMBINER_INDEXED, vec![2, 1, 2, 3, 7], vec![], vec![INT]));
+        assert_eq!(
+            get(&t, i),
+            (
+                abi::COMBINER_INDEXED,
+                vec![2, 1, 2, 3, 7],
+                vec![],
+                vec![INT]
+            )
+        );
         let hi = t.hindexed(&[1, 2], &[3, 7], INT).unwrap();
-        assert_eq!(get(&t, hi), (abi::COMBINER_HINDEXED, vec![2, 1, 2], vec![3, 7], vec![INT]));
+        assert_eq!(
+            get(&t, hi),
+            (abi::COMBINER_HINDEXED, vec![2, 1, 2], vec![3, 7], vec![INT])
+        );
         let ib = t.indexed_block(2, &[0, 4, 10], INT).unwrap();
-        assert_eq!(get(&t, ib), (abi::COMBINER_INDEXED_BLOCK, vec![3, 2, 0, 4, 10], vec![], vec![INT]));
+        assert_eq!(
+            get(&t, ib),
+            (
+                abi::COMBINER_INDEXED_BLOCK,
+                vec![3, 2, 0, 4, 10],
+                vec![],
+                vec![INT]
+            )
+        );
         let hb = t.hindexed_block(2, &[0, 16, 40], INT).unwrap();
-        assert_eq!(get(&t, hb), (abi::COMBINER_HINDEXED_BLOCK, vec![3, 2], vec![0, 16, 40], vec![INT]));
+        assert_eq!(
+            get(&t, hb),
+            (
+                abi::COMBINER_HINDEXED_BLOCK,
+                vec![3, 2],
+                vec![0, 16, 40],
+                vec![INT]
+            )
+        );
         let s = st(&mut t, &[1, 1, 3], &[0, 8, 16], &[INT, v, CHAR]);
-        assert_eq!(get(&t, s), (abi::COMBINER_STRUCT, vec![3, 1, 1, 3], vec![0, 8, 16], vec![INT, v, CHAR]));
+        assert_eq!(
+            get(&t, s),
+            (
+                abi::COMBINER_STRUCT,
+                vec![3, 1, 1, 3],
+                vec![0, 8, 16],
+                vec![INT, v, CHAR]
+            )
+        );
         let s0 = st(&mut t, &[], &[], &[]);
         assert_eq!(get(&t, s0), (abi::COMBINER_STRUCT, vec![0], vec![], vec![]));
         let r = t.resized(INT, 3, 9).unwrap();
-        assert_eq!(get(&t, r), (abi::COMBINER_RESIZED, vec![], vec![3, 9], vec![INT]));
+        assert_eq!(
+            get(&t, r),
+            (abi::COMBINER_RESIZED, vec![], vec![3, 9], vec![INT])
+        );
         let d = t.dup(INT).unwrap();
         assert_eq!(get(&t, d), (abi::COMBINER_DUP, vec![], vec![], vec![INT]));
         assert_eq!(t.contents(INT, &mut [], &mut [], &mut []), Err(ERR_TYPE));
-        assert_eq!(t.contents(v, &mut [0; 2], &mut [], &mut [0; 1]), Err(ERR_ARG));
+        assert_eq!(
+            t.contents(v, &mut [0; 2], &mut [], &mut [0; 1]),
+            Err(ERR_ARG)
+        );
         assert_eq!(t.envelope(abi::DATATYPE_NULL), Err(ERR_TYPE));
     }
 
@@ -2019,7 +2560,10 @@ mod tests {
         let mut out = [0u8; 24];
         // SAFETY: `m` holds one element of `c`.
         unsafe { t.pack(c, 1, m.as_ptr().cast(), &mut out) }.unwrap();
-        let got: Vec<i32> = out.chunks(4).map(|x| i32::from_ne_bytes(x.try_into().unwrap())).collect();
+        let got: Vec<i32> = out
+            .chunks(4)
+            .map(|x| i32::from_ne_bytes(x.try_into().unwrap()))
+            .collect();
         assert_eq!(got, [0, 2, 4, 5, 7, 9]);
         // `c`'s contents still name `v`, which lives on for them; handing it
         // out takes a reference the program may free.
@@ -2054,7 +2598,10 @@ mod tests {
         assert_eq!(t.indexed_block(-1, &[0], INT), Err(ERR_COUNT));
         assert_eq!(t.hindexed_block(1, &[0], 12345), Err(ERR_TYPE));
         assert_eq!(t.create_struct(&[-1], &[0], &[INT]), Err(ERR_COUNT));
-        assert_eq!(t.create_struct(&[1], &[0], &[abi::DATATYPE_NULL]), Err(ERR_TYPE));
+        assert_eq!(
+            t.create_struct(&[1], &[0], &[abi::DATATYPE_NULL]),
+            Err(ERR_TYPE)
+        );
         assert_eq!(t.create_struct(&[1], &[0, 1], &[INT]), Err(ERR_ARG));
         assert_eq!(t.resized(abi::DATATYPE_NULL, 0, 4), Err(ERR_TYPE));
         assert_eq!(t.dup(abi::DATATYPE_NULL), Err(ERR_TYPE));
@@ -2062,7 +2609,8 @@ mod tests {
         assert_eq!(t.hvector(2, 1, isize::MAX, INT), Err(ERR_ARG));
         let mut small = [0u8; 3];
         // SAFETY: nothing is read: the output is too small.
-        assert_eq!(unsafe { t.pack(INT, 1, std::ptr::null(), &mut small) }, Err(abi::ERR_TRUNCATE));
+        let r = unsafe { t.pack(INT, 1, std::ptr::null(), &mut small) };
+        assert_eq!(r, Err(abi::ERR_TRUNCATE));
     }
 
     #[test]
@@ -2083,7 +2631,12 @@ mod tests {
     #[test]
     fn contiguity_and_basic() {
         let mut t = Types::new();
-        let yes = [t.contiguous(4, INT).unwrap(), t.vector(3, 2, 2, DOUBLE).unwrap(), t.dup(INT).unwrap(), t.contiguous(3, FLOAT_INT).unwrap()];
+        let yes = [
+            t.contiguous(4, INT).unwrap(),
+            t.vector(3, 2, 2, DOUBLE).unwrap(),
+            t.dup(INT).unwrap(),
+            t.contiguous(3, FLOAT_INT).unwrap(),
+        ];
         for h in yes {
             assert!(t.info(h).unwrap().contiguous, "{h:#x}");
         }
@@ -2128,5 +2681,14 @@ mod tests {
         let n = unsafe { t.pack_partial(nested, 1, mem.as_ptr(), 8, &mut out[..8]) }.unwrap();
         assert_eq!((n, &out[..8]), (8, &mem[16..24]));
         assert_eq!(t.elements(nested, 8 * 1000 + 4), Ok(1000));
+        // Too big for the address space: an error, not a panic.
+        let v1 = t.vector(1 << 20, 1, 2, DOUBLE).unwrap();
+        let v2 = t.vector(1 << 20, 1, 2, v1).unwrap();
+        assert_eq!(t.vector(1 << 20, 1, 2, v2), Err(ERR_ARG));
+        assert_eq!(t.contiguous(i32::MAX, v2), Err(ERR_ARG));
+        assert_eq!(
+            t.create_struct(&[1 << 30, 1], &[0, 0], &[v1, INT]),
+            Err(abi::ERR_NO_MEM)
+        );
     }
 }

@@ -125,10 +125,7 @@ pub(crate) fn raise(l: &Lib, comm: abi::Handle, name: &str, e: Fail) -> c_int {
 #[inline(always)]
 pub(crate) fn count(n: c_int) -> Result<usize, Fail> {
     if n < 0 {
-        return Err(Fail::new(
-            abi::ERR_COUNT,
-            format!("negative count {n}"),
-        ));
+        return Err(Fail::new(abi::ERR_COUNT, format!("negative count {n}")));
     }
     Ok(n as usize)
 }

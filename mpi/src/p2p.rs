@@ -87,7 +87,10 @@ fn source(c: &CommObj, r: c_int) -> Result<Option<usize>, Fail> {
 #[inline(always)]
 fn send_tag(t: c_int) -> Result<u32, Fail> {
     if t < 0 {
-        return fail(abi::ERR_TAG, format!("invalid tag {t} (sends need 0..=MPI_TAG_UB)"));
+        return fail(
+            abi::ERR_TAG,
+            format!("invalid tag {t} (sends need 0..=MPI_TAG_UB)"),
+        );
     }
     Ok(t as u32)
 }
@@ -141,7 +144,10 @@ fn out_view_derived(l: &Lib, buf: *const c_void, n: usize, dt: Handle) -> Result
     let types = l.types.borrow();
     let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
     if !info.committed {
-        return fail(abi::ERR_TYPE, format!("datatype {dt:#x} is not committed (MPI_Type_commit)"));
+        return fail(
+            abi::ERR_TYPE,
+            format!("datatype {dt:#x} is not committed (MPI_Type_commit)"),
+        );
     }
     if info.contiguous {
         return Ok(Out {
@@ -194,7 +200,10 @@ fn in_view_derived(l: &Lib, buf: *mut c_void, n: usize, dt: Handle) -> Result<In
     let types = l.types.borrow();
     let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
     if !info.committed {
-        return fail(abi::ERR_TYPE, format!("datatype {dt:#x} is not committed (MPI_Type_commit)"));
+        return fail(
+            abi::ERR_TYPE,
+            format!("datatype {dt:#x} is not committed (MPI_Type_commit)"),
+        );
     }
     if info.contiguous {
         return Ok(In {
@@ -237,11 +246,22 @@ pub(crate) fn unstage(l: &Lib, s: &Unpack, got: usize) -> Result<(), Fail> {
         .map_err(|c| type_fail(c, s.dt))
 }
 
-fn send(l: &Lib, buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, sync: bool) -> Result<(), Fail> {
+fn send(
+    l: &Lib,
+    buf: *const c_void,
+    n: c_int,
+    dt: Handle,
+    to: c_int,
+    tag: c_int,
+    comm: Handle,
+    sync: bool,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let out = out_view(l, buf, n, dt)?;
     let tag = send_tag(tag)?;
-    let Some(to) = dest(&c, to)? else { return Ok(()) };
+    let Some(to) = dest(&c, to)? else {
+        return Ok(());
+    };
     if sync {
         c.p2p.ssend(out.bytes(), to, tag)?;
     } else {
@@ -251,7 +271,13 @@ fn send(l: &Lib, buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int
 }
 
 /// The result of a receive that delivered `got` bytes, or failed.
-fn received(l: &Lib, c: &CommObj, r: Result<DStatus, Error>, stage: Option<&Unpack>, st: *mut abi::Status) -> Result<(), Fail> {
+fn received(
+    l: &Lib,
+    c: &CommObj,
+    r: Result<DStatus, Error>,
+    stage: Option<&Unpack>,
+    st: *mut abi::Status,
+) -> Result<(), Fail> {
     match r {
         Ok(s) => {
             if let Some(u) = stage {
@@ -261,11 +287,24 @@ fn received(l: &Lib, c: &CommObj, r: Result<DStatus, Error>, stage: Option<&Unpa
             unsafe { out_status(st, &status_of(c, &s, s.len)) };
             Ok(())
         }
-        Err(Error::Truncated { needed, got, source, tag }) => {
+        Err(Error::Truncated {
+            needed,
+            got,
+            source,
+            tag,
+        }) => {
             if let Some(u) = stage {
                 unstage(l, u, got)?;
             }
-            let mut s = status_of(c, &DStatus { source, tag, len: got }, got);
+            let mut s = status_of(
+                c,
+                &DStatus {
+                    source,
+                    tag,
+                    len: got,
+                },
+                got,
+            );
             s.error = abi::ERR_TRUNCATE;
             if wants(st) {
                 // SAFETY: the caller's status, checked.
@@ -280,7 +319,16 @@ fn received(l: &Lib, c: &CommObj, r: Result<DStatus, Error>, stage: Option<&Unpa
     }
 }
 
-fn recv(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, comm: Handle, st: *mut abi::Status) -> Result<(), Fail> {
+fn recv(
+    l: &Lib,
+    buf: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    from: c_int,
+    tag: c_int,
+    comm: Handle,
+    st: *mut abi::Status,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let mut inb = in_view(l, buf, n, dt)?;
     let tag = recv_tag(tag)?;
@@ -294,7 +342,17 @@ fn recv(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int
 }
 
 /// Starts a send; returns the request's state.
-fn isend(l: &Lib, buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, c: Rc<CommObj>, sync: bool, persistent: Option<Persistent>) -> Result<Req, Fail> {
+fn isend(
+    l: &Lib,
+    buf: *const c_void,
+    n: c_int,
+    dt: Handle,
+    to: c_int,
+    tag: c_int,
+    c: Rc<CommObj>,
+    sync: bool,
+    persistent: Option<Persistent>,
+) -> Result<Req, Fail> {
     let out = out_view(l, buf, n, dt)?;
     let tag = send_tag(tag)?;
     let Some(to) = dest(&c, to)? else {
@@ -336,7 +394,16 @@ fn isend(l: &Lib, buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_in
 }
 
 /// Starts a receive; returns the request's state.
-fn irecv(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, c: Rc<CommObj>, persistent: Option<Persistent>) -> Result<Req, Fail> {
+fn irecv(
+    l: &Lib,
+    buf: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    from: c_int,
+    tag: c_int,
+    c: Rc<CommObj>,
+    persistent: Option<Persistent>,
+) -> Result<Req, Fail> {
     let inb = in_view(l, buf, n, dt)?;
     let tag = recv_tag(tag)?;
     let Some(from) = source(&c, from)? else {
@@ -403,7 +470,8 @@ pub(crate) fn complete(l: &Lib, hp: *mut Handle, mode: Mode) -> Result<Outcome, 
         .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
     let out = complete_index(l, idx, mode)?;
     if let Outcome::Done(..) = out {
-        let persistent = matches!(l.reqs.borrow().get(idx), Some(Req::P2p(p)) if p.persistent.is_some());
+        let persistent =
+            matches!(l.reqs.borrow().get(idx), Some(Req::P2p(p)) if p.persistent.is_some());
         if !persistent {
             l.reqs.borrow_mut().remove(idx);
             // SAFETY: as above.
@@ -434,7 +502,8 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             };
             match res {
                 Err(t) => {
-                    if let Some(Req::Coll { raw, finish: f, .. }) = l.reqs.borrow_mut().get_mut(idx) {
+                    if let Some(Req::Coll { raw, finish: f, .. }) = l.reqs.borrow_mut().get_mut(idx)
+                    {
                         *raw = Some(t);
                         *f = finish;
                     }
@@ -474,7 +543,11 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             };
             let (stage, recv) = match l.reqs.borrow_mut().get_mut(idx) {
                 Some(Req::P2p(p)) => (
-                    if p.persistent.is_some() { None } else { p.stage.take() },
+                    if p.persistent.is_some() {
+                        None
+                    } else {
+                        p.stage.take()
+                    },
                     p.recv,
                 ),
                 _ => (None, false),
@@ -503,11 +576,24 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
                     st.set_cancelled(true);
                     Outcome::Done(st, None)
                 }
-                Err(Error::Truncated { needed, got, source, tag }) => {
+                Err(Error::Truncated {
+                    needed,
+                    got,
+                    source,
+                    tag,
+                }) => {
                     if let Some(u) = stage_ref {
                         unstage(l, u, got)?;
                     }
-                    let mut st = status_of(&comm, &DStatus { source, tag, len: got }, got);
+                    let mut st = status_of(
+                        &comm,
+                        &DStatus {
+                            source,
+                            tag,
+                            len: got,
+                        },
+                        got,
+                    );
                     st.error = abi::ERR_TRUNCATE;
                     let f = Fail::new(
                         abi::ERR_TRUNCATE,
@@ -622,15 +708,13 @@ fn inactive(l: &Lib, h: Handle) -> bool {
     if h == abi::REQUEST_NULL {
         return true;
     }
-    match l.req_index(h).and_then(|i| {
-        l.reqs
-            .borrow()
-            .get(i)
-            .map(|r| matches!(r, Req::P2p(p) if p.persistent.is_some() && p.raw.is_none() && p.done.is_none()))
-    }) {
-        Some(x) => x,
-        None => false,
-    }
+    l.req_index(h)
+        .and_then(|i| {
+            l.reqs.borrow().get(i).map(|r| {
+                matches!(r, Req::P2p(p) if p.persistent.is_some() && p.raw.is_none() && p.done.is_none())
+            })
+        })
+        .unwrap_or_default()
 }
 
 /// Writes status `i` of an array (unless `MPI_STATUSES_IGNORE`), with its
@@ -713,7 +797,10 @@ fn any(l: &Lib, n: usize, rs: *mut Handle, block: bool) -> Result<Option<(usize,
             if std::time::Instant::now() > deadline {
                 return fail(
                     abi::ERR_OTHER,
-                    format!("no request of {active} completed within {:?} (TANDEM_TIMEOUT)", l.job.config().timeout),
+                    format!(
+                        "no request of {active} completed within {:?} (TANDEM_TIMEOUT)",
+                        l.job.config().timeout
+                    ),
                 );
             }
         } else {
@@ -722,7 +809,15 @@ fn any(l: &Lib, n: usize, rs: *mut Handle, block: bool) -> Result<Option<(usize,
     }
 }
 
-fn waitany(l: &Lib, n: c_int, rs: *mut Handle, index: *mut c_int, st: *mut abi::Status, block: bool, flag: *mut c_int) -> Result<(), Fail> {
+fn waitany(
+    l: &Lib,
+    n: c_int,
+    rs: *mut Handle,
+    index: *mut c_int,
+    st: *mut abi::Status,
+    block: bool,
+    flag: *mut c_int,
+) -> Result<(), Fail> {
     let n = count(n)?;
     match any(l, n, rs, block)? {
         None => {
@@ -758,7 +853,15 @@ fn waitany(l: &Lib, n: c_int, rs: *mut Handle, index: *mut c_int, st: *mut abi::
     }
 }
 
-fn some(l: &Lib, n: c_int, rs: *mut Handle, outcount: *mut c_int, idx: *mut c_int, sts: *mut abi::Status, block: bool) -> Result<(), Fail> {
+fn some(
+    l: &Lib,
+    n: c_int,
+    rs: *mut Handle,
+    outcount: *mut c_int,
+    idx: *mut c_int,
+    sts: *mut abi::Status,
+    block: bool,
+) -> Result<(), Fail> {
     let n = count(n)?;
     let mut got = 0usize;
     let mut first = None;
@@ -831,7 +934,13 @@ fn some(l: &Lib, n: c_int, rs: *mut Handle, outcount: *mut c_int, idx: *mut c_in
     }
 }
 
-fn testall(l: &Lib, n: c_int, rs: *mut Handle, flag: *mut c_int, sts: *mut abi::Status) -> Result<(), Fail> {
+fn testall(
+    l: &Lib,
+    n: c_int,
+    rs: *mut Handle,
+    flag: *mut c_int,
+    sts: *mut abi::Status,
+) -> Result<(), Fail> {
     let n = count(n)?;
     l.job.progress();
     reap(l);
@@ -846,7 +955,9 @@ fn testall(l: &Lib, n: c_int, rs: *mut Handle, flag: *mut c_int, sts: *mut abi::
             .req_index(h)
             .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
         let done = match l.reqs.borrow().get(idx) {
-            Some(Req::P2p(p)) => p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r)),
+            Some(Req::P2p(p)) => {
+                p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r))
+            }
             Some(Req::Done(_)) => true,
             Some(Req::Coll { .. }) => false,
             None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
@@ -857,8 +968,11 @@ fn testall(l: &Lib, n: c_int, rs: *mut Handle, flag: *mut c_int, sts: *mut abi::
             if is_coll {
                 if let Outcome::Done(s, f) = complete_index(l, idx, Mode::Test)? {
                     // Keep its result for the collection below.
-                    let _ = f;
-                    l.reqs.borrow_mut().get_mut(idx).map(|r| *r = Req::Done(s));
+                    let mut s = s;
+                    s.error = f.map_or(abi::SUCCESS, |f| f.class);
+                    if let Some(r) = l.reqs.borrow_mut().get_mut(idx) {
+                        *r = Req::Done(s);
+                    }
                     continue;
                 }
             }
@@ -885,12 +999,36 @@ fn start(l: &Lib, rp: *mut Handle) -> Result<(), Fail> {
             }
             (p.comm.clone(), p.persistent.expect("checked"), p.recv)
         }
-        _ => return fail(abi::ERR_REQUEST, format!("request {h:#x} is not persistent")),
+        _ => {
+            return fail(
+                abi::ERR_REQUEST,
+                format!("request {h:#x} is not persistent"),
+            )
+        }
     };
     let r = if recv {
-        irecv(l, args.buf, args.count, args.dt, args.peer, args.tag, comm, Some(args))?
+        irecv(
+            l,
+            args.buf,
+            args.count,
+            args.dt,
+            args.peer,
+            args.tag,
+            comm,
+            Some(args),
+        )?
     } else {
-        isend(l, args.buf, args.count, args.dt, args.peer, args.tag, comm, args.sync, Some(args))?
+        isend(
+            l,
+            args.buf,
+            args.count,
+            args.dt,
+            args.peer,
+            args.tag,
+            comm,
+            args.sync,
+            Some(args),
+        )?
     };
     if let Some(slot) = l.reqs.borrow_mut().get_mut(idx) {
         *slot = r;
@@ -898,7 +1036,18 @@ fn start(l: &Lib, rp: *mut Handle) -> Result<(), Fail> {
     Ok(())
 }
 
-fn persistent(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, peer: c_int, tag: c_int, comm: Handle, recv: bool, sync: bool, out: *mut Handle) -> Result<(), Fail> {
+fn persistent(
+    l: &Lib,
+    buf: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    peer: c_int,
+    tag: c_int,
+    comm: Handle,
+    recv: bool,
+    sync: bool,
+    out: *mut Handle,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     // Validate now, as the calls that start it would.
     if recv {
@@ -936,7 +1085,15 @@ fn persistent(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle, peer: c_int, tag:
     Ok(())
 }
 
-fn probe(l: &Lib, from: c_int, tag: c_int, comm: Handle, flag: *mut c_int, st: *mut abi::Status, block: bool) -> Result<(), Fail> {
+fn probe(
+    l: &Lib,
+    from: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    st: *mut abi::Status,
+    block: bool,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let tag = recv_tag(tag)?;
     let Some(from) = source(&c, from)? else {
@@ -962,7 +1119,21 @@ fn probe(l: &Lib, from: c_int, tag: c_int, comm: Handle, flag: *mut c_int, st: *
     Ok(())
 }
 
-fn sendrecv(l: &Lib, sbuf: *const c_void, sn: c_int, sdt: Handle, to: c_int, stag: c_int, rbuf: *mut c_void, rn: c_int, rdt: Handle, from: c_int, rtag: c_int, comm: Handle, st: *mut abi::Status) -> Result<(), Fail> {
+fn sendrecv(
+    l: &Lib,
+    sbuf: *const c_void,
+    sn: c_int,
+    sdt: Handle,
+    to: c_int,
+    stag: c_int,
+    rbuf: *mut c_void,
+    rn: c_int,
+    rdt: Handle,
+    from: c_int,
+    rtag: c_int,
+    comm: Handle,
+    st: *mut abi::Status,
+) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let out = out_view(l, sbuf, sn, sdt)?;
     let mut inb = in_view(l, rbuf, rn, rdt)?;
@@ -986,13 +1157,21 @@ fn sendrecv(l: &Lib, sbuf: *const c_void, sn: c_int, sdt: Handle, to: c_int, sta
         }
         (Some(to), Some(from)) => {
             let stage = inb.stage.take();
-            let r = c.p2p.sendrecv(out.bytes(), to, stag, inb.bytes(), from, rtag);
+            let r = c
+                .p2p
+                .sendrecv(out.bytes(), to, stag, inb.bytes(), from, rtag);
             received(l, &c, r, stage.as_ref(), st)
         }
     }
 }
 
-fn get_count(l: &Lib, st: *const abi::Status, dt: Handle, out: *mut c_int, elements: bool) -> Result<(), Fail> {
+fn get_count(
+    l: &Lib,
+    st: *const abi::Status,
+    dt: Handle,
+    out: *mut c_int,
+    elements: bool,
+) -> Result<(), Fail> {
     if st.is_null() || st as usize == abi::STATUS_IGNORE {
         return fail(abi::ERR_ARG, "MPI_STATUS_IGNORE has no count");
     }
@@ -1009,7 +1188,11 @@ fn get_count(l: &Lib, st: *const abi::Status, dt: Handle, out: *mut c_int, eleme
     } else {
         (bytes / info.size) as i64
     };
-    let n = if n > c_int::MAX as i64 { abi::UNDEFINED } else { n as c_int };
+    let n = if n > c_int::MAX as i64 {
+        abi::UNDEFINED
+    } else {
+        n as c_int
+    };
     // SAFETY: the caller's out-parameter.
     unsafe { put(out, n) };
     Ok(())

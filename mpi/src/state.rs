@@ -269,7 +269,10 @@ struct Slot(UnsafeCell<Option<Lib>>);
 unsafe impl Sync for Slot {}
 
 static LIB: Slot = Slot(UnsafeCell::new(None));
+// Plain std atomics: this crate is not model-checked under loom.
+#[allow(clippy::disallowed_types)]
 static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+#[allow(clippy::disallowed_types)]
 static ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The state, if `MPI_Init` ran and `MPI_Finalize` did not.
@@ -366,7 +369,10 @@ impl Lib {
 
     /// A user error handler's function.
     pub fn errhandler_fn(&self, h: Handle) -> Option<ErrFn> {
-        self.errhandlers.borrow().get(decode(ERRH_KIND, h)?).copied()
+        self.errhandlers
+            .borrow()
+            .get(decode(ERRH_KIND, h)?)
+            .copied()
     }
 
     /// Whether `h` names an error handler.

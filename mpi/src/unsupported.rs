@@ -63,9 +63,6 @@ pub static MPI_UNWEIGHTED: Marker = Marker(&UNWEIGHTED_TARGET);
 #[no_mangle]
 pub static MPI_WEIGHTS_EMPTY: Marker = Marker(&WEIGHTS_EMPTY_TARGET);
 
-
-
-
 unsupported! {
     MPI_Accumulate PMPI_Accumulate
     MPI_Add_error_class PMPI_Add_error_class
