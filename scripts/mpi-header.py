@@ -52,7 +52,7 @@ def constants():
 
 
 def c_type(fn, arg, ty):
-    ty = ty.replace("abi::", "").replace("crate::op::", "").strip()
+    ty = ty.replace("abi::", "").replace("crate::op::", "").replace("crate::state::", "").strip()
     simple = {
         "c_int": "int", "*mut c_int": "int *", "*const c_int": "const int *",
         "*const c_void": "const void *", "*mut c_void": "void *",
@@ -65,6 +65,8 @@ def c_type(fn, arg, ty):
         "Option<CopyFn>": "MPI_Comm_copy_attr_function *",
         "Option<DeleteFn>": "MPI_Comm_delete_attr_function *",
         "Option<UserFn>": "MPI_User_function *",
+        "*const [c_int; 3]": "int (*)[3]",
+        "Option<CopyFn>": "MPI_Comm_copy_attr_function *",
     }
     if ty in simple:
         return simple[ty]
@@ -85,6 +87,12 @@ def c_type(fn, arg, ty):
         k = "MPI_Group"
     elif a in ("r", "rs", "req"):
         k = "MPI_Request"
+    elif a == "msg":
+        k = "MPI_Message"
+    elif a == "parent":
+        k = "MPI_Comm"
+    elif fn.startswith("MPI_Info_") or fn == "MPI_Comm_get_info":
+        k = "MPI_Info"
     elif fn.startswith("MPI_Type_"):
         k = "MPI_Datatype"
     elif fn.startswith("MPI_Group_"):

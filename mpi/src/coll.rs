@@ -759,6 +759,68 @@ fn alltoallv(
     Ok(())
 }
 
+/// `MPI_Alltoallw`: per-peer counts, byte displacements and datatypes.
+fn alltoallw(
+    l: &Lib,
+    s: *const c_void,
+    sc: &[usize],
+    sd: &[isize],
+    st: &[Handle],
+    r: *mut c_void,
+    rc: &[usize],
+    rd: &[isize],
+    rt: &[Handle],
+    c: &CommObj,
+) -> Result<(), Fail> {
+    let (n, me) = (c.size(), c.rank);
+    // In place: the data to send is the receive buffer's, copied first.
+    let saved: Option<Vec<u8>> = if is_in_place(s) {
+        let mut end = 0usize;
+        for i in 0..n {
+            let t = ty(l, rt[i])?;
+            end = end.max(rd[i].max(0) as usize + rc[i] * t.extent);
+        }
+        // SAFETY: the receive buffer covers every block.
+        Some(unsafe { std::slice::from_raw_parts(r.cast::<u8>(), end) }.to_vec())
+    } else {
+        None
+    };
+    let (sbase, sc, sd, st) = match &saved {
+        Some(v) => (v.as_ptr().cast::<c_void>(), rc, rd, rt),
+        None => (s, sc, sd, st),
+    };
+    for step in 0..n {
+        let to = (me + step) % n;
+        let from = (me + n - step) % n;
+        // SAFETY: the displacements are in bytes within the buffers.
+        let sat = unsafe { sbase.cast::<u8>().offset(sd[to]) }.cast::<c_void>();
+        // SAFETY: as above.
+        let rat = unsafe { r.cast::<u8>().offset(rd[from]) }.cast::<c_void>();
+        let out = out_view(l, sat, sc[to] as c_int, st[to])?;
+        let mut inb = in_view(l, rat, rc[from] as c_int, rt[from])?;
+        let got = if step == 0 {
+            let dst = inb.bytes();
+            let k = out.len.min(dst.len());
+            dst[..k].copy_from_slice(&out.bytes()[..k]);
+            k
+        } else {
+            let st = c.coll.sendrecv(
+                out.bytes(),
+                c.job_rank(to),
+                T_ALLTOALL,
+                inb.bytes(),
+                c.job_rank(from),
+                T_ALLTOALL,
+            )?;
+            st.len
+        };
+        if let Some(u) = &inb.stage {
+            unstage(l, u, got)?;
+        }
+    }
+    Ok(())
+}
+
 /// Inclusive (or exclusive) prefix reduction in rank order.
 fn scan(
     l: &Lib,
@@ -1115,6 +1177,21 @@ export! {
                 (ints(scounts, n)?, displs(sdispls, n)?)
             };
             alltoallv(l, s, &sc, &sd, sdt, r, &rc, &rd, rdt, &c)
+        })
+    }
+
+    fn MPI_Alltoallw, PMPI_Alltoallw(s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: *const Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: *const Handle, comm: Handle) -> c_int {
+        run(comm, "MPI_Alltoallw", |l| {
+            let c = l.comm(comm)?;
+            let n = c.size();
+            let (rc, rd) = (ints(rcounts, n)?, displs(rdispls, n)?);
+            let rt: Vec<Handle> = (0..n).map(|i| *rdt.add(i)).collect();
+            let (sc, sd, st) = if is_in_place(s) {
+                (rc.clone(), rd.clone(), rt.clone())
+            } else {
+                (ints(scounts, n)?, displs(sdispls, n)?, (0..n).map(|i| *sdt.add(i)).collect())
+            };
+            alltoallw(l, s, &sc, &sd, &st, r, &rc, &rd, &rt, &c)
         })
     }
 

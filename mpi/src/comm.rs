@@ -17,6 +17,11 @@ static UNIVERSE_VALUE: AtomicI32 = AtomicI32::new(1);
 static APPNUM_VALUE: AtomicI32 = AtomicI32::new(0);
 static LASTCODE_VALUE: AtomicI32 = AtomicI32::new(abi::ERR_LASTCODE);
 
+/// Records the last error class or code the program added.
+pub fn set_last_code(c: c_int) {
+    LASTCODE_VALUE.fetch_max(c, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Takes two contexts free on every member of `parent` (a collective call
 /// over `parent`).
 fn agree_contexts(l: &Lib, parent: &CommObj) -> Result<[u16; 2], Fail> {
@@ -112,6 +117,43 @@ fn create(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, Fail> {
         state::mark(l, ctx[1], true);
         return Ok(abi::COMM_NULL);
     }
+    let obj = make(l, group, ctx, &c)?;
+    Ok(l.add_comm(obj))
+}
+
+/// `MPI_Comm_create_group`: only the members of `group` call; they agree
+/// on contexts among themselves, over a view of `comm` restricted to them.
+pub fn create_group(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, Fail> {
+    let c = l.comm(comm)?;
+    if let Some(&g) = group.iter().find(|&&g| c.member(g as usize).is_none()) {
+        return fail(
+            abi::ERR_GROUP,
+            format!("job rank {g} of the group is not in the communicator"),
+        );
+    }
+    let me = l.job.rank() as u32;
+    if !group.contains(&me) {
+        return Ok(abi::COMM_NULL);
+    }
+    // The members talk on the parent's collective context, as a
+    // communicator of their own.
+    let mut inverse = vec![-1i32; l.job.size()];
+    for (i, &g) in group.iter().enumerate() {
+        inverse[g as usize] = i as i32;
+    }
+    let view = CommObj {
+        p2p: l.job.dup_with_context(c.contexts[1])?,
+        coll: l.job.dup_with_context(c.contexts[1])?,
+        group: group.clone(),
+        inverse: Rc::from(inverse),
+        rank: group.iter().position(|&g| g == me).expect("a member"),
+        contexts: c.contexts,
+        whole: false,
+        errhandler: Cell::new(c.errhandler.get()),
+        attrs: RefCell::new(Vec::new()),
+        name: RefCell::new(String::new()),
+    };
+    let ctx = agree_contexts(l, &view)?;
     let obj = make(l, group, ctx, &c)?;
     Ok(l.add_comm(obj))
 }

@@ -226,6 +226,25 @@ fn predef(dt: Handle) -> Option<Predef> {
     })
 }
 
+/// How predefined type `dt`, of basic type `basic`, is written in external32.
+fn ext_of(dt: Handle, basic: Option<Basic>) -> Ext {
+    match dt {
+        abi::LONG | abi::WCHAR => Ext::Half(true),
+        abi::UNSIGNED_LONG => Ext::Half(false),
+        abi::LONG_DOUBLE
+        | abi::REAL16
+        | abi::C_LONG_DOUBLE_COMPLEX
+        | abi::COMPLEX32
+        | abi::CXX_LONG_DOUBLE_COMPLEX => Ext::Quad,
+        _ => match basic {
+            Some(Basic::CFloatComplex) => Ext::Swap(4),
+            Some(Basic::CDoubleComplex) => Ext::Swap(8),
+            Some(b) => Ext::Swap(b.size() as u8),
+            None => Ext::Swap(1),
+        },
+    }
+}
+
 /// The basic element type of predefined datatype `dt`: `None` for derived
 /// types, `MPI_LB`/`MPI_UB`, and handles that are not datatypes.
 pub fn basic_of(dt: Handle) -> Option<Basic> {
@@ -275,11 +294,40 @@ struct Level {
     stride: isize,
 }
 
-/// `n` consecutive basic elements of `size` bytes each (in packed order).
+/// How one basic element is written in MPI's `external32` data
+/// representation (MPI-3.1 §13.5.2): big-endian, IEEE floating point,
+/// with the sizes of its table 13.2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ext {
+    /// The same bytes, big-endian in pieces of this many bytes (the two
+    /// parts of a complex number are swapped one by one).
+    Swap(u8),
+    /// An integer in half its native size: `long` and `unsigned long` in
+    /// 4 bytes, `wchar_t` in 2; `true` when signed (unpacking extends the
+    /// sign).
+    Half(bool),
+    /// x87 `long double`s (16 bytes each, one or two per element) as IEEE
+    /// binary128 values.
+    Quad,
+}
+
+impl Ext {
+    /// The external32 bytes of one element of `size` native bytes.
+    const fn len(self, size: usize) -> usize {
+        match self {
+            Ext::Half(_) => size / 2,
+            _ => size,
+        }
+    }
+}
+
+/// `n` consecutive basic elements of `size` bytes each (in packed order),
+/// all written in external32 as `ext` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Run {
     size: usize,
     n: u64,
+    ext: Ext,
 }
 
 /// Where one element's data lies: the tile's blocks, repeated by the
@@ -302,11 +350,11 @@ const MAX_BLOCKS: usize = 1 << 26;
 impl Layout {
     /// A predefined type's layout: one block, one basic element of `size`
     /// bytes (a complex number is one element).
-    fn dense(size: usize) -> Layout {
+    fn dense(size: usize, ext: Ext) -> Layout {
         let mut l = Layout::default();
         if size > 0 {
             l.blocks.push(Block { off: 0, len: size });
-            l.sig.push(Run { size, n: 1 });
+            l.sig.push(Run { size, n: 1, ext });
         }
         l.finish()
     }
@@ -314,11 +362,16 @@ impl Layout {
     /// A pair type's layout: value at 0, index at `io`.
     fn pair(b: Basic) -> Layout {
         let (v, io, i) = b.pair_parts().unwrap_or((b.size(), 0, 0));
+        let vext = match b {
+            Basic::LongInt => Ext::Half(true),
+            Basic::LongDoubleInt => Ext::Quad,
+            _ => Ext::Swap(v as u8),
+        };
         let mut l = Layout::default();
         push_block(&mut l.blocks, 0, v);
-        push_run(&mut l.sig, v, 1);
+        push_run(&mut l.sig, v, 1, vext);
         push_block(&mut l.blocks, io as isize, i);
-        push_run(&mut l.sig, i, 1);
+        push_run(&mut l.sig, i, 1, Ext::Swap(i as u8));
         l.finish()
     }
 
@@ -421,11 +474,11 @@ impl Layout {
             t_off = advance(&self.levels, &mut digits, t_off);
         }
         if let [r] = self.sig[..] {
-            push_run(sig, r.size, r.n.saturating_mul(tiles as u64));
+            push_run(sig, r.size, r.n.saturating_mul(tiles as u64), r.ext);
         } else {
             for _ in 0..tiles {
                 for r in &self.sig {
-                    push_run(sig, r.size, r.n);
+                    push_run(sig, r.size, r.n, r.ext);
                 }
             }
         }
@@ -528,17 +581,17 @@ fn push_block(blocks: &mut Vec<Block>, off: isize, len: usize) {
     blocks.push(Block { off, len });
 }
 
-fn push_run(sig: &mut Vec<Run>, size: usize, n: u64) {
+fn push_run(sig: &mut Vec<Run>, size: usize, n: u64, ext: Ext) {
     if size == 0 || n == 0 {
         return;
     }
     if let Some(last) = sig.last_mut() {
-        if last.size == size {
+        if last.size == size && last.ext == ext {
             last.n += n;
             return;
         }
     }
-    sig.push(Run { size, n });
+    sig.push(Run { size, n, ext });
 }
 
 /// What a constructor remembers for `MPI_Type_get_contents`.
@@ -585,6 +638,8 @@ struct View<'a> {
     layout: Option<&'a Layout>,
     committed: bool,
     predefined: bool,
+    /// A predefined type's external32 form (unused for derived types).
+    ext: Ext,
 }
 
 impl View<'_> {
@@ -607,7 +662,7 @@ impl View<'_> {
     fn layout(&self) -> Layout {
         match self.layout {
             Some(l) => l.clone(),
-            None => Layout::dense(self.size),
+            None => Layout::dense(self.size, self.ext),
         }
     }
 
@@ -864,6 +919,7 @@ impl Types {
                 layout,
                 committed: true,
                 predefined: true,
+                ext: ext_of(dt, p.basic),
             });
         }
         let d = self.slot(dt).ok_or(abi::ERR_TYPE)?;
@@ -879,6 +935,7 @@ impl Types {
             layout: Some(&d.layout),
             committed: d.committed,
             predefined: false,
+            ext: Ext::Swap(1),
         })
     }
 
@@ -2400,7 +2457,7 @@ mod tests {
     fn random_types_pack_like_their_type_maps() {
         let mut t = Types::new();
         let mut r = Rng(0x9e37_79b9_7f4a_7c15);
-        for _ in 0..400 {
+        for _ in 0..2000 {
             let h = random_type(&mut t, &mut r, 3);
             t.commit(h).unwrap();
             let count = r.range(0, 3) as usize;

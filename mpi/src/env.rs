@@ -96,6 +96,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         messages: RefCell::new(Vec::new()),
         next_message: Cell::new(0),
         detached: Cell::new(0),
+        extra: Default::default(),
     });
     Ok(provided)
 }
@@ -215,9 +216,16 @@ export! {
 
     fn MPI_Error_string, PMPI_Error_string(code: c_int, s: *mut c_char, len: *mut c_int) -> c_int {
         let class = state::code_class(code);
-        let text = match state::code_message(code) {
-            Some(m) => format!("{}: {m}", class_text(class)),
-            None => class_text(class).to_string(),
+        let text = if let Some(m) = crate::extra::user_string(code) {
+            m
+        } else if crate::extra::user_class(code).is_some() {
+            // Added by the program, with no string given.
+            String::new()
+        } else {
+            match state::code_message(code) {
+                Some(m) => format!("{}: {m}", class_text(class)),
+                None => class_text(class).to_string(),
+            }
         };
         let n = put_str(s, abi::MAX_ERROR_STRING, &text);
         put(len, n);

@@ -27,6 +27,7 @@ pub mod state;
 mod coll;
 mod comm;
 mod env;
+mod extra;
 mod p2p;
 mod types;
 mod unsupported;

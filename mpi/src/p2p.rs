@@ -141,6 +141,14 @@ pub(crate) fn out_view(l: &Lib, buf: *const c_void, n: c_int, dt: Handle) -> Res
 
 #[cold]
 fn out_view_derived(l: &Lib, buf: *const c_void, n: usize, dt: Handle) -> Result<Out, Fail> {
+    if n == 0 && dt == abi::DATATYPE_NULL {
+        // MPICH accepts the null datatype for an empty buffer.
+        return Ok(Out {
+            ptr: buf.cast(),
+            len: 0,
+            packed: None,
+        });
+    }
     let types = l.types.borrow();
     let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
     if !info.committed {
@@ -197,6 +205,14 @@ pub(crate) fn in_view(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle) -> Result
 
 #[cold]
 fn in_view_derived(l: &Lib, buf: *mut c_void, n: usize, dt: Handle) -> Result<In, Fail> {
+    if n == 0 && dt == abi::DATATYPE_NULL {
+        // MPICH accepts the null datatype for an empty buffer.
+        return Ok(In {
+            ptr: buf.cast(),
+            len: 0,
+            stage: None,
+        });
+    }
     let types = l.types.borrow();
     let info = types.info(dt).map_err(|c| type_fail(c, dt))?;
     if !info.committed {
@@ -1532,18 +1548,26 @@ export! {
         })
     }
 
-    fn MPI_Buffer_attach, PMPI_Buffer_attach(_buf: *mut c_void, _size: c_int) -> c_int {
+    fn MPI_Buffer_attach, PMPI_Buffer_attach(buf: *mut c_void, size: c_int) -> c_int {
         // MPI_Bsend copies into memory of its own; the program's buffer is
-        // accepted and not used.
-        abi::SUCCESS
+        // kept only to be handed back by MPI_Buffer_detach.
+        run(abi::COMM_WORLD, "MPI_Buffer_attach", |l| {
+            if l.extra.buffer.get().0 != 0 {
+                return fail(abi::ERR_BUFFER, "a buffer is attached already");
+            }
+            count(size)?;
+            l.extra.buffer.set((buf as usize, size));
+            Ok(())
+        })
     }
 
     fn MPI_Buffer_detach, PMPI_Buffer_detach(buf: *mut c_void, size: *mut c_int) -> c_int {
         run(abi::COMM_WORLD, "MPI_Buffer_detach", |l| {
             // MPI: detaching waits for the buffered messages to go.
             drain(l);
-            put(buf.cast::<*mut c_void>(), std::ptr::null_mut());
-            put(size, 0);
+            let (b, n) = l.extra.buffer.replace((0, 0));
+            put(buf.cast::<*mut c_void>(), b as *mut c_void);
+            put(size, n);
             Ok(())
         })
     }

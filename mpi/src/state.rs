@@ -261,6 +261,8 @@ pub struct Lib {
     pub next_message: Cell<usize>,
     /// Requests freed while active, reaped as they finish.
     pub detached: Cell<usize>,
+    /// Info objects and probed messages.
+    pub extra: crate::extra::Extra,
 }
 
 struct Slot(UnsafeCell<Option<Lib>>);
@@ -496,6 +498,9 @@ pub fn error_code(l: Option<&Lib>, f: &Fail) -> c_int {
 
 /// The class of an error code.
 pub fn code_class(code: c_int) -> c_int {
+    if let Some(c) = crate::extra::user_class(code) {
+        return c;
+    }
     if code < 0 {
         return abi::ERR_UNKNOWN;
     }
@@ -504,6 +509,9 @@ pub fn code_class(code: c_int) -> c_int {
 
 /// The message recorded for an error code, if any.
 pub fn code_message(code: c_int) -> Option<String> {
+    if let Some(s) = crate::extra::user_string(code) {
+        return Some(s);
+    }
     let slot = (code / CODE_STRIDE) as usize;
     if slot == 0 {
         return None;

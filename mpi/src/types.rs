@@ -170,7 +170,11 @@ export! {
     }
 
     fn MPI_Type_dup, PMPI_Type_dup(old: Handle, out: *mut Handle) -> c_int {
-        run(W, "MPI_Type_dup", |l| made(l.types.borrow_mut().dup(old), out, "MPI_Type_dup"))
+        run(W, "MPI_Type_dup", |l| {
+            let r = l.types.borrow_mut().dup(old);
+            made(r, out, "MPI_Type_dup")?;
+            crate::extra::type_attrs_dup(l, old, *out)
+        })
     }
 
     fn MPI_Type_commit, PMPI_Type_commit(dt: *mut Handle) -> c_int {
@@ -189,6 +193,9 @@ export! {
                 return fail(abi::ERR_ARG, "null datatype pointer");
             }
             let h = *dt;
+            if !crate::datatype::is_predefined(h) && l.types.borrow().is_valid(h) {
+                crate::extra::type_attrs_free(l, h)?;
+            }
             l.types.borrow_mut().free(h).map_err(|c| Fail::new(c, format!("cannot free datatype {h:#x} (predefined or invalid)")))?;
             *dt = abi::DATATYPE_NULL;
             Ok(())

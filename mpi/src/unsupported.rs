@@ -65,10 +65,6 @@ pub static MPI_WEIGHTS_EMPTY: Marker = Marker(&WEIGHTS_EMPTY_TARGET);
 
 unsupported! {
     MPI_Accumulate PMPI_Accumulate
-    MPI_Add_error_class PMPI_Add_error_class
-    MPI_Add_error_code PMPI_Add_error_code
-    MPI_Add_error_string PMPI_Add_error_string
-    MPI_Alltoallw PMPI_Alltoallw
     MPI_Cart_coords PMPI_Cart_coords
     MPI_Cart_create PMPI_Cart_create
     MPI_Cart_get PMPI_Cart_get
@@ -80,18 +76,10 @@ unsupported! {
     MPI_Close_port PMPI_Close_port
     MPI_Comm_accept PMPI_Comm_accept
     MPI_Comm_connect PMPI_Comm_connect
-    MPI_Comm_create_group PMPI_Comm_create_group
-    MPI_Comm_get_info PMPI_Comm_get_info
-    MPI_Comm_get_parent PMPI_Comm_get_parent
-    MPI_Comm_idup PMPI_Comm_idup
     MPI_Comm_join PMPI_Comm_join
-    MPI_Comm_remote_group PMPI_Comm_remote_group
-    MPI_Comm_remote_size PMPI_Comm_remote_size
-    MPI_Comm_set_info PMPI_Comm_set_info
     MPI_Comm_spawn PMPI_Comm_spawn
     MPI_Comm_spawn_multiple PMPI_Comm_spawn_multiple
     MPI_Compare_and_swap PMPI_Compare_and_swap
-    MPI_Dims_create PMPI_Dims_create
     MPI_Dist_graph_create PMPI_Dist_graph_create
     MPI_Dist_graph_create_adjacent PMPI_Dist_graph_create_adjacent
     MPI_Dist_graph_neighbors PMPI_Dist_graph_neighbors
@@ -162,46 +150,14 @@ unsupported! {
     MPI_Graphdims_get PMPI_Graphdims_get
     MPI_Grequest_complete PMPI_Grequest_complete
     MPI_Grequest_start PMPI_Grequest_start
-    MPI_Group_difference PMPI_Group_difference
-    MPI_Group_intersection PMPI_Group_intersection
-    MPI_Group_range_excl PMPI_Group_range_excl
-    MPI_Group_range_incl PMPI_Group_range_incl
-    MPI_Group_union PMPI_Group_union
-    MPI_Iallgather PMPI_Iallgather
-    MPI_Iallgatherv PMPI_Iallgatherv
-    MPI_Ialltoall PMPI_Ialltoall
-    MPI_Ialltoallv PMPI_Ialltoallv
-    MPI_Ialltoallw PMPI_Ialltoallw
-    MPI_Iexscan PMPI_Iexscan
-    MPI_Igather PMPI_Igather
-    MPI_Igatherv PMPI_Igatherv
-    MPI_Improbe PMPI_Improbe
-    MPI_Imrecv PMPI_Imrecv
     MPI_Ineighbor_allgather PMPI_Ineighbor_allgather
     MPI_Ineighbor_allgatherv PMPI_Ineighbor_allgatherv
     MPI_Ineighbor_alltoall PMPI_Ineighbor_alltoall
     MPI_Ineighbor_alltoallv PMPI_Ineighbor_alltoallv
     MPI_Ineighbor_alltoallw PMPI_Ineighbor_alltoallw
-    MPI_Info_create PMPI_Info_create
-    MPI_Info_delete PMPI_Info_delete
-    MPI_Info_dup PMPI_Info_dup
-    MPI_Info_free PMPI_Info_free
-    MPI_Info_get PMPI_Info_get
-    MPI_Info_get_nkeys PMPI_Info_get_nkeys
-    MPI_Info_get_nthkey PMPI_Info_get_nthkey
-    MPI_Info_get_valuelen PMPI_Info_get_valuelen
-    MPI_Info_set PMPI_Info_set
     MPI_Intercomm_create PMPI_Intercomm_create
     MPI_Intercomm_merge PMPI_Intercomm_merge
-    MPI_Ireduce PMPI_Ireduce
-    MPI_Ireduce_scatter PMPI_Ireduce_scatter
-    MPI_Ireduce_scatter_block PMPI_Ireduce_scatter_block
-    MPI_Iscan PMPI_Iscan
-    MPI_Iscatter PMPI_Iscatter
-    MPI_Iscatterv PMPI_Iscatterv
     MPI_Lookup_name PMPI_Lookup_name
-    MPI_Mprobe PMPI_Mprobe
-    MPI_Mrecv PMPI_Mrecv
     MPI_Neighbor_allgather PMPI_Neighbor_allgather
     MPI_Neighbor_allgatherv PMPI_Neighbor_allgatherv
     MPI_Neighbor_alltoall PMPI_Neighbor_alltoall
@@ -217,16 +173,8 @@ unsupported! {
     MPI_Rget PMPI_Rget
     MPI_Rget_accumulate PMPI_Rget_accumulate
     MPI_Rput PMPI_Rput
-    MPI_Status_set_elements_x PMPI_Status_set_elements_x
-    MPI_Topo_test PMPI_Topo_test
     MPI_Type_create_darray PMPI_Type_create_darray
-    MPI_Type_create_keyval PMPI_Type_create_keyval
     MPI_Type_create_subarray PMPI_Type_create_subarray
-    MPI_Type_delete_attr PMPI_Type_delete_attr
-    MPI_Type_free_keyval PMPI_Type_free_keyval
-    MPI_Type_get_attr PMPI_Type_get_attr
-    MPI_Type_match_size PMPI_Type_match_size
-    MPI_Type_set_attr PMPI_Type_set_attr
     MPI_Unpack_external PMPI_Unpack_external
     MPI_Unpublish_name PMPI_Unpublish_name
     MPI_Win_allocate PMPI_Win_allocate

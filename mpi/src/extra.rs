@@ -1,0 +1,838 @@
+//! The rest of what common programs (and mpi4py) call: info objects,
+//! matched probes, group set operations, `MPI_Comm_idup`,
+//! `MPI_Dims_create`, `MPI_Topo_test`, and the non-blocking collectives
+//! tandem has no engine for yet (they complete within the call).
+
+use crate::abi::{self, Handle};
+use crate::state::{Fail, Lib, Req};
+use crate::{count, export, fail, put, put_str, run};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::rc::Rc;
+
+const W: Handle = abi::COMM_WORLD;
+const INFO_KIND: u32 = 0x9c00_0000;
+const MSG_KIND: u32 = 0xac80_0000;
+const MASK: u32 = 0x003f_ffff;
+
+/// Info objects and matched messages, beside the main tables.
+#[derive(Default)]
+pub struct Extra {
+    /// Info objects: ordered (key, value) pairs.
+    pub infos: RefCell<crate::state::Slab<Vec<(String, String)>>>,
+    /// Messages found by `MPI_Mprobe`: communicator, source (job rank),
+    /// tag, length.
+    pub msgs: RefCell<crate::state::Slab<(Handle, usize, u32)>>,
+    /// Strings of error classes and codes the program added.
+    pub strings: RefCell<Vec<(c_int, String)>>,
+    /// Classes and codes the program added: (code, its class).
+    pub codes: RefCell<Vec<(c_int, c_int)>>,
+    /// The buffer of `MPI_Buffer_attach` (address, size).
+    pub buffer: std::cell::Cell<(usize, c_int)>,
+    /// Datatype attributes: (datatype, key, value).
+    pub type_attrs: RefCell<Vec<(Handle, c_int, *mut c_void)>>,
+}
+
+/// Classes and codes the program adds are numbered after
+/// `MPI_ERR_LASTCODE`, in one sequence.
+fn next_user_code(l: &Lib) -> c_int {
+    abi::ERR_LASTCODE + 1 + l.extra.codes.borrow().len() as c_int
+}
+
+/// The string the program gave an error class or code, if any.
+pub fn user_string(code: c_int) -> Option<String> {
+    let l = crate::state::lib()?;
+    let s = l.extra.strings.borrow();
+    s.iter().rev().find(|x| x.0 == code).map(|x| x.1.clone())
+}
+
+/// The class of a code the program added.
+pub fn user_class(code: c_int) -> Option<c_int> {
+    let l = crate::state::lib()?;
+    let c = l.extra.codes.borrow();
+    c.iter().find(|x| x.0 == code).map(|x| x.1)
+}
+
+fn extra(l: &Lib) -> &Extra {
+    &l.extra
+}
+
+fn info_index(h: Handle) -> Result<usize, Fail> {
+    let u = h as u32;
+    if u & !MASK == INFO_KIND {
+        return Ok((u & MASK) as usize);
+    }
+    fail(abi::ERR_INFO, format!("invalid info handle {h:#x}"))
+}
+
+fn with_info<T>(
+    l: &Lib,
+    h: Handle,
+    f: impl FnOnce(&mut Vec<(String, String)>) -> Result<T, Fail>,
+) -> Result<T, Fail> {
+    if h == abi::INFO_ENV {
+        // MPI_INFO_ENV: an empty, read-only view here.
+        return f(&mut Vec::new());
+    }
+    let i = info_index(h)?;
+    let mut infos = extra(l).infos.borrow_mut();
+    let v = infos
+        .get_mut(i)
+        .ok_or_else(|| Fail::new(abi::ERR_INFO, format!("invalid info handle {h:#x}")))?;
+    f(v)
+}
+
+unsafe fn cstr(p: *const c_char) -> Result<String, Fail> {
+    if p.is_null() {
+        return fail(abi::ERR_ARG, "null string");
+    }
+    // SAFETY: a NUL-terminated string from the program.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+fn new_info(l: &Lib, v: Vec<(String, String)>) -> Handle {
+    (INFO_KIND | extra(l).infos.borrow_mut().insert(v) as u32) as Handle
+}
+
+/// `MPI_Dims_create`: a balanced factorisation of `nnodes` over the zero
+/// entries of `dims`, in non-increasing order.
+fn dims_create(nnodes: usize, dims: &mut [c_int]) -> Result<(), Fail> {
+    let mut fixed = 1usize;
+    let mut free = 0;
+    for &d in dims.iter() {
+        if d < 0 {
+            return fail(abi::ERR_DIMS, format!("negative dimension {d}"));
+        }
+        if d > 0 {
+            fixed *= d as usize;
+        } else {
+            free += 1;
+        }
+    }
+    if fixed == 0 || nnodes % fixed != 0 {
+        return fail(
+            abi::ERR_DIMS,
+            format!("{nnodes} nodes do not divide by the fixed dimensions ({fixed})"),
+        );
+    }
+    if free == 0 {
+        if fixed != nnodes {
+            return fail(
+                abi::ERR_DIMS,
+                format!("the dimensions multiply to {fixed}, not {nnodes}"),
+            );
+        }
+        return Ok(());
+    }
+    // Prime factors of what is left, largest first, each given to the
+    // currently smallest free dimension.
+    let mut rest = nnodes / fixed;
+    let mut primes = Vec::new();
+    let mut p = 2;
+    while p * p <= rest {
+        while rest % p == 0 {
+            primes.push(p);
+            rest /= p;
+        }
+        p += 1;
+    }
+    if rest > 1 {
+        primes.push(rest);
+    }
+    primes.sort_unstable_by(|a, b| b.cmp(a));
+    let mut f = vec![1usize; free];
+    for q in primes {
+        let i = (0..free).min_by_key(|&i| f[i]).expect("free > 0");
+        f[i] *= q;
+    }
+    f.sort_unstable_by(|a, b| b.cmp(a));
+    let mut it = f.into_iter();
+    for d in dims.iter_mut() {
+        if *d == 0 {
+            *d = it.next().expect("one per free dimension") as c_int;
+        }
+    }
+    Ok(())
+}
+
+/// Runs a blocking collective now and returns a completed request: for
+/// the non-blocking collectives tandem has no non-blocking engine for.
+fn now(l: &Lib, out: *mut Handle, r: c_int) -> Result<(), Fail> {
+    if r != abi::SUCCESS {
+        return Err(Fail::new(
+            crate::state::code_class(r),
+            "the collective failed".into(),
+        ));
+    }
+    let h = l.add_req(Req::Done(crate::p2p::empty_status()));
+    // SAFETY: the program's request out-parameter.
+    unsafe { put(out, h) };
+    Ok(())
+}
+
+/// Calls a blocking collective with the communicator's handler set to
+/// return, so its failure reaches the non-blocking call's caller once.
+fn quiet(l: &Lib, comm: Handle, f: impl FnOnce() -> c_int) -> c_int {
+    let c = l.comm(comm).ok();
+    let old = c.as_ref().map(|c| c.errhandler.replace(abi::ERRORS_RETURN));
+    let r = f();
+    if let (Some(c), Some(h)) = (c, old) {
+        c.errhandler.set(h);
+    }
+    r
+}
+
+/// Deletes every attribute of a datatype being freed.
+pub fn type_attrs_free(l: &Lib, dt: Handle) -> Result<(), Fail> {
+    loop {
+        let key = l
+            .extra
+            .type_attrs
+            .borrow()
+            .iter()
+            .find(|x| x.0 == dt)
+            .map(|x| x.1);
+        let Some(k) = key else { return Ok(()) };
+        type_attr_delete(l, dt, k, true)?;
+    }
+}
+
+/// Copies a datatype's attributes to its duplicate, as their keys' copy
+/// callbacks decide.
+pub fn type_attrs_dup(l: &Lib, old: Handle, new: Handle) -> Result<(), Fail> {
+    let attrs: Vec<(c_int, *mut c_void)> = l
+        .extra
+        .type_attrs
+        .borrow()
+        .iter()
+        .filter(|x| x.0 == old)
+        .map(|x| (x.1, x.2))
+        .collect();
+    for (key, val) in attrs {
+        let k = l
+            .keyval_index(key)
+            .and_then(|i| l.keyvals.borrow().get(i).copied());
+        let Some(f) = k.and_then(|k| k.copy) else {
+            continue;
+        };
+        let mut out: *mut c_void = std::ptr::null_mut();
+        let mut flag: c_int = 0;
+        // SAFETY: the program's copy callback, called as MPI specifies.
+        let r = unsafe {
+            f(
+                old,
+                key,
+                k.map_or(std::ptr::null_mut(), |k| k.extra),
+                val,
+                (&mut out as *mut *mut c_void).cast(),
+                &mut flag,
+            )
+        };
+        if r != abi::SUCCESS {
+            return Err(Fail::new(
+                r,
+                format!("the copy callback of key {key:#x} failed ({r})"),
+            ));
+        }
+        if flag != 0 {
+            l.extra.type_attrs.borrow_mut().push((new, key, out));
+        }
+    }
+    Ok(())
+}
+
+fn type_attr_set(l: &Lib, dt: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
+    l.types
+        .borrow()
+        .info(dt)
+        .map_err(|c| crate::p2p::type_fail(c, dt))?;
+    if l.keyval_index(key).is_none() {
+        return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
+    }
+    type_attr_delete(l, dt, key, false)?;
+    l.extra.type_attrs.borrow_mut().push((dt, key, val));
+    Ok(())
+}
+
+/// Deletes a datatype attribute (its delete callback runs); `must`: fail
+/// if it is not set.
+fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> Result<(), Fail> {
+    let old = {
+        let a = l.extra.type_attrs.borrow();
+        a.iter().find(|x| x.0 == dt && x.1 == key).map(|x| x.2)
+    };
+    let Some(v) = old else {
+        if must {
+            return fail(
+                abi::ERR_KEYVAL,
+                format!("no attribute {key:#x} on datatype {dt:#x}"),
+            );
+        }
+        return Ok(());
+    };
+    let k = l
+        .keyval_index(key)
+        .and_then(|i| l.keyvals.borrow().get(i).copied());
+    if let Some(f) = k.and_then(|k| k.delete) {
+        // SAFETY: the program's delete callback, called as MPI specifies
+        // (a datatype callback has the same shape as a communicator's).
+        let r = unsafe { f(dt, key, v, k.map_or(std::ptr::null_mut(), |k| k.extra)) };
+        if r != abi::SUCCESS {
+            return Err(Fail::new(
+                r,
+                format!("the delete callback of key {key:#x} failed ({r})"),
+            ));
+        }
+    }
+    l.extra
+        .type_attrs
+        .borrow_mut()
+        .retain(|x| !(x.0 == dt && x.1 == key));
+    Ok(())
+}
+
+export! {
+    fn MPI_Type_create_keyval, PMPI_Type_create_keyval(copy: Option<crate::state::CopyFn>, delete: Option<crate::state::DeleteFn>, key: *mut c_int, extra_state: *mut c_void) -> c_int {
+        crate::comm::PMPI_Comm_create_keyval(copy, delete, key, extra_state)
+    }
+
+    fn MPI_Type_free_keyval, PMPI_Type_free_keyval(key: *mut c_int) -> c_int {
+        crate::comm::PMPI_Comm_free_keyval(key)
+    }
+
+    fn MPI_Type_set_attr, PMPI_Type_set_attr(dt: Handle, key: c_int, val: *mut c_void) -> c_int {
+        run(W, "MPI_Type_set_attr", |l| type_attr_set(l, dt, key, val))
+    }
+
+    fn MPI_Type_get_attr, PMPI_Type_get_attr(dt: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> c_int {
+        run(W, "MPI_Type_get_attr", |l| {
+            l.types.borrow().info(dt).map_err(|c| crate::p2p::type_fail(c, dt))?;
+            if l.keyval_index(key).is_none() {
+                return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
+            }
+            let v = l.extra.type_attrs.borrow().iter().find(|x| x.0 == dt && x.1 == key).map(|x| x.2);
+            put(flag, v.is_some() as c_int);
+            if let Some(v) = v {
+                put(val.cast::<*mut c_void>(), v);
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Type_delete_attr, PMPI_Type_delete_attr(dt: Handle, key: c_int) -> c_int {
+        run(W, "MPI_Type_delete_attr", |l| {
+            l.types.borrow().info(dt).map_err(|c| crate::p2p::type_fail(c, dt))?;
+            if l.keyval_index(key).is_none() {
+                return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
+            }
+            type_attr_delete(l, dt, key, true)
+        })
+    }
+
+    fn MPI_Add_error_class, PMPI_Add_error_class(class: *mut c_int) -> c_int {
+        run(W, "MPI_Add_error_class", |l| {
+            let c = next_user_code(l);
+            l.extra.codes.borrow_mut().push((c, c));
+            crate::comm::set_last_code(c);
+            put(class, c);
+            Ok(())
+        })
+    }
+
+    fn MPI_Add_error_code, PMPI_Add_error_code(class: c_int, code: *mut c_int) -> c_int {
+        run(W, "MPI_Add_error_code", |l| {
+            let known = (0..=abi::ERR_VALUE_TOO_LARGE).contains(&class)
+                || l.extra.codes.borrow().iter().any(|x| x.0 == class && x.1 == class);
+            if !known {
+                return fail(abi::ERR_ARG, format!("invalid error class {class}"));
+            }
+            let c = next_user_code(l);
+            l.extra.codes.borrow_mut().push((c, class));
+            crate::comm::set_last_code(c);
+            put(code, c);
+            Ok(())
+        })
+    }
+
+    fn MPI_Add_error_string, PMPI_Add_error_string(code: c_int, s: *const c_char) -> c_int {
+        run(W, "MPI_Add_error_string", |l| {
+            let text = cstr(s)?;
+            if text.len() >= abi::MAX_ERROR_STRING {
+                return fail(abi::ERR_ARG, "error string longer than MPI_MAX_ERROR_STRING");
+            }
+            if user_class(code).is_none() {
+                return fail(abi::ERR_ARG, format!("error code {code} was not added by the program"));
+            }
+            l.extra.strings.borrow_mut().push((code, text));
+            Ok(())
+        })
+    }
+
+    fn MPI_Status_set_elements_x, PMPI_Status_set_elements_x(st: *mut abi::Status, dt: Handle, n: abi::Count) -> c_int {
+        run(W, "MPI_Status_set_elements_x", |l| {
+            let size = l.types.borrow().info(dt).map_err(|c| crate::p2p::type_fail(c, dt))?.size;
+            if !st.is_null() && st as usize != abi::STATUS_IGNORE {
+                (*st).set_count(n * size as i64);
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_create_group, PMPI_Comm_create_group(comm: Handle, group: Handle, _tag: c_int, out: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_create_group", |l| {
+            let g = l.group(group)?;
+            put(out, crate::comm::create_group(l, comm, g)?);
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_create, PMPI_Info_create(info: *mut Handle) -> c_int {
+        run(W, "MPI_Info_create", |l| {
+            put(info, new_info(l, Vec::new()));
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_free, PMPI_Info_free(info: *mut Handle) -> c_int {
+        run(W, "MPI_Info_free", |l| {
+            if info.is_null() {
+                return fail(abi::ERR_ARG, "null info pointer");
+            }
+            let i = info_index(*info)?;
+            if extra(l).infos.borrow_mut().remove(i).is_none() {
+                return fail(abi::ERR_INFO, format!("invalid info handle {:#x}", *info));
+            }
+            *info = abi::INFO_NULL;
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_dup, PMPI_Info_dup(info: Handle, out: *mut Handle) -> c_int {
+        run(W, "MPI_Info_dup", |l| {
+            let v = with_info(l, info, |v| Ok(v.clone()))?;
+            put(out, new_info(l, v));
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_set, PMPI_Info_set(info: Handle, key: *const c_char, val: *const c_char) -> c_int {
+        run(W, "MPI_Info_set", |l| {
+            let (k, v) = (cstr(key)?, cstr(val)?);
+            if k.is_empty() || k.len() > 255 {
+                return fail(abi::ERR_INFO_KEY, format!("invalid info key {k:?}"));
+            }
+            if v.len() > 1024 {
+                return fail(abi::ERR_INFO_VALUE, "info value longer than MPI_MAX_INFO_VAL");
+            }
+            with_info(l, info, |e| {
+                match e.iter_mut().find(|x| x.0 == k) {
+                    Some(x) => x.1 = v,
+                    None => e.push((k, v)),
+                }
+                Ok(())
+            })
+        })
+    }
+
+    fn MPI_Info_delete, PMPI_Info_delete(info: Handle, key: *const c_char) -> c_int {
+        run(W, "MPI_Info_delete", |l| {
+            let k = cstr(key)?;
+            with_info(l, info, |e| {
+                let n = e.len();
+                e.retain(|x| x.0 != k);
+                if e.len() == n {
+                    return fail(abi::ERR_INFO_NOKEY, format!("no info key {k:?}"));
+                }
+                Ok(())
+            })
+        })
+    }
+
+    fn MPI_Info_get, PMPI_Info_get(info: Handle, key: *const c_char, len: c_int, val: *mut c_char, flag: *mut c_int) -> c_int {
+        run(W, "MPI_Info_get", |l| {
+            let k = cstr(key)?;
+            let found = with_info(l, info, |e| Ok(e.iter().find(|x| x.0 == k).map(|x| x.1.clone())))?;
+            put(flag, found.is_some() as c_int);
+            if let Some(v) = found {
+                put_str(val, count(len)? + 1, &v);
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_get_valuelen, PMPI_Info_get_valuelen(info: Handle, key: *const c_char, len: *mut c_int, flag: *mut c_int) -> c_int {
+        run(W, "MPI_Info_get_valuelen", |l| {
+            let k = cstr(key)?;
+            let found = with_info(l, info, |e| Ok(e.iter().find(|x| x.0 == k).map(|x| x.1.len())))?;
+            put(flag, found.is_some() as c_int);
+            if let Some(n) = found {
+                put(len, n as c_int);
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_get_nkeys, PMPI_Info_get_nkeys(info: Handle, n: *mut c_int) -> c_int {
+        run(W, "MPI_Info_get_nkeys", |l| {
+            put(n, with_info(l, info, |e| Ok(e.len()))? as c_int);
+            Ok(())
+        })
+    }
+
+    fn MPI_Info_get_nthkey, PMPI_Info_get_nthkey(info: Handle, i: c_int, key: *mut c_char) -> c_int {
+        run(W, "MPI_Info_get_nthkey", |l| {
+            let k = with_info(l, info, |e| {
+                e.get(i as usize)
+                    .filter(|_| i >= 0)
+                    .map(|x| x.0.clone())
+                    .ok_or_else(|| Fail::new(abi::ERR_ARG, format!("no key number {i}")))
+            })?;
+            put_str(key, 256, &k);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_get_info, PMPI_Comm_get_info(comm: Handle, out: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_get_info", |l| {
+            l.comm(comm)?;
+            put(out, new_info(l, Vec::new()));
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_set_info, PMPI_Comm_set_info(comm: Handle, _info: Handle) -> c_int {
+        // No hints apply: accepted and ignored, as MPI allows.
+        run(comm, "MPI_Comm_set_info", |l| l.comm(comm).map(|_| ()))
+    }
+
+    fn MPI_Topo_test, PMPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
+        run(comm, "MPI_Topo_test", |l| {
+            l.comm(comm)?;
+            put(status, abi::UNDEFINED);
+            Ok(())
+        })
+    }
+
+    fn MPI_Comm_remote_size, PMPI_Comm_remote_size(comm: Handle, _size: *mut c_int) -> c_int {
+        run(comm, "MPI_Comm_remote_size", |l| {
+            l.comm(comm)?;
+            fail(abi::ERR_COMM, "not an intercommunicator (tandem has none)")
+        })
+    }
+
+    fn MPI_Comm_remote_group, PMPI_Comm_remote_group(comm: Handle, _g: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_remote_group", |l| {
+            l.comm(comm)?;
+            fail(abi::ERR_COMM, "not an intercommunicator (tandem has none)")
+        })
+    }
+
+    fn MPI_Comm_get_parent, PMPI_Comm_get_parent(parent: *mut Handle) -> c_int {
+        // No process was spawned by MPI_Comm_spawn.
+        put(parent, abi::COMM_NULL);
+        abi::SUCCESS
+    }
+
+    fn MPI_Comm_idup, PMPI_Comm_idup(comm: Handle, out: *mut Handle, req: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_idup", |l| {
+            let r = quiet(l, comm, || crate::comm::PMPI_Comm_dup(comm, out));
+            now(l, req, r)
+        })
+    }
+
+    fn MPI_Dims_create, PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
+        run(W, "MPI_Dims_create", |_| {
+            let (n, k) = (count(nnodes)?, count(ndims)?);
+            if k == 0 {
+                return Ok(());
+            }
+            dims_create(n, std::slice::from_raw_parts_mut(dims, k))
+        })
+    }
+
+    fn MPI_Type_match_size, PMPI_Type_match_size(class: c_int, size: c_int, dt: *mut Handle) -> c_int {
+        run(W, "MPI_Type_match_size", |_| {
+            let t = match (class, size) {
+                (2, 1) => abi::INT8_T,
+                (2, 2) => abi::INT16_T,
+                (2, 4) => abi::INT32_T,
+                (2, 8) => abi::INT64_T,
+                (1, 4) => abi::FLOAT,
+                (1, 8) => abi::DOUBLE,
+                (1, 16) => abi::LONG_DOUBLE,
+                (3, 8) => abi::C_FLOAT_COMPLEX,
+                (3, 16) => abi::C_DOUBLE_COMPLEX,
+                (3, 32) => abi::C_LONG_DOUBLE_COMPLEX,
+                _ => return fail(abi::ERR_ARG, format!("no type of class {class} and size {size}")),
+            };
+            put(dt, t);
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_union, PMPI_Group_union(a: Handle, b: Handle, out: *mut Handle) -> c_int {
+        run(W, "MPI_Group_union", |l| {
+            let (x, y) = (l.group(a)?, l.group(b)?);
+            let mut v = x.to_vec();
+            v.extend(y.iter().filter(|g| !x.contains(g)));
+            put(out, l.add_group(Rc::from(v)));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_intersection, PMPI_Group_intersection(a: Handle, b: Handle, out: *mut Handle) -> c_int {
+        run(W, "MPI_Group_intersection", |l| {
+            let (x, y) = (l.group(a)?, l.group(b)?);
+            let v: Vec<u32> = x.iter().copied().filter(|g| y.contains(g)).collect();
+            put(out, l.add_group(Rc::from(v)));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_difference, PMPI_Group_difference(a: Handle, b: Handle, out: *mut Handle) -> c_int {
+        run(W, "MPI_Group_difference", |l| {
+            let (x, y) = (l.group(a)?, l.group(b)?);
+            let v: Vec<u32> = x.iter().copied().filter(|g| !y.contains(g)).collect();
+            put(out, l.add_group(Rc::from(v)));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_range_incl, PMPI_Group_range_incl(group: Handle, n: c_int, ranges: *const [c_int; 3], out: *mut Handle) -> c_int {
+        run(W, "MPI_Group_range_incl", |l| {
+            let g = l.group(group)?;
+            let mut v = Vec::new();
+            for i in 0..count(n)? {
+                for r in expand(*ranges.add(i), g.len())? {
+                    v.push(g[r]);
+                }
+            }
+            put(out, l.add_group(Rc::from(v)));
+            Ok(())
+        })
+    }
+
+    fn MPI_Group_range_excl, PMPI_Group_range_excl(group: Handle, n: c_int, ranges: *const [c_int; 3], out: *mut Handle) -> c_int {
+        run(W, "MPI_Group_range_excl", |l| {
+            let g = l.group(group)?;
+            let mut drop = vec![false; g.len()];
+            for i in 0..count(n)? {
+                for r in expand(*ranges.add(i), g.len())? {
+                    drop[r] = true;
+                }
+            }
+            let v: Vec<u32> = g.iter().zip(&drop).filter(|x| !*x.1).map(|x| *x.0).collect();
+            put(out, l.add_group(Rc::from(v)));
+            Ok(())
+        })
+    }
+
+    fn MPI_Improbe, PMPI_Improbe(from: c_int, tag: c_int, comm: Handle, flag: *mut c_int, msg: *mut Handle, st: *mut abi::Status) -> c_int {
+        run(comm, "MPI_Improbe", |l| mprobe(l, from, tag, comm, flag, msg, st, false))
+    }
+
+    fn MPI_Mprobe, PMPI_Mprobe(from: c_int, tag: c_int, comm: Handle, msg: *mut Handle, st: *mut abi::Status) -> c_int {
+        run(comm, "MPI_Mprobe", |l| mprobe(l, from, tag, comm, std::ptr::null_mut(), msg, st, true))
+    }
+
+    fn MPI_Mrecv, PMPI_Mrecv(buf: *mut c_void, n: c_int, dt: Handle, msg: *mut Handle, st: *mut abi::Status) -> c_int {
+        let comm = message_comm(msg);
+        run(comm, "MPI_Mrecv", |l| {
+            let (comm, from, tag) = take_message(l, msg)?;
+            if comm == abi::COMM_NULL {
+                crate::p2p::PMPI_Recv(buf, n, dt, abi::PROC_NULL, abi::ANY_TAG, abi::COMM_SELF, st);
+                return Ok(());
+            }
+            let r = quiet(l, comm, || crate::p2p::PMPI_Recv(buf, n, dt, from, tag, comm, st));
+            if r != abi::SUCCESS {
+                return Err(Fail::new(crate::state::code_class(r), "MPI_Mrecv: the receive failed".into()));
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Imrecv, PMPI_Imrecv(buf: *mut c_void, n: c_int, dt: Handle, msg: *mut Handle, req: *mut Handle) -> c_int {
+        let comm = message_comm(msg);
+        run(comm, "MPI_Imrecv", |l| {
+            let (comm, from, tag) = take_message(l, msg)?;
+            let (comm, from, tag) = if comm == abi::COMM_NULL {
+                (abi::COMM_SELF, abi::PROC_NULL, abi::ANY_TAG)
+            } else {
+                (comm, from, tag)
+            };
+            let r = quiet(l, comm, || crate::p2p::PMPI_Irecv(buf, n, dt, from, tag, comm, req));
+            if r != abi::SUCCESS {
+                return Err(Fail::new(crate::state::code_class(r), "MPI_Imrecv: the receive failed".into()));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The ranks of one `(first, last, stride)` triple.
+fn expand(t: [c_int; 3], n: usize) -> Result<Vec<usize>, Fail> {
+    let [first, last, stride] = t;
+    if stride == 0 {
+        return fail(abi::ERR_ARG, "zero stride");
+    }
+    let mut v = Vec::new();
+    let mut r = first;
+    while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
+        if r < 0 || r as usize >= n {
+            return fail(abi::ERR_RANK, format!("rank {r} is not in a group of {n}"));
+        }
+        v.push(r as usize);
+        r += stride;
+    }
+    Ok(v)
+}
+
+/// The communicator of a message handle, for error reports.
+fn message_comm(msg: *mut Handle) -> Handle {
+    let Some(l) = crate::state::lib() else {
+        return W;
+    };
+    if msg.is_null() {
+        return W;
+    }
+    // SAFETY: the program's message handle.
+    let h = unsafe { *msg } as u32;
+    if h & !MASK != MSG_KIND {
+        return W;
+    }
+    l.extra
+        .msgs
+        .borrow()
+        .get((h & MASK) as usize)
+        .map_or(W, |m| m.0)
+}
+
+/// Takes a probed message: (communicator, source rank in it, tag).
+fn take_message(l: &Lib, msg: *mut Handle) -> Result<(Handle, c_int, c_int), Fail> {
+    if msg.is_null() {
+        return fail(abi::ERR_ARG, "null message pointer");
+    }
+    // SAFETY: the program's message handle.
+    let h = unsafe { *msg };
+    if h == abi::MESSAGE_NO_PROC {
+        // SAFETY: as above.
+        unsafe { *msg = abi::MESSAGE_NULL };
+        return Ok((abi::COMM_NULL, abi::PROC_NULL, abi::ANY_TAG));
+    }
+    let u = h as u32;
+    let m = (u & !MASK == MSG_KIND)
+        .then(|| l.extra.msgs.borrow_mut().remove((u & MASK) as usize))
+        .flatten()
+        .ok_or_else(|| Fail::new(abi::ERR_ARG, format!("invalid message handle {h:#x}")))?;
+    // SAFETY: as above.
+    unsafe { *msg = abi::MESSAGE_NULL };
+    Ok((m.0, m.1 as c_int, m.2 as c_int))
+}
+
+/// A matched probe: the next receive of this source and tag on this
+/// communicator takes the probed message (tandem keeps messages of one
+/// sender and tag in order); a wildcard receive posted between the probe
+/// and `MPI_Mrecv` could take it first, which MPI forbids only to
+/// multithreaded programs.
+fn mprobe(
+    l: &Lib,
+    from: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    msg: *mut Handle,
+    st: *mut abi::Status,
+    block: bool,
+) -> Result<(), Fail> {
+    let mut s = crate::p2p::empty_status();
+    let mut f: c_int = 0;
+    // SAFETY: the program's arguments, passed on; `s` and `f` are ours.
+    let r = quiet(l, comm, || unsafe {
+        if block {
+            f = 1;
+            crate::p2p::PMPI_Probe(from, tag, comm, &mut s)
+        } else {
+            crate::p2p::PMPI_Iprobe(from, tag, comm, &mut f, &mut s)
+        }
+    });
+    if r != abi::SUCCESS {
+        return Err(Fail::new(
+            crate::state::code_class(r),
+            "the probe failed".into(),
+        ));
+    }
+    // SAFETY: the program's out-parameters.
+    unsafe {
+        put(flag, f);
+        if f == 0 {
+            return Ok(());
+        }
+        crate::p2p::out_status(st, &s);
+        if from == abi::PROC_NULL {
+            put(msg, abi::MESSAGE_NO_PROC);
+            return Ok(());
+        }
+        let i = l
+            .extra
+            .msgs
+            .borrow_mut()
+            .insert((comm, s.source as usize, s.tag as u32));
+        put(msg, (MSG_KIND | i as u32) as Handle);
+    }
+    Ok(())
+}
+
+/// Non-blocking collectives without a non-blocking engine: the blocking
+/// call runs within the call, and the request is complete.
+macro_rules! completes_now {
+    ($($name:ident, $pname:ident, $blocking:path => ( $($a:ident : $t:ty),* ) comm = $comm:ident;)*) => {
+        export! {$(
+            fn $name, $pname($($a: $t),*, req: *mut Handle) -> c_int {
+                run($comm, stringify!($name), |l| {
+                    // SAFETY: the program's arguments, passed on unchanged.
+                    let r = quiet(l, $comm, || unsafe { $blocking($($a),*) });
+                    now(l, req, r)
+                })
+            }
+        )*}
+    };
+}
+
+completes_now! {
+    MPI_Iallgather, PMPI_Iallgather, crate::coll::PMPI_Allgather => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) comm = comm;
+    MPI_Iallgatherv, PMPI_Iallgatherv, crate::coll::PMPI_Allgatherv => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) comm = comm;
+    MPI_Ialltoall, PMPI_Ialltoall, crate::coll::PMPI_Alltoall => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) comm = comm;
+    MPI_Ialltoallv, PMPI_Ialltoallv, crate::coll::PMPI_Alltoallv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) comm = comm;
+    MPI_Igather, PMPI_Igather, crate::coll::PMPI_Gather => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Igatherv, PMPI_Igatherv, crate::coll::PMPI_Gatherv => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Iscatter, PMPI_Iscatter, crate::coll::PMPI_Scatter => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Iscatterv, PMPI_Iscatterv, crate::coll::PMPI_Scatterv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Ireduce, PMPI_Ireduce, crate::coll::PMPI_Reduce => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Ireduce_scatter, PMPI_Ireduce_scatter, crate::coll::PMPI_Reduce_scatter => (s: *const c_void, r: *mut c_void, counts: *const c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Ireduce_scatter_block, PMPI_Ireduce_scatter_block, crate::coll::PMPI_Reduce_scatter_block => (s: *const c_void, r: *mut c_void, k: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Iscan, PMPI_Iscan, crate::coll::PMPI_Scan => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Ialltoallw, PMPI_Ialltoallw, crate::coll::PMPI_Alltoallw => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: *const Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: *const Handle, comm: Handle) comm = comm;
+    MPI_Iexscan, PMPI_Iexscan, crate::coll::PMPI_Exscan => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dims_create;
+
+    #[test]
+    fn dims_are_balanced_and_non_increasing() {
+        let mut d = [0, 0];
+        dims_create(12, &mut d).unwrap();
+        assert_eq!(d, [4, 3]);
+        let mut d = [0, 0, 0];
+        dims_create(8, &mut d).unwrap();
+        assert_eq!(d, [2, 2, 2]);
+        let mut d = [0, 3, 0];
+        dims_create(6, &mut d).unwrap();
+        assert_eq!(d, [2, 3, 1]);
+        let mut d = [0, 0];
+        dims_create(7, &mut d).unwrap();
+        assert_eq!(d, [7, 1]);
+        assert!(dims_create(7, &mut [2, 0]).is_err());
+    }
+}
