@@ -15,7 +15,7 @@
 use crate::abi::{self, Handle};
 use crate::datatype::basic_of;
 use crate::p2p::{in_view, out_view, type_fail, unstage};
-use crate::state::{CommObj, Fail, Lib, Req};
+use crate::state::{CommObj, Fail, Lib, Req, Staged};
 use crate::{count, export, fail, put, run};
 use std::ffi::{c_int, c_void};
 use tandem_driver::{f16, ReduceOp};
@@ -348,10 +348,6 @@ unsafe fn fast_allreduce(
         return None;
     }
     let (el, rop) = (tandem_el(dt)?, tandem_op(op)?);
-    let size = abi::builtin_size(dt)?;
-    if !aligned(r, size) || (!is_in_place(s) && !aligned(s, size)) {
-        return None;
-    }
     Some(with_el!(el, T => allreduce_t::<T>(c, s, r, n, rop)).map_err(Fail::from))
 }
 
@@ -363,15 +359,65 @@ fn allreduce_t<T: tandem_driver::Element>(
     n: usize,
     rop: ReduceOp,
 ) -> tandem_driver::Result<()> {
-    // SAFETY: the program's buffers of `n` aligned elements (checked by
-    // the caller), as MPI_Allreduce's contract gives them.
+    // SAFETY: the program's buffers of `n` elements, as MPI_Allreduce's
+    // contract gives them; unaligned ones are copied.
     unsafe {
         if is_in_place(s) {
-            c.p2p.allreduce_in_place::<T>(sl_mut(r, n), rop)
+            with_aligned_out::<T, _>(r, n, true, |b| c.p2p.allreduce_in_place::<T>(b, rop))
         } else {
-            c.p2p.allreduce::<T>(sl(s, n), sl_mut(r, n), rop)
+            let src = aligned_in::<T>(s, n);
+            with_aligned_out::<T, _>(r, n, false, |b| c.p2p.allreduce::<T>(&src, b, rop))
         }
     }
+}
+
+/// `n` elements of `T` at `p`, borrowed if aligned, else copied.
+unsafe fn aligned_in<'a, T: tandem_driver::Element>(
+    p: *const c_void,
+    n: usize,
+) -> std::borrow::Cow<'a, [T]> {
+    if aligned(p, std::mem::align_of::<T>()) {
+        // SAFETY: the caller's buffer of `n` aligned elements.
+        return std::borrow::Cow::Borrowed(unsafe { sl(p, n) });
+    }
+    let mut v = vec![T::zeroed(); n];
+    if n > 0 {
+        // SAFETY: the caller's buffer of `n` elements, read as bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                p.cast::<u8>(),
+                v.as_mut_ptr().cast::<u8>(),
+                n * std::mem::size_of::<T>(),
+            )
+        };
+    }
+    std::borrow::Cow::Owned(v)
+}
+
+/// Runs `f` on the `n` elements of `T` at `p` (filled from `p` if
+/// `copy_in`), through an aligned copy written back if `p` is unaligned.
+unsafe fn with_aligned_out<T: tandem_driver::Element, R>(
+    p: *mut c_void,
+    n: usize,
+    copy_in: bool,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    if n == 0 || aligned(p, std::mem::align_of::<T>()) {
+        // SAFETY: the caller's buffer of `n` aligned elements.
+        return f(unsafe { sl_mut(p, n) });
+    }
+    let bytes = n * std::mem::size_of::<T>();
+    let mut v = vec![T::zeroed(); n];
+    if copy_in {
+        // SAFETY: the caller's buffer of `n` elements, read as bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p.cast::<u8>(), v.as_mut_ptr().cast::<u8>(), bytes)
+        };
+    }
+    let r = f(&mut v);
+    // SAFETY: as above, written back.
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr().cast::<u8>(), p.cast::<u8>(), bytes) };
+    r
 }
 
 fn allreduce(
@@ -416,17 +462,19 @@ fn reduce_t<T: tandem_driver::Element>(
     rop: ReduceOp,
     root: usize,
 ) -> tandem_driver::Result<()> {
-    // SAFETY: the program's buffers of `n` aligned elements (checked by
-    // the caller; the receive buffer only on the root), as MPI_Reduce's
-    // contract gives them.
+    // SAFETY: the program's buffers of `n` elements (the receive buffer only
+    // on the root), as MPI_Reduce's contract gives them; unaligned ones are
+    // copied.
     unsafe {
         if c.rank == root && is_in_place(s) {
-            c.p2p.reduce_in_place::<T>(sl_mut(r, n), rop, root)
+            with_aligned_out::<T, _>(r, n, true, |b| c.p2p.reduce_in_place::<T>(b, rop, root))
         } else if c.rank == root {
-            c.p2p.reduce::<T>(sl(s, n), sl_mut(r, n), rop, root)
+            let src = aligned_in::<T>(s, n);
+            with_aligned_out::<T, _>(r, n, false, |b| c.p2p.reduce::<T>(&src, b, rop, root))
         } else {
+            let src = aligned_in::<T>(s, n);
             let mut none: [T; 0] = [];
-            c.p2p.reduce::<T>(sl(s, n), &mut none, rop, root)
+            c.p2p.reduce::<T>(&src, &mut none, rop, root)
         }
     }
 }
@@ -446,14 +494,9 @@ fn reduce(
     let n = count(n)?;
     let me = c.rank;
     if c.whole {
-        if let (Some(el), Some(rop), Some(size)) =
-            (tandem_el(dt), tandem_op(op), abi::builtin_size(dt))
-        {
-            let src = if is_in_place(s) { r.cast_const() } else { s };
-            if aligned(src, size) && (me != root || aligned(r, size)) {
-                return with_el!(el, T => reduce_t::<T>(&c, s, r, n, rop, root))
-                    .map_err(Fail::from);
-            }
+        // The same choice on every rank (whatever their buffers' alignment).
+        if let (Some(el), Some(rop)) = (tandem_el(dt), tandem_op(op)) {
+            return with_el!(el, T => reduce_t::<T>(&c, s, r, n, rop, root)).map_err(Fail::from);
         }
     }
     check_op(l, op, dt)?;
@@ -871,17 +914,19 @@ fn reduce_scatter_t<T: tandem_driver::Element>(
 ) -> tandem_driver::Result<()> {
     let (me, total) = (c.rank, k * c.size());
     // SAFETY: the program's buffers (`total` elements to send, `k` to
-    // receive, or `total` in place), aligned (checked by the caller).
+    // receive, or `total` in place); unaligned ones are copied.
     unsafe {
         if is_in_place(s) {
             // tandem leaves the result in block `rank`; MPI wants it at the
             // start of the buffer.
-            let all = sl_mut::<T>(r, total);
-            c.p2p.reduce_scatter_in_place::<T>(all, rop)?;
-            all.copy_within(me * k..(me + 1) * k, 0);
-            Ok(())
+            with_aligned_out::<T, _>(r, total, true, |all| {
+                c.p2p.reduce_scatter_in_place::<T>(all, rop)?;
+                all.copy_within(me * k..(me + 1) * k, 0);
+                Ok(())
+            })
         } else {
-            c.p2p.reduce_scatter::<T>(sl(s, total), sl_mut(r, k), rop)
+            let src = aligned_in::<T>(s, total);
+            with_aligned_out::<T, _>(r, k, false, |b| c.p2p.reduce_scatter::<T>(&src, b, rop))
         }
     }
 }
@@ -901,15 +946,10 @@ fn reduce_scatter(
     let me = c.rank;
     // tandem's reduce-scatter for equal blocks of its types.
     if c.whole && counts.iter().all(|&k| k == counts[0]) {
-        if let (Some(el), Some(rop), Some(size)) =
-            (tandem_el(dt), tandem_op(op), abi::builtin_size(dt))
-        {
-            let src = if is_in_place(s) { r.cast_const() } else { s };
-            if aligned(src, size) && aligned(r, size) {
-                let k = counts[0];
-                return with_el!(el, T => reduce_scatter_t::<T>(&c, s, r, k, rop))
-                    .map_err(Fail::from);
-            }
+        // The same choice on every rank (whatever their buffers' alignment).
+        if let (Some(el), Some(rop)) = (tandem_el(dt), tandem_op(op)) {
+            let k = counts[0];
+            return with_el!(el, T => reduce_scatter_t::<T>(&c, s, r, k, rop)).map_err(Fail::from);
         }
     }
     check_op(l, op, dt)?;
@@ -967,17 +1007,19 @@ fn start_coll(
     l: &Lib,
     comm: Handle,
     out: *mut Handle,
-    tandem: impl FnOnce(&CommObj) -> Option<Result<tandem_driver::RawCollRequest, Fail>>,
+    tandem: impl FnOnce(
+        &CommObj,
+    ) -> Option<Result<(tandem_driver::RawCollRequest, Option<Staged>), Fail>>,
     blocking: impl FnOnce(&Lib) -> Result<(), Fail>,
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     if c.whole {
         if let Some(r) = tandem(&c) {
-            let raw = r?;
+            let (raw, staged) = r?;
             let h = l.add_req(Req::Coll {
                 comm: c,
                 raw: Some(raw),
-                finish: None,
+                staged,
             });
             // SAFETY: the program's request out-parameter.
             unsafe { put(out, h) };
@@ -1221,7 +1263,7 @@ export! {
 
     fn MPI_Ibarrier, PMPI_Ibarrier(comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Ibarrier", |l| {
-            start_coll(l, comm, req, |c| Some(c.p2p.ibarrier_raw().map_err(Fail::from)), |l| {
+            start_coll(l, comm, req, |c| Some(c.p2p.ibarrier_raw().map(|r| (r, None)).map_err(Fail::from)), |l| {
                 g_barrier(&*l.comm(comm)?)
             })
         })
@@ -1240,7 +1282,7 @@ export! {
                 }
                 let bytes = nn * abi::builtin_size(dt).unwrap_or(0);
                 // SAFETY: MPI keeps the buffer for the request.
-                Some(unsafe { c.p2p.ibroadcast_raw::<u8>(buf.cast(), bytes, rt) }.map_err(Fail::from))
+                Some(unsafe { c.p2p.ibroadcast_raw::<u8>(buf.cast(), bytes, rt) }.map(|r| (r, None)).map_err(Fail::from))
             }, |l| bcast(l, buf, n, dt, root, comm))
         })
     }
@@ -1248,14 +1290,28 @@ export! {
     fn MPI_Iallreduce, PMPI_Iallreduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Iallreduce", |l| {
             let nn = count(n)?;
-            let fast = tandem_el(dt).zip(tandem_op(op)).filter(|_| {
-                let size = abi::builtin_size(dt).unwrap_or(1);
-                aligned(r, size) && (is_in_place(s) || aligned(s, size))
-            });
+            // The same choice on every rank: unaligned buffers are staged.
+            let fast = tandem_el(dt).zip(tandem_op(op));
+            let size = abi::builtin_size(dt).unwrap_or(1);
+            let stage = !aligned(r, size) || (!is_in_place(s) && !aligned(s, size));
             start_coll(l, comm, req, |c| {
                 let (el, rop) = fast?;
-                let src = if is_in_place(s) { std::ptr::null() } else { s };
-                Some(with_el!(el, T => iallreduce_t::<T>(c, src, r, nn, rop)).map_err(Fail::from))
+                let mut staged = None;
+                let (mut src, mut dst) = (if is_in_place(s) { std::ptr::null() } else { s }, r);
+                if stage {
+                    let len = nn * size;
+                    // SAFETY: the program's buffers of `n` elements.
+                    let send = if src.is_null() { Vec::new() } else { unsafe { Staged::copy_of(src.cast(), len) } };
+                    // SAFETY: as above (in place, the data starts in `r`).
+                    let recv = unsafe { Staged::copy_of(r.cast_const().cast(), len) };
+                    let st: &mut Staged = staged.insert(Staged { send, recv, dst: r.cast(), len });
+                    if !src.is_null() {
+                        src = st.send.as_ptr().cast();
+                    }
+                    dst = st.recv.as_mut_ptr().cast();
+                }
+                let raw = with_el!(el, T => iallreduce_t::<T>(c, src, dst, nn, rop));
+                Some(raw.map(|r| (r, staged)).map_err(Fail::from))
             }, |l| allreduce(l, s, r, n, dt, op, comm))
         })
     }

@@ -505,12 +505,12 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
         .ok_or_else(|| Fail::new(abi::ERR_REQUEST, "invalid request handle".into()))?;
     match r {
         Req::Done(st) => Ok(Outcome::Done(*st, None)),
-        Req::Coll { comm, raw, finish } => {
+        Req::Coll { comm, raw, staged } => {
             let Some(t) = raw.take() else {
                 return Ok(Outcome::Done(empty_status(), None));
             };
             let comm = comm.clone();
-            let finish = finish.take();
+            let staged = staged.take();
             drop(reqs);
             let res = match mode {
                 Mode::Wait => Ok(comm.p2p.coll_wait_raw(t)),
@@ -518,16 +518,16 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             };
             match res {
                 Err(t) => {
-                    if let Some(Req::Coll { raw, finish: f, .. }) = l.reqs.borrow_mut().get_mut(idx)
+                    if let Some(Req::Coll { raw, staged: s, .. }) = l.reqs.borrow_mut().get_mut(idx)
                     {
                         *raw = Some(t);
-                        *f = finish;
+                        *s = staged;
                     }
                     Ok(Outcome::Pending)
                 }
                 Ok(r) => {
-                    if let (Ok(()), Some(u)) = (&r, &finish) {
-                        unstage(l, u, u.staged.len())?;
+                    if let (Ok(()), Some(s)) = (&r, &staged) {
+                        s.finish();
                     }
                     Ok(Outcome::Done(empty_status(), r.err().map(Fail::from)))
                 }

@@ -77,9 +77,48 @@ pub enum Req {
         comm: Rc<CommObj>,
         /// The driver's request (`None` once taken).
         raw: Option<RawCollRequest>,
-        /// Bytes to copy back into the user's buffer at completion.
-        finish: Option<Unpack>,
+        /// Aligned copies of unaligned buffers, copied back at completion.
+        staged: Option<Staged>,
     },
+}
+
+/// Aligned copies of a non-blocking collective's buffers (tandem's
+/// reductions need elements aligned for their type).
+pub struct Staged {
+    /// The send data (empty in place).
+    pub send: Vec<u128>,
+    /// The result, copied to `dst` at completion.
+    pub recv: Vec<u128>,
+    /// The program's receive buffer.
+    pub dst: *mut u8,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl Staged {
+    /// Copies `len` bytes at `p` into a new aligned buffer.
+    ///
+    /// # Safety
+    /// `p` points to `len` readable bytes (or `len` is 0).
+    pub unsafe fn copy_of(p: *const u8, len: usize) -> Vec<u128> {
+        let mut v = vec![0u128; len.div_ceil(16)];
+        if len > 0 {
+            // SAFETY: the caller's `len` bytes; `v` holds at least `len`.
+            unsafe { std::ptr::copy_nonoverlapping(p, v.as_mut_ptr().cast::<u8>(), len) };
+        }
+        v
+    }
+
+    /// Copies the result to the program's buffer.
+    pub fn finish(&self) {
+        if self.len > 0 {
+            // SAFETY: `dst` is the program's receive buffer of `len` bytes,
+            // kept for the request by MPI's rules; `recv` holds `len`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.recv.as_ptr().cast::<u8>(), self.dst, self.len)
+            };
+        }
+    }
 }
 
 /// Where a received message is unpacked at completion (a non-contiguous

@@ -28,6 +28,49 @@ unsafe fn arr<'a, T>(p: *const T, n: c_int) -> Result<&'a [T], Fail> {
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
+/// Checks a `datarep` argument: only `"external32"` is known.
+unsafe fn external32(datarep: *const c_char) -> Result<(), Fail> {
+    if datarep.is_null() {
+        return fail(abi::ERR_ARG, "null datarep");
+    }
+    // SAFETY: the program's NUL-terminated string.
+    let rep = unsafe { CStr::from_ptr(datarep) };
+    if rep.to_bytes() != b"external32" {
+        return fail(
+            abi::ERR_ARG,
+            format!("data representation {rep:?} (only \"external32\" is supported)"),
+        );
+    }
+    Ok(())
+}
+
+/// Reads a position argument within a buffer of `cap` bytes.
+unsafe fn position(pos: *const Aint, cap: Aint) -> Result<Aint, Fail> {
+    if pos.is_null() {
+        return fail(abi::ERR_ARG, "null position");
+    }
+    // SAFETY: the program's in-out argument.
+    let at = unsafe { *pos };
+    if at < 0 || cap < at {
+        return fail(
+            abi::ERR_ARG,
+            format!("position {at} outside the {cap}-byte buffer"),
+        );
+    }
+    Ok(at)
+}
+
+/// Fails with `ERR_TYPE` unless `dt` is a committed datatype.
+fn committed(l: &Lib, dt: Handle) -> Result<(), Fail> {
+    if !info(l, dt)?.committed {
+        return fail(
+            abi::ERR_TYPE,
+            format!("datatype {dt:#x} is not committed (MPI_Type_commit)"),
+        );
+    }
+    Ok(())
+}
+
 fn info(l: &Lib, dt: Handle) -> Result<crate::datatype::TypeInfo, Fail> {
     l.types.borrow().info(dt).map_err(|c| type_fail(c, dt))
 }
@@ -282,6 +325,83 @@ export! {
             let src = std::slice::from_raw_parts(inbuf.cast::<u8>().add(at), need);
             let r = l.types.borrow().unpack(dt, n, src, out.cast()).map_err(|c| type_fail(c, dt))?;
             *pos = (at + r) as c_int;
+            Ok(())
+        })
+    }
+
+    fn MPI_Type_create_subarray, PMPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, old: Handle, out: *mut Handle) -> c_int {
+        run(W, "MPI_Type_create_subarray", |l| {
+            if ndims < 0 {
+                return fail(abi::ERR_ARG, format!("negative number of dimensions {ndims}"));
+            }
+            let (a, b, c) = (arr(sizes, ndims)?, arr(subsizes, ndims)?, arr(starts, ndims)?);
+            made(l.types.borrow_mut().subarray(a, b, c, order, old), out, "MPI_Type_create_subarray")
+        })
+    }
+
+    fn MPI_Type_create_darray, PMPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, gsizes: *const c_int, distribs: *const c_int, dargs: *const c_int, psizes: *const c_int, order: c_int, old: Handle, out: *mut Handle) -> c_int {
+        run(W, "MPI_Type_create_darray", |l| {
+            if ndims < 0 {
+                return fail(abi::ERR_ARG, format!("negative number of dimensions {ndims}"));
+            }
+            let (g, d) = (arr(gsizes, ndims)?, arr(distribs, ndims)?);
+            let (a, p) = (arr(dargs, ndims)?, arr(psizes, ndims)?);
+            let r = l.types.borrow_mut().darray(size, rank, g, d, a, p, order, old);
+            made(r, out, "MPI_Type_create_darray")
+        })
+    }
+
+    fn MPI_Pack_external_size, PMPI_Pack_external_size(datarep: *const c_char, n: c_int, dt: Handle, size: *mut Aint) -> c_int {
+        run(W, "MPI_Pack_external_size", |l| {
+            external32(datarep)?;
+            let s = l.types.borrow().external32_size(dt, count(n)?).map_err(|c| type_fail(c, dt))?;
+            put(size, s as Aint);
+            Ok(())
+        })
+    }
+
+    fn MPI_Pack_external, PMPI_Pack_external(datarep: *const c_char, inbuf: *const c_void, n: c_int, dt: Handle, out: *mut c_void, outsize: Aint, pos: *mut Aint) -> c_int {
+        run(W, "MPI_Pack_external", |l| {
+            external32(datarep)?;
+            let n = count(n)?;
+            let at = position(pos, outsize)?;
+            committed(l, dt)?;
+            let dst = if outsize == at || out.is_null() {
+                &mut [][..]
+            } else {
+                std::slice::from_raw_parts_mut(out.cast::<u8>().offset(at), (outsize - at) as usize)
+            };
+            let w = l.types.borrow().pack_external32(dt, n, inbuf.cast(), dst).map_err(|c| {
+                if c == abi::ERR_TRUNCATE {
+                    Fail::new(c, format!("packing into the {} bytes left", dst.len()))
+                } else {
+                    type_fail(c, dt)
+                }
+            })?;
+            *pos = at + w as Aint;
+            Ok(())
+        })
+    }
+
+    fn MPI_Unpack_external, PMPI_Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: Aint, pos: *mut Aint, out: *mut c_void, n: c_int, dt: Handle) -> c_int {
+        run(W, "MPI_Unpack_external", |l| {
+            external32(datarep)?;
+            let n = count(n)?;
+            let at = position(pos, insize)?;
+            committed(l, dt)?;
+            let src = if insize == at || inbuf.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(inbuf.cast::<u8>().offset(at), (insize - at) as usize)
+            };
+            let r = l.types.borrow().unpack_external32(dt, n, src, out.cast()).map_err(|c| {
+                if c == abi::ERR_TRUNCATE {
+                    Fail::new(c, format!("unpacking from the {} bytes left", src.len()))
+                } else {
+                    type_fail(c, dt)
+                }
+            })?;
+            *pos = at + r as Aint;
             Ok(())
         })
     }

@@ -164,8 +164,6 @@ unsupported! {
     MPI_Neighbor_alltoallv PMPI_Neighbor_alltoallv
     MPI_Neighbor_alltoallw PMPI_Neighbor_alltoallw
     MPI_Open_port PMPI_Open_port
-    MPI_Pack_external PMPI_Pack_external
-    MPI_Pack_external_size PMPI_Pack_external_size
     MPI_Publish_name PMPI_Publish_name
     MPI_Put PMPI_Put
     MPI_Raccumulate PMPI_Raccumulate
@@ -173,9 +171,6 @@ unsupported! {
     MPI_Rget PMPI_Rget
     MPI_Rget_accumulate PMPI_Rget_accumulate
     MPI_Rput PMPI_Rput
-    MPI_Type_create_darray PMPI_Type_create_darray
-    MPI_Type_create_subarray PMPI_Type_create_subarray
-    MPI_Unpack_external PMPI_Unpack_external
     MPI_Unpublish_name PMPI_Unpublish_name
     MPI_Win_allocate PMPI_Win_allocate
     MPI_Win_allocate_shared PMPI_Win_allocate_shared
