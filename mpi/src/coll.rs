@@ -347,6 +347,9 @@ unsafe fn fast_allreduce(
     if !c.whole {
         return None;
     }
+    if n == 0 {
+        return Some(Ok(()));
+    }
     let (el, rop) = (tandem_el(dt)?, tandem_op(op)?);
     Some(with_el!(el, T => allreduce_t::<T>(c, s, r, n, rop)).map_err(Fail::from))
 }
@@ -492,6 +495,10 @@ fn reduce(
     let c = l.comm(comm)?;
     let root = root_of(&c, root)?;
     let n = count(n)?;
+    if n == 0 {
+        check_op(l, op, dt)?;
+        return Ok(());
+    }
     let me = c.rank;
     if c.whole {
         // The same choice on every rank (whatever their buffers' alignment).
@@ -554,6 +561,10 @@ fn bcast(
 }
 
 fn bcast_bytes(c: &CommObj, b: &mut [u8], root: usize) -> Result<(), Fail> {
+    // Nothing to move (every rank's count is 0: the type signatures match).
+    if b.is_empty() {
+        return Ok(());
+    }
     if c.whole {
         c.p2p.broadcast::<u8>(b, root)?;
         Ok(())
@@ -564,6 +575,9 @@ fn bcast_bytes(c: &CommObj, b: &mut [u8], root: usize) -> Result<(), Fail> {
 
 /// Allgather of equal byte blocks (`all` is size() blocks of `mine.len()`).
 pub(crate) fn allgather_bytes(c: &CommObj, mine: &[u8], all: &mut [u8]) -> Result<(), Fail> {
+    if mine.is_empty() {
+        return Ok(());
+    }
     if c.whole {
         c.p2p.allgather::<u8>(mine, all)?;
         return Ok(());
@@ -735,7 +749,8 @@ fn alltoallv(
     c: &CommObj,
 ) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
-    let (st, rt) = (ty(l, sdt)?, ty(l, rdt)?);
+    let rt = ty(l, rdt)?;
+    let st = if is_in_place(s) { rt } else { ty(l, sdt)? };
     let in_place = is_in_place(s);
     // In place: the send data is the receive buffer's, copied first.
     let saved: Option<Vec<u8>> = if in_place {
@@ -912,18 +927,16 @@ fn reduce_scatter_t<T: tandem_driver::Element>(
     k: usize,
     rop: ReduceOp,
 ) -> tandem_driver::Result<()> {
-    let (me, total) = (c.rank, k * c.size());
+    let total = k * c.size();
     // SAFETY: the program's buffers (`total` elements to send, `k` to
     // receive, or `total` in place); unaligned ones are copied.
     unsafe {
         if is_in_place(s) {
-            // tandem leaves the result in block `rank`; MPI wants it at the
-            // start of the buffer.
-            with_aligned_out::<T, _>(r, total, true, |all| {
-                c.p2p.reduce_scatter_in_place::<T>(all, rop)?;
-                all.copy_within(me * k..(me + 1) * k, 0);
-                Ok(())
-            })
+            // MPI: the input is the whole buffer, the result goes to its
+            // start, and the rest is left as it was; tandem's in-place form
+            // puts the result in block `rank` and uses the buffer as scratch.
+            let src = aligned_in::<T>(r, total).into_owned();
+            with_aligned_out::<T, _>(r, k, false, |b| c.p2p.reduce_scatter::<T>(&src, b, rop))
         } else {
             let src = aligned_in::<T>(s, total);
             with_aligned_out::<T, _>(r, k, false, |b| c.p2p.reduce_scatter::<T>(&src, b, rop))
@@ -943,6 +956,10 @@ fn reduce_scatter(
     let c = l.comm(comm)?;
     let t = ty(l, dt)?;
     let total: usize = counts.iter().sum();
+    if total == 0 {
+        check_op(l, op, dt)?;
+        return Ok(());
+    }
     let me = c.rank;
     // tandem's reduce-scatter for equal blocks of its types.
     if c.whole && counts.iter().all(|&k| k == counts[0]) {
@@ -1183,6 +1200,9 @@ export! {
             let rk = count(rn)?;
             let sk = if is_in_place(s) { rk } else { count(sn)? };
             // tandem's alltoall on contiguous bytes.
+            if rk == 0 && sk == 0 {
+                return Ok(());
+            }
             if c.whole && !is_in_place(s) {
                 let out = out_view(l, s, (sk * n) as c_int, sdt)?;
                 let mut inb = in_view(l, r, (rk * n) as c_int, rdt)?;
