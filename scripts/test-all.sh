@@ -16,6 +16,12 @@ step() { printf '\n==> %s\n' "$*"; }
 need=()
 command -v mpirun.openmpi >/dev/null || need+=(openmpi-bin)
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
+# The MPI library's tests: mpicc.mpich and MPICH's header, a venv for
+# mpi4py from PyPI, Debian's NetPIPE built for MPICH.
+command -v mpicc.mpich >/dev/null || need+=(libmpich-dev)
+python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
+command -v NPmpich2 >/dev/null || need+=(netpipe-mpich2)
+command -v gcc >/dev/null || need+=(gcc)
 command -v ip >/dev/null || need+=(iproute2)
 command -v python3 >/dev/null || need+=(python3)
 command -v cmake >/dev/null || need+=(cmake)
@@ -51,6 +57,9 @@ cargo run --release -q -p tandem-driver --example rnr
 
 step "criterion handshake bench, one pass each (--test)"
 cargo bench -q -p tandem-benches --bench handshake -- --test
+
+step "the MPI library: C programs, mpi4py (bench and test suite), NetPIPE (scripts/test-mpi.sh)"
+./scripts/test-mpi.sh
 
 step "verification: model check, loom models, mutation checks (scripts/verify.sh)"
 ./scripts/verify.sh

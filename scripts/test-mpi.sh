@@ -7,8 +7,8 @@
 #   4. mpi4py's wheel from PyPI: mpi4py.bench helloworld, ringtest, pingpong
 #      on 2-4 ranks, each run checking that MPI.Get_library_version() names
 #      tandem (a run that silently loaded another MPI fails);
-#   5. mpi4py's own test suite (from its sdist) on 1 rank, and the modules
-#      listed below on 2 ranks, with floors on the tests passed;
+#   5. mpi4py's own test suite (from its sdist) on 1 and 2 ranks, with
+#      floors on the tests passed;
 #   6. Debian's NetPIPE (NPmpich2, linked to MPICH) between two ranks.
 # Needs (installed by scripts/test-all.sh): mpich libmpich-dev python3-venv
 # netpipe-mpich2, and PyPI for mpi4py.
@@ -16,10 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 MPI4PY_VERSION=4.1.2
-# Floors: tests mpi4py's suite must pass (it ran 1935 on 1 rank, 1189
-# passed, on the machine of BENCHMARKS.md; see README for what fails).
-FLOOR_1=${TANDEM_MPI4PY_FLOOR_1:-1150}
-FLOOR_2=${TANDEM_MPI4PY_FLOOR_2:-500}
+# Floors: tests mpi4py's suite must pass. On the machine of BENCHMARKS.md
+# it passed 1163 of 1892 on 1 rank and 1162 of 1884 on 2 (the rest skipped
+# by mpi4py itself, or failing on what tandem does not implement: see
+# README, "Running MPI programs on tandem").
+FLOOR_1=${TANDEM_MPI4PY_FLOOR_1:-1100}
+FLOOR_2=${TANDEM_MPI4PY_FLOOR_2:-1100}
 
 ./scripts/build-mpi.sh
 python3 scripts/mpi-header.py --check
@@ -76,10 +78,7 @@ suite() { # ranks, log, then test names (none: all)
 }
 suite 1 "$root/target/mpi/mpi4py-tests-1.log"
 [ "$passed" -ge "$FLOOR_1" ] || { echo "mpi4py suite on 1 rank: $passed passed, below the floor $FLOOR_1" >&2; exit 1; }
-suite 2 "$root/target/mpi/mpi4py-tests-2.log" \
-    test_p2p_obj test_cco_obj test_comm test_datatype test_op test_status test_request \
-    test_attributes test_errhandler test_exceptions test_group test_info test_pack \
-    test_util_dtlib test_environ test_msgzero test_ulfm
+suite 2 "$root/target/mpi/mpi4py-tests-2.log"
 [ "$passed" -ge "$FLOOR_2" ] || { echo "mpi4py suite on 2 ranks: $passed passed, below the floor $FLOOR_2" >&2; exit 1; }
 cd "$root"
 

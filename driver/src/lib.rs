@@ -70,8 +70,7 @@ pub use bytemuck;
 pub use coll::{reduce_local, Algorithm, Collective, Dtype, Element, ReduceOp};
 pub use comm::{
     CollRequest, Comm, Group, PersistentRecv, PersistentSend, RawCollRequest, RawRequest,
-    Registered, Request, Scope, Tag,
-    ANY_SOURCE, ANY_TAG,
+    Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG,
 };
 pub use config::{
     CollConfig, Config, Layout, NetConfig, RdmaConfig, Rendezvous, TransportChoice, WaitPolicy,

@@ -143,12 +143,15 @@ fn truncation_is_reported_and_next_message_is_intact() {
                 for (i, &n) in sizes.iter().enumerate() {
                     let mut small = vec![0u8; 10];
                     let e = comm.recv(&mut small, 0, 0).unwrap_err();
-                    assert_eq!(e, Error::Truncated {
+                    assert_eq!(
+                        e,
+                        Error::Truncated {
                             needed: n,
                             got: 10,
                             source: 0,
                             tag: 0
-                        });
+                        }
+                    );
                     assert_eq!(small, pattern(n, i as u64)[..10]);
                     let mut next = [0u8; 16];
                     let st = comm.recv(&mut next, 0, 0).unwrap();

@@ -117,15 +117,15 @@ fn bufs<T: Element>(src: &[T], dst: &mut [T]) -> Bufs {
 
 /// The buffers of a raw call: `src_n` and `dst_n` elements (a zero-length
 /// buffer may be null).
-pub(super) fn raw_bufs<T: Element>(
-    src: *const T,
-    dst: *mut T,
-    src_n: usize,
-    dst_n: usize,
-) -> Bufs {
+pub(super) fn raw_bufs<T: Element>(src: *const T, dst: *mut T, src_n: usize, dst_n: usize) -> Bufs {
     let dangling = std::ptr::NonNull::<T>::dangling().as_ptr();
     Bufs {
-        src: if src.is_null() { dangling.cast_const() } else { src }.cast(),
+        src: if src.is_null() {
+            dangling.cast_const()
+        } else {
+            src
+        }
+        .cast(),
         src_len: src_n * std::mem::size_of::<T>(),
         dst: if dst.is_null() { dangling } else { dst }.cast(),
         dst_len: dst_n * std::mem::size_of::<T>(),
@@ -175,7 +175,12 @@ impl Comm {
     }
 
     /// Validates a call and starts it in `scope` (0: a blocking call).
-    pub(super) fn coll_start<T: Element>(&self, shape: Shape, b: Bufs, scope: u32) -> Result<Ticket> {
+    pub(super) fn coll_start<T: Element>(
+        &self,
+        shape: Shape,
+        b: Bufs,
+        scope: u32,
+    ) -> Result<Ticket> {
         let call = self.coll_call::<T>(shape, b)?;
         let mut st = self.coll.borrow_mut();
         let mut e = self.engine();

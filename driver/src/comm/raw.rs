@@ -159,10 +159,7 @@ impl Comm {
     /// # Errors
     /// In the returned result: what [`wait_raw`](Self::wait_raw) reports for
     /// the request that finished.
-    pub fn wait_any_raw(
-        &self,
-        reqs: &mut [Option<RawRequest>],
-    ) -> Option<(usize, Result<Status>)> {
+    pub fn wait_any_raw(&self, reqs: &mut [Option<RawRequest>]) -> Option<(usize, Result<Status>)> {
         reqs.iter().flatten().next()?;
         let mut w = Waiter::new(&self.sh.cfg);
         loop {
@@ -218,7 +215,11 @@ impl Comm {
             0,
             send.is_null(),
         );
-        let src = if send.is_null() { recv.cast_const() } else { send };
+        let src = if send.is_null() {
+            recv.cast_const()
+        } else {
+            send
+        };
         let b = super::collective::raw_bufs::<T>(src, recv, count, count);
         let ticket = self.coll_start::<T>(shape, b, RAW_SCOPE)?;
         Ok(RawCollRequest { ticket })
@@ -240,8 +241,7 @@ impl Comm {
         root: usize,
     ) -> Result<RawCollRequest> {
         self.check_root(root)?;
-        let shape =
-            super::collective::shape::<T>(Collective::Broadcast, None, count, root, true);
+        let shape = super::collective::shape::<T>(Collective::Broadcast, None, count, root, true);
         let b = super::collective::raw_bufs::<T>(buf.cast_const(), buf, count, count);
         let ticket = self.coll_start::<T>(shape, b, RAW_SCOPE)?;
         Ok(RawCollRequest { ticket })
@@ -271,7 +271,10 @@ impl Comm {
     ///
     /// # Errors
     /// In the inner result: as [`CollRequest::test`](super::CollRequest::test).
-    pub fn coll_test_raw(&self, r: RawCollRequest) -> std::result::Result<Result<()>, RawCollRequest> {
+    pub fn coll_test_raw(
+        &self,
+        r: RawCollRequest,
+    ) -> std::result::Result<Result<()>, RawCollRequest> {
         let mut e = self.engine();
         e.progress();
         let mut st = self.coll.borrow_mut();
