@@ -6,7 +6,7 @@ from the functions the library implements (the `export!` blocks and the
 plain `extern "C"` functions of mpi/src; the refusing stubs of
 unsupported.rs are left out). `--check` compares with the committed
 mpi/include/mpi.h instead of writing it, so the header cannot drift from
-the library (scripts/test-all.sh runs it). `--table` prints README's table
+the library (scripts/test-mpi.sh runs it). It also writes README's table
 of supported functions.
 """
 import pathlib
@@ -180,21 +180,34 @@ def header():
     return names, "\n".join(lines)
 
 
+README = ROOT / "README.md"
+BEGIN, END = "<!-- mpi-functions: scripts/mpi-header.py -->", "<!-- /mpi-functions -->"
+
+
+def table(names):
+    rows = ["| | | | |", "|---|---|---|---|"]
+    for i in range(0, len(names), 4):
+        r = [f"`{n}`" for n in names[i:i + 4]] + [""] * (4 - len(names[i:i + 4]))
+        rows.append("| " + " | ".join(r) + " |")
+    return "\n".join(rows)
+
+
+def readme_with(names):
+    text = README.read_text()
+    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[:a] + "\n" + table(names) + "\n" + text[b:]
+
+
 def main():
     names, text = header()
-    if "--table" in sys.argv:
-        print("| Function | | Function | | Function |")
-        print("|---|---|---|---|---|")
-        rows = [names[i:i + 3] for i in range(0, len(names), 3)]
-        for r in rows:
-            r = [f"`{n}`" for n in r] + [""] * (3 - len(r))
-            print(f"| {r[0]} | | {r[1]} | | {r[2]} |")
-        return
     if "--check" in sys.argv:
         if not HEADER.exists() or HEADER.read_text() != text:
             sys.exit("mpi/include/mpi.h is stale: run scripts/mpi-header.py")
-        print(f"mpi.h matches the library ({len(names)} functions)")
+        if README.read_text() != readme_with(names):
+            sys.exit("README's table of MPI functions is stale: run scripts/mpi-header.py")
+        print(f"mpi.h and README's table match the library ({len(names)} functions)")
         return
+    README.write_text(readme_with(names))
     HEADER.parent.mkdir(parents=True, exist_ok=True)
     HEADER.write_text(text)
     print(f"wrote {HEADER} ({len(names)} functions)")

@@ -70,7 +70,7 @@ int main(int argc, char **argv)
             }
             double t = MPI_Wtime() - t0;
             if (rank == 0) {
-                printf("pingpong %ld %.2f us\n", n, t / iters / 2 * 1e6);
+                printf("pingpong %ld %.3f us\n", n, t / iters / 2 * 1e6);
                 fflush(stdout);
             }
         }
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
         if (out != size * (size - 1) / 2.0 && rank == 0)
             printf("# warning: allreduce result %g wrong\n", out);
         if (rank == 0) {
-            printf("allreduce 8 %.2f us\n", tmax / iters * 1e6);
+            printf("allreduce 8 %.3f us\n", tmax / iters * 1e6);
             fflush(stdout);
         }
     }
