@@ -12,10 +12,15 @@ lscpu | grep "Model name"
 bash mpi/tests/c/build.sh target/mpi/tests >/dev/null
 cargo build --release -q -p tandem-benches --bin tandem-perf
 tandem=$PWD/target/mpi/lib
+# MPICH's own library under the name mpi4py's wheel links (Debian ships
+# libmpich.so.12 only).
+mpich=$PWD/target/mpi/mpich-lib
+mkdir -p "$mpich"
+ln -sf "$(ldconfig -p | awk '/libmpich.so.12 /{print $NF; exit}')" "$mpich/libmpi.so.12"
 py=${PYTHON:-target/mpi/venv/bin/python}
 for r in $(seq "$rounds"); do
     for lib in MPICH tandem; do
-        if [ $lib = tandem ]; then export LD_LIBRARY_PATH=$tandem; else unset LD_LIBRARY_PATH; fi
+        if [ $lib = tandem ]; then export LD_LIBRARY_PATH=$tandem; else export LD_LIBRARY_PATH=$mpich; fi
         echo "## round $r, $lib: pingpong.c"
         mpiexec.hydra -n 2 target/mpi/tests/pingpong | grep -v "^#"
         echo "## round $r, $lib: NetPIPE (8 B, 1 KiB, 64 KiB, 1 MiB)"
