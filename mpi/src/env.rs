@@ -75,7 +75,8 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         name: RefCell::new("MPI_COMM_SELF".into()),
     };
     let mut comms = Slab::default();
-    comms.insert(Rc::new(world));
+    let world = Rc::new(world);
+    comms.insert(world.clone());
     comms.insert(Rc::new(selfc));
     // Contexts 0..=4 are taken (0: the job's own, unused by MPI calls).
     let mut free = [u64::MAX; 8];
@@ -84,6 +85,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
     state::install(Lib {
         job,
         comms: RefCell::new(comms),
+        world,
         reqs: RefCell::new(Slab::default()),
         types: RefCell::new(Types::new()),
         ops: RefCell::new(Ops::new()),

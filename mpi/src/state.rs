@@ -276,6 +276,8 @@ pub struct Lib {
     pub job: Comm,
     /// Communicators: 0 is `MPI_COMM_WORLD`, 1 `MPI_COMM_SELF`.
     pub comms: RefCell<Slab<Rc<CommObj>>>,
+    /// `MPI_COMM_WORLD` again, reached without the table (the hot path).
+    pub world: Rc<CommObj>,
     /// Requests.
     pub reqs: RefCell<Slab<Req>>,
     /// Datatypes.
@@ -358,7 +360,7 @@ impl Lib {
     #[inline(always)]
     pub fn comm(&self, h: Handle) -> Result<Rc<CommObj>, Fail> {
         let i = match h {
-            abi::COMM_WORLD => 0,
+            abi::COMM_WORLD => return Ok(self.world.clone()),
             abi::COMM_SELF => 1,
             _ => decode(COMM_KIND, h).ok_or_else(|| bad_comm(h))?,
         };
