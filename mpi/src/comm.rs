@@ -167,34 +167,47 @@ fn dup(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
     let h = l.add_comm(obj);
     for (key, val) in attrs {
         let Some(k) = keyval(l, key) else { continue };
-        let Some(f) = k.copy else { continue };
-        let mut out: *mut c_void = std::ptr::null_mut();
-        let mut flag: c_int = 0;
-        // SAFETY: the program's copy callback, called as MPI specifies.
-        let r = unsafe {
-            f(
-                comm,
-                key,
-                k.extra,
-                val,
-                (&mut out as *mut *mut c_void).cast(),
-                &mut flag,
-            )
-        };
-        if r != abi::SUCCESS {
-            return Err(Fail::new(
-                r,
-                format!("the copy callback of key {key:#x} failed ({r})"),
-            ));
-        }
-        if flag != 0 {
+        if let Some(out) = copy_one(comm, key, &k, val)? {
             set_attr(l, h, key, out)?;
         }
     }
     Ok(h)
 }
 
-fn keyval(l: &Lib, key: c_int) -> Option<Keyval> {
+/// Runs `k`'s copy callback for the attribute `val` of `obj` (a
+/// communicator or a datatype: their callbacks have one shape): the
+/// duplicate's value, or `None` if the callback declines or there is none.
+pub fn copy_one(
+    obj: Handle,
+    key: c_int,
+    k: &Keyval,
+    val: *mut c_void,
+) -> Result<Option<*mut c_void>, Fail> {
+    let Some(f) = k.copy else { return Ok(None) };
+    let mut out: *mut c_void = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: the program's copy callback, called as MPI specifies.
+    let r = unsafe {
+        f(
+            obj,
+            key,
+            k.extra,
+            val,
+            (&mut out as *mut *mut c_void).cast(),
+            &mut flag,
+        )
+    };
+    if r != abi::SUCCESS {
+        return Err(Fail::new(
+            r,
+            format!("the copy callback of key {key:#x} failed ({r})"),
+        ));
+    }
+    Ok((flag != 0).then_some(out))
+}
+
+/// The key `key`, if it exists.
+pub fn keyval(l: &Lib, key: c_int) -> Option<Keyval> {
     l.keyvals.borrow().get(l.keyval_index(key)?).copied()
 }
 
@@ -223,7 +236,9 @@ fn set_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), F
 }
 
 /// Runs `key`'s delete callback on `val` (the attribute stays attached).
-fn delete_one(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
+/// Runs `key`'s delete callback on `val`, attached to `comm` (or to a
+/// datatype: the callbacks have one shape).
+pub fn delete_one(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
     let Some(k) = keyval(l, key) else {
         return Ok(());
     };

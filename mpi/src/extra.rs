@@ -209,32 +209,10 @@ pub fn type_attrs_dup(l: &Lib, old: Handle, new: Handle) -> Result<(), Fail> {
         .map(|x| (x.1, x.2))
         .collect();
     for (key, val) in attrs {
-        let k = l
-            .keyval_index(key)
-            .and_then(|i| l.keyvals.borrow().get(i).copied());
-        let Some(f) = k.and_then(|k| k.copy) else {
+        let Some(k) = crate::comm::keyval(l, key) else {
             continue;
         };
-        let mut out: *mut c_void = std::ptr::null_mut();
-        let mut flag: c_int = 0;
-        // SAFETY: the program's copy callback, called as MPI specifies.
-        let r = unsafe {
-            f(
-                old,
-                key,
-                k.map_or(std::ptr::null_mut(), |k| k.extra),
-                val,
-                (&mut out as *mut *mut c_void).cast(),
-                &mut flag,
-            )
-        };
-        if r != abi::SUCCESS {
-            return Err(Fail::new(
-                r,
-                format!("the copy callback of key {key:#x} failed ({r})"),
-            ));
-        }
-        if flag != 0 {
+        if let Some(out) = crate::comm::copy_one(old, key, &k, val)? {
             l.extra.type_attrs.borrow_mut().push((new, key, out));
         }
     }
@@ -270,20 +248,7 @@ fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> Result<(), F
         }
         return Ok(());
     };
-    let k = l
-        .keyval_index(key)
-        .and_then(|i| l.keyvals.borrow().get(i).copied());
-    if let Some(f) = k.and_then(|k| k.delete) {
-        // SAFETY: the program's delete callback, called as MPI specifies
-        // (a datatype callback has the same shape as a communicator's).
-        let r = unsafe { f(dt, key, v, k.map_or(std::ptr::null_mut(), |k| k.extra)) };
-        if r != abi::SUCCESS {
-            return Err(Fail::new(
-                r,
-                format!("the delete callback of key {key:#x} failed ({r})"),
-            ));
-        }
-    }
+    crate::comm::delete_one(l, dt, key, v)?;
     l.extra
         .type_attrs
         .borrow_mut()

@@ -568,7 +568,7 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
                 ),
                 _ => (None, false),
             };
-            let stage_ref = stage.as_ref().or(None);
+            let stage_ref = stage.as_ref();
             let out = match res {
                 Ok(s) => {
                     if recv {
@@ -662,13 +662,6 @@ fn add(l: &Lib, r: Req, out: *mut Handle) {
     let h = l.add_req(r);
     // SAFETY: the caller's request out-parameter.
     unsafe { put(out, h) };
-}
-
-/// The communicator a request reports errors to.
-fn req_comm(l: &Lib, h: Handle) -> Handle {
-    let _ = l;
-    let _ = h;
-    abi::COMM_WORLD
 }
 
 fn wait(l: &Lib, r: *mut Handle, st: *mut abi::Status) -> Result<(), Fail> {
@@ -914,10 +907,8 @@ fn some(
         if got > 0 || !block {
             break;
         }
-        let mut none: c_int = 0;
-        // Block in waitany's loop for the first, then collect the rest.
-        let r = any(l, n, rs, true)?;
-        if let Some((i, Outcome::Done(mut s, f))) = r {
+        // Nothing finished yet: block in waitany's loop for the first.
+        if let Some((i, Outcome::Done(mut s, f))) = any(l, n, rs, true)? {
             s.error = f.as_ref().map_or(abi::SUCCESS, |f| f.class);
             // SAFETY: as above.
             unsafe {
@@ -928,17 +919,6 @@ fn some(
             if let Some(f) = f {
                 first.get_or_insert(f);
             }
-            none += 1;
-        }
-        if none > 0 {
-            any_active = false;
-            for i in 0..n {
-                // SAFETY: as above.
-                if !inactive(l, unsafe { *rs.add(i) }) {
-                    any_active = true;
-                }
-            }
-            let _ = any_active;
             break;
         }
     }
@@ -1328,10 +1308,7 @@ export! {
     }
 
     fn MPI_Wait, PMPI_Wait(r: *mut Handle, st: *mut abi::Status) -> c_int {
-        let Some(l) = crate::state::lib() else { return run(abi::COMM_WORLD, "MPI_Wait", |_| Ok(())) };
-        let h = if r.is_null() { abi::REQUEST_NULL } else { *r };
-        let comm = req_comm(l, h);
-        run(comm, "MPI_Wait", |l| wait(l, r, st))
+        run(abi::COMM_WORLD, "MPI_Wait", |l| wait(l, r, st))
     }
 
     fn MPI_Test, PMPI_Test(r: *mut Handle, flag: *mut c_int, st: *mut abi::Status) -> c_int {
