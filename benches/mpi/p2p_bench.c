@@ -11,7 +11,9 @@
  * then about 2 GiB of traffic (2G / size, at least 10, at most --iters).
  *
  * pingpong: rank 0 MPI_Send then MPI_Recv, rank 1 the reverse, on one
- *   buffer. max(N/10, 2) round trips of warm-up, then ceil(N/b) samples,
+ *   buffer (with --separate, osu_latency's pattern: send from one buffer,
+ *   receive into another, so the sent data stays clean in the sender's
+ *   cache instead of bouncing between the cores). max(N/10, 2) round trips of warm-up, then ceil(N/b) samples,
  *   each the time of b round trips / b / 2 (a half round trip); b = 16 up
  *   to 4096 B, else 1.
  * bw: per window, rank 0 posts w MPI_Isend of the same buffer, rank 1 w
@@ -42,6 +44,7 @@ struct opts {
     size_t min_size, max_size;
     long iters;
     int json;
+    int separate;
 };
 
 static const char USAGE[] =
@@ -58,6 +61,8 @@ static const char USAGE[] =
     "  --iters N       round trips per size up to 64K (default 20000); larger\n"
     "                  sizes run about 2 GiB of traffic, at least 10 and at\n"
     "                  most N round trips (bw: messages)\n"
+    "  --separate      pingpong: send from one buffer, receive into another\n"
+    "                  (osu_latency's pattern) instead of one buffer both ways\n"
     "  --json          print only a JSON array of\n"
     "                  {\"size\",\"p50_us\",\"p99_us\",\"gbps\"} on stdout (as\n"
     "                  tandem-perf --json); the header and table go to stderr\n";
@@ -93,6 +98,7 @@ static int parse_args(int argc, char **argv, struct opts *o, char *err, size_t e
     o->max_size = (size_t)64 << 20;
     o->iters = 20000;
     o->json = 0;
+    o->separate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
@@ -119,6 +125,8 @@ static int parse_args(int argc, char **argv, struct opts *o, char *err, size_t e
             }
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--separate")) {
+            o->separate = 1;
         } else if (a[0] == '-') {
             snprintf(err, errlen, "unknown option %s", a);
             return -1;
@@ -221,7 +229,7 @@ static void *xalloc(size_t n, int rank) {
 }
 
 /* Half round trips (ns) into samples; returns their count. */
-static long pingpong(int rank, char *buf, size_t size, long iters, double *samples) {
+static long pingpong(int rank, char *buf, char *rbuf, size_t size, long iters, double *samples) {
     int peer = 1 - rank, count = (int)size;
     long warm = iters / 10 > 2 ? iters / 10 : 2;
     long batch = size <= 4096 ? 16 : 1;
@@ -229,9 +237,9 @@ static long pingpong(int rank, char *buf, size_t size, long iters, double *sampl
     for (long i = 0; i < warm; i++) {
         if (rank == 0) {
             MPI_Send(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-            MPI_Recv(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Recv(rbuf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         } else {
-            MPI_Recv(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Recv(rbuf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             MPI_Send(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
         }
     }
@@ -240,9 +248,9 @@ static long pingpong(int rank, char *buf, size_t size, long iters, double *sampl
         for (long j = 0; j < batch; j++) {
             if (rank == 0) {
                 MPI_Send(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-                MPI_Recv(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Recv(rbuf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             } else {
-                MPI_Recv(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Recv(rbuf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                 MPI_Send(buf, count, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
             }
         }
@@ -358,7 +366,11 @@ int main(int argc, char **argv) {
     char *buf = xalloc(o.max_size, rank);
     memset(buf, 0xa5, o.max_size);
     char *rbuf = NULL;
-    if (o.mode == M_BW && rank == 1) {
+    if (o.mode == M_PINGPONG) {
+        rbuf = o.separate ? xalloc(o.max_size, rank) : buf;
+        if (o.separate)
+            memset(rbuf, 0, o.max_size);
+    } else if (rank == 1) {
         rbuf = xalloc(rcap, rank);
         memset(rbuf, 0, rcap);
     }
@@ -385,8 +397,9 @@ int main(int argc, char **argv) {
         }
         fprintf(hdr, "# p2p_bench %s: %s\n", MODE_NAMES[o.mode], lib);
         if (o.mode == M_PINGPONG)
-            fprintf(hdr, "# 2 ranks, MPI_Send/MPI_Recv; us = half round trip (batches of 16 up to 4K);"
-                         " GB/s = size / p50 us; --iters %ld\n", o.iters);
+            fprintf(hdr, "# 2 ranks, MPI_Send/MPI_Recv, %s; us = half round trip (batches of 16 up to 4K);"
+                         " GB/s = size / p50 us; --iters %ld\n",
+                    o.separate ? "separate send and receive buffers" : "one buffer", o.iters);
         else
             fprintf(hdr, "# 2 ranks, windows of up to 64 MPI_Isend/MPI_Irecv + 1-byte ack;"
                          " us = time per message in a window; GB/s = size / p50 us; --iters %ld\n", o.iters);
@@ -398,7 +411,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nsizes; i++) {
         size_t size = sizes[i];
         long it = iters_for(size, o.iters);
-        long n = o.mode == M_PINGPONG ? pingpong(rank, buf, size, it, samples)
+        long n = o.mode == M_PINGPONG ? pingpong(rank, buf, rbuf, size, it, samples)
                                       : bandwidth(rank, buf, rbuf, size, it, samples);
         if (rank != 0)
             continue;
@@ -423,7 +436,8 @@ int main(int argc, char **argv) {
     }
     free(rows);
     free(samples);
-    free(rbuf);
+    if (rbuf != buf)
+        free(rbuf);
     free(buf);
     MPI_Finalize();
     return 0;

@@ -69,7 +69,7 @@ mod world;
 pub use bytemuck;
 pub use coll::{reduce_local, Algorithm, Collective, Dtype, Element, ReduceOp};
 pub use comm::{
-    CollRequest, Comm, Group, PersistentRecv, PersistentSend, RawCollRequest, RawRequest,
+    CollRequest, Comm, Counters, Group, PersistentRecv, PersistentSend, RawCollRequest, RawRequest,
     Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG,
 };
 pub use config::{

@@ -290,13 +290,21 @@ impl Comm {
     fn recv_fast(&self, buf: &mut [u8], peer: usize, ctx: u16, tag: u32) -> Result<Result<Status>> {
         let spins = self.sh.cfg.wait.spin.max(FAST_POLLS);
         let mut polls = 0;
+        let mut idle = 0;
         'fast: while polls < spins {
             let mut e = self.engine();
             for _ in 0..FAST_POLLS {
                 match e.try_recv_now(buf, peer, ctx, tag) {
-                    Fast::Done(st) => return Ok(delivered(st, buf.len())),
-                    // Progress may have taken it off the link already.
-                    Fast::NotYet if !e.has_unexpected() => std::hint::spin_loop(),
+                    Fast::Done(st) => {
+                        self.sh.waits.add_polls(idle);
+                        return Ok(delivered(st, buf.len()));
+                    }
+                    // (An arrival progress took off the link already is
+                    // a fallback: the engine checks.)
+                    Fast::NotYet => {
+                        idle += 1;
+                        std::hint::spin_loop()
+                    }
                     _ => break 'fast,
                 }
             }
@@ -305,6 +313,7 @@ impl Comm {
             }
             polls += FAST_POLLS;
         }
+        self.sh.waits.add_polls(idle);
         let id = self.engine().post_recv(buf, peer as u32, ctx, tag, 0)?;
         Ok(self.wait_one(id, OpKind::Recv))
     }
@@ -312,7 +321,7 @@ impl Comm {
     /// Waits for a collective, under the wait policy, the no-progress
     /// timeout and peer-death checks.
     pub(super) fn coll_wait(&self, t: Ticket) -> Result<()> {
-        let mut w = Waiter::new(&self.sh.cfg);
+        let mut w = Waiter::new(&self.sh);
         let mut peers_checked: Option<Instant> = None;
         loop {
             {

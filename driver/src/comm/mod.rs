@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tandem_core::lock::{SpinGuard, SpinLock};
-use tandem_core::sync::{AtomicU32, Ordering};
+use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod collective;
 mod persistent;
@@ -40,6 +40,47 @@ struct Shared {
     next_ctx: AtomicU32,
     proxy: Proxy,
     children: Mutex<Option<Children>>,
+    /// What this rank's blocking calls spent waiting ([`Comm::counters`]).
+    waits: WaitCounts,
+}
+
+/// What one rank did, from [`Comm::counters`]: a test or a benchmark can
+/// tell which path ran (a kernel that refuses cross-memory attach shows as
+/// streamed receives, not as slow pulls) and what a wait cost, without
+/// timing anything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Rendezvous receives whose payload was pulled single-copy from the
+    /// sender's buffer (cross-memory attach over shared memory, RDMA READ).
+    pub pulled: u64,
+    /// Rendezvous receives whose payload the sender streamed (the slot ring
+    /// over shared memory, the byte stream over TCP, RDMA writes), because
+    /// single copy was off, below its threshold, or refused.
+    pub streamed: u64,
+    /// Polls of blocking calls that found nothing to do.
+    pub idle_polls: u64,
+    /// `sched_yield` calls of blocking calls (after spinning found nothing).
+    pub yields: u64,
+    /// Sleeps of blocking calls (after yielding found nothing).
+    pub sleeps: u64,
+}
+
+/// Fruitless polls, yields and sleeps of one rank's blocking calls, added
+/// when a wait ends (polls) or as it goes (yields and sleeps, which are
+/// system calls anyway).
+#[derive(Default)]
+struct WaitCounts {
+    polls: AtomicU64,
+    yields: AtomicU64,
+    sleeps: AtomicU64,
+}
+
+impl WaitCounts {
+    fn add_polls(&self, n: u64) {
+        if n > 0 {
+            self.polls.fetch_add(n, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A communicator: `size` ranks that exchange messages by rank and tag.
@@ -309,6 +350,7 @@ impl Comm {
             next_ctx: AtomicU32::new(1),
             proxy: Proxy::default(),
             children: Mutex::new(None),
+            waits: WaitCounts::default(),
         });
         if let Some(core) = sh.cfg.proxy_core {
             sh.proxy
@@ -350,6 +392,39 @@ impl Comm {
             rank: p,
             size: self.size(),
         })
+    }
+
+    /// What this rank has done so far, counted from its start (all of its
+    /// communicators together): which path carried each rendezvous
+    /// payload, and what its blocking calls spent waiting. Reading them
+    /// costs a lock of the engine; counting costs nothing on the paths that
+    /// move data.
+    ///
+    /// ```
+    /// use tandem_driver::{Comm, Config, Layout};
+    /// let out = Comm::threads(2, &Layout::default(), Config::default().cma(false), |comm| {
+    ///     let mut buf = vec![1u8; 1 << 20];
+    ///     if comm.rank() == 0 {
+    ///         comm.send(&buf, 1, 0)?;
+    ///     } else {
+    ///         comm.recv(&mut buf, 0, 0)?;
+    ///     }
+    ///     Ok(comm.counters())
+    /// });
+    /// // Single copy is off: rank 1 had the megabyte streamed to it.
+    /// let c = out[1].as_ref().unwrap();
+    /// assert_eq!((c.pulled, c.streamed), (0, 1));
+    /// ```
+    pub fn counters(&self) -> Counters {
+        let e = self.engine();
+        let w = &self.sh.waits;
+        Counters {
+            pulled: e.pulled,
+            streamed: e.streamed,
+            idle_polls: w.polls.load(Ordering::Relaxed),
+            yields: w.yields.load(Ordering::Relaxed),
+            sleeps: w.sleeps.load(Ordering::Relaxed),
+        }
     }
 
     /// Registers `buf` with every RDMA connection of this communicator for
@@ -628,12 +703,19 @@ impl Comm {
             // which has the deadlines and diagnostics.
             let spins = self.sh.cfg.wait.spin.max(FAST_POLLS);
             let mut polls = 0;
+            let mut idle = 0;
             while polls < spins {
                 let mut e = self.engine();
                 for _ in 0..FAST_POLLS {
                     match e.try_recv_now(buf, src, self.ctx, tag) {
-                        Fast::Done(st) => return delivered(st, buf.len()),
-                        Fast::NotYet => std::hint::spin_loop(),
+                        Fast::Done(st) => {
+                            self.sh.waits.add_polls(idle);
+                            return delivered(st, buf.len());
+                        }
+                        Fast::NotYet => {
+                            idle += 1;
+                            std::hint::spin_loop()
+                        }
                         Fast::Fallback => {
                             polls = spins;
                             break;
@@ -646,6 +728,7 @@ impl Comm {
                 }
                 polls += FAST_POLLS;
             }
+            self.sh.waits.add_polls(idle);
         }
         let id = self.post_recv(buf, src, tag, 0)?;
         self.wait_one(id, OpKind::Recv)
@@ -702,7 +785,7 @@ impl Comm {
     pub fn probe(&self, src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
         let s = self.source(src)?;
-        let mut w = Waiter::new(&self.sh.cfg);
+        let mut w = Waiter::new(&self.sh);
         loop {
             {
                 let mut e = self.engine();
@@ -894,7 +977,7 @@ impl Comm {
                 return r;
             }
         }
-        let mut w = Waiter::new(&self.sh.cfg);
+        let mut w = Waiter::new(&self.sh);
         let r = loop {
             {
                 let mut e = self.engine();
@@ -1031,7 +1114,9 @@ fn on_threads<R: Send>(
 }
 
 /// Tracks one wait: spin, then yield, then park; stall timeout; peer checks.
-struct Waiter {
+struct Waiter<'a> {
+    /// Where the wait's polls, yields and sleeps are counted.
+    counts: &'a WaitCounts,
     policy: crate::config::WaitPolicy,
     timeout: Duration,
     iter: u64,
@@ -1115,9 +1200,17 @@ fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Dura
     }
 }
 
-impl Waiter {
-    fn new(cfg: &Config) -> Self {
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.counts.add_polls(self.iter);
+    }
+}
+
+impl<'a> Waiter<'a> {
+    fn new(sh: &'a Shared) -> Self {
+        let cfg = &sh.cfg;
         Self {
+            counts: &sh.waits,
             policy: cfg.wait,
             timeout: cfg.timeout,
             iter: 0,
@@ -1214,8 +1307,10 @@ impl Waiter {
         if self.spin_phase() {
             std::hint::spin_loop();
         } else if self.iter < p.spin as u64 + p.yields as u64 || p.park.is_zero() {
+            self.counts.yields.fetch_add(1, Ordering::Relaxed);
             std::thread::yield_now();
         } else {
+            self.counts.sleeps.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(p.park);
         }
     }
@@ -1416,7 +1511,7 @@ impl<'s> Request<'s> {
     /// request that finished.
     pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Result<Status>)> {
         let comm = reqs.iter().flatten().next()?.comm;
-        let mut w = Waiter::new(&comm.sh.cfg);
+        let mut w = Waiter::new(&comm.sh);
         loop {
             {
                 let mut e = comm.engine();

@@ -161,7 +161,7 @@ impl Comm {
     /// the request that finished.
     pub fn wait_any_raw(&self, reqs: &mut [Option<RawRequest>]) -> Option<(usize, Result<Status>)> {
         reqs.iter().flatten().next()?;
-        let mut w = Waiter::new(&self.sh.cfg);
+        let mut w = Waiter::new(&self.sh);
         loop {
             {
                 let mut e = self.engine();

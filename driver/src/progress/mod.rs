@@ -147,6 +147,10 @@ pub(crate) struct Engine {
     debug: bool,
     trace: bool,
     board: Option<WaitBoard>,
+    /// Rendezvous receives whose payload was pulled single-copy
+    /// (cross-memory attach, RDMA READ), and those streamed by the sender.
+    pub(crate) pulled: u64,
+    pub(crate) streamed: u64,
 }
 
 impl Drop for Engine {
@@ -245,6 +249,8 @@ impl Engine {
             debug: debug_level() >= DebugLevel::Info,
             trace: debug_level() >= DebugLevel::Trace,
             board,
+            pulled: 0,
+            streamed: 0,
         })
     }
 
@@ -420,7 +426,7 @@ impl Engine {
             // header that fails these few compares) takes the path below,
             // which validates in full.
             let Some(line) = l.peek_line_ref() else {
-                return Fast::NotYet;
+                return self.nothing_on_line();
             };
             let (w0, w1, len, w3) = (ld8(line, 0), ld8(line, 8), ld8(line, 16), ld8(line, 24));
             let word = Header::eager_word(ctx, tag);
@@ -454,6 +460,21 @@ impl Engine {
         self.try_recv_general(buf, src, ctx, tag)
     }
 
+    /// What a receive shortcut that finds its link empty answers: keep
+    /// polling, unless progress already took a message off the link (an
+    /// RTS, or an eager message no receive was posted for). The awaited
+    /// message may be that one, and only the general path, which matches
+    /// stored messages, finds it; the link stays empty, so polling on would
+    /// spin out the whole wait policy first.
+    #[inline(always)]
+    fn nothing_on_line(&self) -> Fast {
+        if self.proto.has_unexpected() {
+            Fast::Fallback
+        } else {
+            Fast::NotYet
+        }
+    }
+
     /// Sends the credit return a receive shortcut made due.
     #[cold]
     #[inline(never)]
@@ -470,7 +491,7 @@ impl Engine {
         let mut line = [0u8; PEEK_LEN];
         match ch.link.peek(&mut line) {
             Peek::Header => {}
-            Peek::Nothing => return Fast::NotYet,
+            Peek::Nothing => return self.nothing_on_line(),
             Peek::StreamData => return Fast::Fallback,
         }
         // The common case in a few compares: an eager header of this
@@ -820,6 +841,7 @@ impl Engine {
             match start {
                 PullStart::Done => {
                     self.side[pl.op.index()].moved = n;
+                    self.pulled += 1;
                     self.proto.pull_done(pl.op, true);
                 }
                 PullStart::Pending => {
@@ -835,7 +857,10 @@ impl Engine {
                         len: n,
                     })
                 }
-                PullStart::Unsupported => self.proto.pull_done(pl.op, false),
+                PullStart::Unsupported => {
+                    self.streamed += 1;
+                    self.proto.pull_done(pl.op, false)
+                }
             }
             self.progress_tx(p);
         }
@@ -857,11 +882,15 @@ impl Engine {
                 &mut self.side,
                 &mut self.proto,
             );
+            let (pulled, streamed) = (&mut self.pulled, &mut self.streamed);
             peers[p].link.poll_pulls(&mut |dst, ok| {
                 if let Some(i) = pending.iter().position(|q| q.dst == dst) {
                     let q = pending.swap_remove(i);
                     if ok {
                         side[q.op.index()].moved = q.len;
+                        *pulled += 1;
+                    } else {
+                        *streamed += 1;
                     }
                     // A failed pull falls back to a stream.
                     proto.pull_done(q.op, ok);

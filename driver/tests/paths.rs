@@ -1,0 +1,139 @@
+//! Which path a message took and what a wait cost, read from
+//! [`Comm::counters`] rather than timed: a single-copy pull is told apart
+//! from a silent fall-back to streaming, and a receive whose message has
+//! already arrived must not wait at all.
+
+use tandem_driver::{Comm, Config, Counters, Layout, WaitPolicy};
+
+const BIG: usize = 256 * 1024;
+
+/// Spins only: a wait that should not happen shows as idle polls (and, had
+/// the policy yielded or slept, as yields and sleeps).
+fn busy(cma: bool) -> Config {
+    let mut c = Config::default().cma(cma);
+    c.wait = WaitPolicy::BUSY;
+    c.wait.spin = 50_000;
+    c.wait.yields = 50_000;
+    c
+}
+
+fn waited(before: Counters, after: Counters) -> (u64, u64, u64) {
+    (
+        after.idle_polls - before.idle_polls,
+        after.yields - before.yields,
+        after.sleeps - before.sleeps,
+    )
+}
+
+/// Whether this process may read its own memory with `process_vm_readv`
+/// (a seccomp filter may forbid the call outright).
+fn cma_allowed() -> bool {
+    let out = Comm::threads(2, &Layout::default(), busy(true), |comm| {
+        let mut buf = vec![3u8; BIG];
+        if comm.rank() == 0 {
+            comm.send(&buf, 1, 0)?;
+        } else {
+            comm.recv(&mut buf, 0, 0)?;
+        }
+        Ok(comm.counters())
+    });
+    let c = out[1].as_ref().expect("rank 1");
+    assert_eq!(c.pulled + c.streamed, 1, "one rendezvous, one path: {c:?}");
+    c.pulled == 1
+}
+
+/// Rank 1 sends rank 0 a message (`first` bytes, tag 7) and only then
+/// receives rank 0's big one; rank 0's blocking send of the big message
+/// therefore takes the tag-7 message off the link while it waits (the link
+/// is FIFO), storing it as unexpected. Rank 0's receive of it afterwards
+/// must find it at once: no poll, yield or sleep. (It once spun the whole
+/// spin phase, ~300 us, before looking at the stored messages: the
+/// single-copy path's 145 us "stall".)
+fn stored_arrival(cma: bool, first: usize) -> Counters {
+    let out = Comm::threads(2, &Layout::default(), busy(cma), |comm| {
+        let mut big = vec![5u8; BIG];
+        let mut small = vec![9u8; first];
+        if comm.rank() == 1 {
+            comm.scope(|s| {
+                let r = s.isend(&small, 0, 7)?;
+                comm.recv(&mut big, 0, 1)?;
+                r.wait().map(|_| ())
+            })??;
+            return Ok(None);
+        }
+        comm.send(&big, 1, 1)?;
+        let before = comm.counters();
+        let st = comm.recv(&mut small, 1, 7)?;
+        let after = comm.counters();
+        assert_eq!((st.len, st.tag), (first, 7));
+        assert!(small.iter().all(|&b| b == 9), "payload intact");
+        let (polls, yields, sleeps) = waited(before, after);
+        assert_eq!(
+            (polls, yields, sleeps),
+            (0, 0, 0),
+            "the receive of an already stored {first}-byte message waited \
+             (polls, yields, sleeps); cma {cma}"
+        );
+        Ok(Some(after))
+    });
+    for (r, o) in out.iter().enumerate() {
+        if let Err(e) = o {
+            panic!("rank {r}: {e}");
+        }
+    }
+    out.into_iter().next().unwrap().unwrap().unwrap()
+}
+
+#[test]
+fn stored_eager_message_is_received_without_waiting() {
+    for cma in [false, true] {
+        for n in [8, 4000] {
+            stored_arrival(cma, n);
+        }
+    }
+}
+
+#[test]
+fn stored_rendezvous_is_pulled_without_waiting() {
+    if !cma_allowed() {
+        eprintln!("skipped: process_vm_readv is refused in this process");
+        return;
+    }
+    // Rank 0 receives a rendezvous message whose RTS its send's wait
+    // stored: with single copy it is pulled within the call.
+    let c = stored_arrival(true, BIG);
+    assert_eq!(c.pulled, 1, "{c:?}");
+}
+
+#[test]
+fn counters_tell_pulled_from_streamed() {
+    let allowed = cma_allowed();
+    // Single copy from 64 KiB: 32 KiB (above the eager limit) streams,
+    // 128 KiB is pulled; with single copy off both stream.
+    for cma in [false, true] {
+        let cfg = Config {
+            cma_min: 64 * 1024,
+            ..busy(cma)
+        };
+        let out = Comm::threads(2, &Layout::default(), cfg, |comm| {
+            for n in [32 * 1024, 128 * 1024] {
+                let mut buf = vec![1u8; n];
+                if comm.rank() == 0 {
+                    comm.send(&buf, 1, 0)?;
+                } else {
+                    comm.recv(&mut buf, 0, 0)?;
+                }
+            }
+            Ok(comm.counters())
+        });
+        let c = out[1].as_ref().expect("rank 1");
+        let want = if cma && allowed { (1, 1) } else { (0, 2) };
+        assert_eq!((c.pulled, c.streamed), want, "cma {cma}: {c:?}");
+        let s = out[0].as_ref().expect("rank 0");
+        assert_eq!(
+            (s.pulled, s.streamed),
+            (0, 0),
+            "the sender counts no receive"
+        );
+    }
+}
