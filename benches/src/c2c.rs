@@ -3,13 +3,86 @@
 
 use std::time::{Duration, Instant};
 
-/// Result of [`cache_line_round_trip`].
+/// Result of [`cache_line_round_trip`]: the two floors of a handshake
+/// between two processes.
 #[derive(Debug, Clone, Copy)]
 pub struct C2c {
-    /// Median round trip of one cache line between the two processes.
+    /// Median round trip through two cache lines, one per direction (each
+    /// side writes only its own line): the floor of tandem's line rings.
     pub rtt_ns: f64,
-    /// Half of it: the one-way cache-line latency.
+    /// Half of it: the one-way latency through two lines.
     pub one_way_ns: f64,
+    /// Median half round trip through one cache line that both sides write
+    /// (an 8-byte payload and its flag in the line, the answer written into
+    /// the same line): the floor of a request/response that answers in the
+    /// request's own line.
+    pub one_line_ns: f64,
+}
+
+/// The one-line bounce on `line` (a 64-byte, 64-aligned span both sides
+/// map): word 0 is the flag, word 1 the payload. Round trip `i`: the lead
+/// writes the payload and flag `2i - 1`; the other side waits for it,
+/// reads the payload and answers with payload and flag `2i` in the same
+/// line. `wait` spins until the flag holds a value (false: give up).
+fn one_line_step(
+    line: &[tandem_core::sync::AtomicU64; 2],
+    lead: bool,
+    i: u64,
+    wait: &dyn Fn(&tandem_core::sync::AtomicU64, u64) -> bool,
+) -> bool {
+    use tandem_core::sync::Ordering::{Relaxed, Release};
+    let [flag, data] = line;
+    if lead {
+        data.store(i, Relaxed);
+        flag.store(2 * i - 1, Release);
+        wait(flag, 2 * i) && data.load(Relaxed) == i + 1
+    } else {
+        if !wait(flag, 2 * i - 1) {
+            return false;
+        }
+        let v = data.load(Relaxed);
+        data.store(v + 1, Relaxed);
+        flag.store(2 * i, Release);
+        true
+    }
+}
+
+/// The one-line floor between this process and a forked child (see
+/// [`C2c::one_line_ns`]); the median half round trip in ns.
+///
+/// Must be called before this process starts threads (it forks).
+fn one_line_round_trip(cores: Option<(usize, usize)>, iters: u64) -> std::io::Result<f64> {
+    let line = |base: *mut u8| -> &'static [tandem_core::sync::AtomicU64; 2] {
+        // SAFETY: 16 bytes at the start of the page-aligned mapping, which
+        // outlives the closures; zero is a valid counter.
+        unsafe { &*(base as *const [tandem_core::sync::AtomicU64; 2]) }
+    };
+    let spin = |f: &tandem_core::sync::AtomicU64, v: u64| {
+        while f.load(tandem_core::sync::Ordering::Acquire) != v {
+            std::hint::spin_loop();
+        }
+        true
+    };
+    let batch = 64u64;
+    let rtt = forked_round_trips(
+        cores,
+        4096,
+        (iters / batch).max(16),
+        batch,
+        |b| {
+            let l = line(b);
+            Box::new(move |i| {
+                one_line_step(l, true, i, &spin);
+            })
+        },
+        |b| {
+            let l = line(b);
+            Box::new(move |i| {
+                one_line_step(l, false, i, &spin);
+            })
+        },
+    )?;
+    Ok(rtt / 2.0)
 }
 
 /// Runs `batches * batch` round trips between this process and a forked
@@ -95,7 +168,8 @@ fn forked_round_trips(
 
 /// Two processes bounce a counter through two flags on separate 128-byte
 /// spans of shared memory: the floor any shared-memory handshake between
-/// them pays.
+/// them pays when each side writes only its own line; and the one-line
+/// floor ([`C2c::one_line_ns`]) of one that answers in the same line.
 ///
 /// Must be called before this process starts threads (it forks).
 /// `cores`: pin parent and child to these cores.
@@ -144,6 +218,7 @@ pub fn cache_line_round_trip(cores: Option<(usize, usize)>, iters: u64) -> std::
     Ok(C2c {
         rtt_ns: rtt,
         one_way_ns: rtt / 2.0,
+        one_line_ns: one_line_round_trip(cores, iters)?,
     })
 }
 
@@ -282,6 +357,7 @@ pub fn pin_cpu(cpu: usize) -> bool {
 pub struct InlineC2c {
     base: *mut u8,
     next: u64,
+    next_line: u64,
 }
 
 impl InlineC2c {
@@ -338,7 +414,50 @@ impl InlineC2c {
         Ok(Self {
             base: p as *mut u8,
             next: 0,
+            next_line: 0,
         })
+    }
+
+    /// The one-line bounce's line, 512 bytes into the page (apart from the
+    /// two flags).
+    fn line(&self) -> &[tandem_core::sync::AtomicU64; 2] {
+        // SAFETY: 16 bytes, 64-aligned, inside the mapped page, which lives
+        // as long as `self`; any bit pattern is a valid counter.
+        unsafe { &*(self.base.add(512) as *const [tandem_core::sync::AtomicU64; 2]) }
+    }
+
+    /// Like [`measure`](Self::measure), through one line that both ranks
+    /// write (see [`C2c::one_line_ns`]): rank 0 gets the median half round
+    /// trip in ns.
+    pub fn measure_one_line(&mut self, lead: bool, iters: u64) -> Option<f64> {
+        let batch = 64;
+        let start = self.next_line;
+        self.next_line += (iters / batch) * batch;
+        let line = self.line();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let wait = |flag: &tandem_core::sync::AtomicU64, v: u64| {
+            let mut n = 0u32;
+            while flag.load(tandem_core::sync::Ordering::Acquire) != v {
+                std::hint::spin_loop();
+                n = n.wrapping_add(1);
+                if n % 65536 == 0 && Instant::now() > deadline {
+                    return false;
+                }
+            }
+            true
+        };
+        let mut samples = Vec::with_capacity((iters / batch) as usize);
+        for b in 0..iters / batch {
+            let t = Instant::now();
+            for k in 1..=batch {
+                if !one_line_step(line, lead, start + b * batch + k, &wait) {
+                    return None;
+                }
+            }
+            samples.push(t.elapsed().as_nanos() as f64 / batch as f64 / 2.0);
+        }
+        let warm = samples.len() / 4;
+        lead.then(|| crate::stats::percentile(&mut samples[warm..], 50.0))
     }
 
     fn flags(&self) -> (&tandem_core::sync::AtomicU64, &tandem_core::sync::AtomicU64) {

@@ -60,8 +60,10 @@ options:
   --iters N       round trips per size for small messages (default 20000)
   --json          print a JSON array of {\"size\",\"p50_us\",\"p99_us\",\"gbps\"}
                   (gbps = gigabytes per second, 10^9 B/s; pingpong up to
-                  64 B also \"c2c_ns\", the one-way cache-line latency
-                  measured right before that size) instead of a table
+                  64 B also \"c2c_ns\" and \"line1_ns\", the one-way
+                  latency through two cache lines (one per direction) and
+                  through one line both ranks write, measured right before
+                  that size) instead of a table
   --no-pin        do not pin ranks to cores
   --persistent    pingpong: through persistent requests (Scope::send_init,
                   recv_init), bound once per size, blocking send / recv
@@ -288,9 +290,10 @@ fn describe(l: &Limits) -> String {
         .map(|(s, g)| format!("{} {g:.1} GB/s", fmt_size(*s)))
         .collect();
     format!(
-        "c2c: cross-process cache-line round trip {:.1} ns, one-way {:.1} ns; bare line ring (core only) 8 B half round trip {:.1} ns; memcpy (1 thread): {}",
+        "c2c: cross-process cache-line round trip {:.1} ns, one-way {:.1} ns (two lines, one per direction); one line both write: {:.1} ns one-way; bare line ring (core only) 8 B half round trip {:.1} ns; memcpy (1 thread): {}",
         l.c2c.rtt_ns,
         l.c2c.one_way_ns,
+        l.c2c.one_line_ns,
         l.line_ring_rtt / 2.0,
         m.join(", ")
     )
@@ -311,8 +314,12 @@ struct Row {
     p50_us: f64,
     p99_us: f64,
     gbps: f64,
-    /// One-way cache-line latency measured by the ranks just before.
+    /// One-way cache-line latency measured by the ranks just before: two
+    /// lines, one per direction.
     c2c_ns: Option<f64>,
+    /// The same through one line both ranks write (an 8-byte answer in
+    /// the line of the request).
+    line1_ns: Option<f64>,
 }
 
 /// Whether a launcher started this process (then the ranks may be on
@@ -372,10 +379,13 @@ fn sweep_sizes(o: &Opts) {
     for &size in &sizes {
         // Small sizes are compared with the cache-line latency measured by
         // these same two ranks right before them.
-        let c2c_now = if size <= 64 && !bw {
-            inline.measure(me == 0, 20_000)
+        let (c2c_now, line1_now) = if size <= 64 && !bw {
+            (
+                inline.measure(me == 0, 20_000),
+                inline.measure_one_line(me == 0, 20_000),
+            )
         } else {
-            None
+            (None, None)
         };
         let iters = iters_for(size, o.iters);
         let mut samples = if bw {
@@ -392,6 +402,7 @@ fn sweep_sizes(o: &Opts) {
                 p99_us: p99 / 1e3,
                 gbps: size as f64 / p50,
                 c2c_ns: c2c_now,
+                line1_ns: line1_now,
             };
             if live {
                 eprint!("\r\x1b[2K  size {:>6} done", fmt_size(size));
@@ -453,36 +464,42 @@ fn sweep_sizes(o: &Opts) {
         );
     } else {
         println!("# half round trip = round trip / 2; GB/s = size / p50 half round trip;");
-        println!("# c2c ns = one-way cache-line latency between the same two ranks, measured right before that size;");
-        println!("# x c2c = p50 half round trip / c2c ns");
+        println!("# the two floors, measured by the same two ranks right before that size: c2c ns = one-way");
+        println!("# latency through two cache lines, one per direction (what tandem's line rings do); 1-line ns =");
+        println!("# through one line both ranks write (the answer in the request's line); x = p50 half round trip / floor");
     }
     println!(
-        "{:>10} {:>10} {:>10} {:>9} {:>8} {:>8}",
-        "size", "p50 us", "p99 us", "GB/s", "c2c ns", "x c2c"
+        "{:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>8}",
+        "size", "p50 us", "p99 us", "GB/s", "c2c ns", "x c2c", "1-line ns", "x 1-line"
     );
+    let floor = |f: Option<f64>, p50_us: f64| match f {
+        Some(c) => (format!("{c:.1}"), format!("{:.2}", p50_us * 1e3 / c)),
+        None => (String::new(), String::new()),
+    };
     for r in &rows {
-        let (c, ratio) = match r.c2c_ns {
-            Some(c) => (format!("{c:.1}"), format!("{:.2}", r.p50_us * 1e3 / c)),
-            None => (String::new(), String::new()),
-        };
+        let (c, ratio) = floor(r.c2c_ns, r.p50_us);
+        let (c1, ratio1) = floor(r.line1_ns, r.p50_us);
         println!(
-            "{:>10} {:>10.3} {:>10.3} {:>9.2} {:>8} {:>8}",
+            "{:>10} {:>10.3} {:>10.3} {:>9.2} {:>8} {:>8} {:>9} {:>8}",
             fmt_size(r.size),
             r.p50_us,
             r.p99_us,
             r.gbps,
             c,
-            ratio
+            ratio,
+            c1,
+            ratio1
         );
     }
-    if let Some((small, c)) = rows
+    if let Some((small, c, c1)) = rows
         .iter()
         .find(|r| r.size == 8)
-        .and_then(|r| Some((r, r.c2c_ns?)))
+        .and_then(|r| Some((r, r.c2c_ns?, r.line1_ns?)))
     {
         println!(
-            "# 8 B half round trip = {:.2} x one-way c2c ({c:.1} ns){}; p99/p50 = {:.2}",
+            "# 8 B half round trip = {:.2} x the two-line floor ({c:.1} ns), {:.2} x the one-line floor ({c1:.1} ns){}; p99/p50 = {:.2}",
             small.p50_us * 1e3 / c,
+            small.p50_us * 1e3 / c1,
             if o.persistent {
                 ", persistent requests"
             } else {
@@ -557,6 +574,7 @@ fn sweep_network(o: &Opts) {
                 p99_us: p99 / 1e3,
                 gbps: size as f64 / p50,
                 c2c_ns: None,
+                line1_ns: None,
             });
             floors.push(next_floor);
         }
@@ -695,10 +713,13 @@ fn print_json(rows: &[Row]) {
     let objs: Vec<String> = rows
         .iter()
         .map(|r| {
-            let c2c = r
+            let mut c2c = r
                 .c2c_ns
                 .map(|c| format!(", \"c2c_ns\": {c:.2}"))
                 .unwrap_or_default();
+            if let Some(c) = r.line1_ns {
+                c2c += &format!(", \"line1_ns\": {c:.2}");
+            }
             format!(
                 "{{\"size\": {}, \"p50_us\": {:.4}, \"p99_us\": {:.4}, \"gbps\": {:.3}{c2c}}}",
                 r.size, r.p50_us, r.p99_us, r.gbps
@@ -1003,9 +1024,10 @@ fn main() {
                     .map(|(s, g)| format!("{{\"size\": {s}, \"memcpy_gbps\": {g:.3}}}"))
                     .collect();
                 println!(
-                    "{{\"c2c_rtt_ns\": {:.2}, \"c2c_one_way_ns\": {:.2}, \"line_ring_half_rtt_ns\": {:.2}, \"memcpy\": [{}]}}",
+                    "{{\"c2c_rtt_ns\": {:.2}, \"c2c_one_way_ns\": {:.2}, \"c2c_one_line_ns\": {:.2}, \"line_ring_half_rtt_ns\": {:.2}, \"memcpy\": [{}]}}",
                     l.c2c.rtt_ns,
                     l.c2c.one_way_ns,
+                    l.c2c.one_line_ns,
                     l.line_ring_rtt / 2.0,
                     m.join(", ")
                 );
