@@ -744,19 +744,24 @@ pub struct Config {
     pub wait: WaitPolicy,
     /// Most operations pending at once (`TANDEM_MAX_REQUESTS`).
     pub max_requests: usize,
-    /// Let the receiver pull rendezvous payloads straight from the sender's
-    /// buffer, single-copy, with `process_vm_readv` (Linux cross-memory
-    /// attach; also between ranks that are threads of one process)
-    /// (`TANDEM_CMA`, 1 or 0). Off by default: on the machines
-    /// measured so far (BENCHMARKS.md) the system call costs ~25 us and
-    /// reaches half the bandwidth of streaming through the slot ring, whose
-    /// two copies run in parallel on two cores. Refused by the kernel (no
-    /// ptrace permission, a seccomp filter), it falls back to streaming.
+    /// Let the host choose when a receiver pulls a rendezvous payload
+    /// single-copy rather than having it streamed (default `true`): the
+    /// creator of the host's job file measures both paths once and every
+    /// rank of the host uses its decision ([`crate::calibrate`]; shown at
+    /// `TANDEM_DEBUG=INFO`). Setting `TANDEM_CMA` or `TANDEM_CMA_MIN`, or
+    /// calling [`Config::cma`], turns this off and `cma` / `cma_min` apply.
+    pub cma_auto: bool,
+    /// With `cma_auto` off: let the receiver pull rendezvous payloads
+    /// straight from the sender's buffer, single-copy, with
+    /// `process_vm_readv` (Linux cross-memory attach; also between ranks
+    /// that are threads of one process) (`TANDEM_CMA`, 1 or 0). Refused by
+    /// the kernel (no ptrace permission, a seccomp filter), it falls back
+    /// to streaming ([`crate::Comm::counters`] tells).
     pub cma: bool,
-    /// With `cma` on, the smallest rendezvous payload pulled; smaller ones
-    /// stream through the slot ring, where one extra
-    /// round trip costs less than the system call (`TANDEM_CMA_MIN`, bytes;
-    /// default 32 KiB).
+    /// With `cma_auto` off and `cma` on, the smallest rendezvous payload
+    /// pulled; smaller ones stream through the slot ring
+    /// (`TANDEM_CMA_MIN`, bytes; default 32 KiB; setting it alone also
+    /// turns `cma` on).
     pub cma_min: usize,
     /// Run a progress thread pinned to this core (`TANDEM_PROXY_CORE`).
     pub proxy_core: Option<usize>,
@@ -778,6 +783,7 @@ impl Default for Config {
             timeout: Duration::from_secs(120),
             wait: WaitPolicy::default(),
             max_requests: 1024,
+            cma_auto: true,
             cma: false,
             cma_min: 32 * 1024,
             proxy_core: None,
@@ -804,14 +810,21 @@ impl Config {
             timeout: env_secs("TANDEM_TIMEOUT", false)?.unwrap_or(d.timeout),
             wait: d.wait,
             max_requests: env_num("TANDEM_MAX_REQUESTS")?.unwrap_or(d.max_requests),
-            cma: env_num::<u8>("TANDEM_CMA")?.map_or(d.cma, |v| v != 0),
-            cma_min: env_num("TANDEM_CMA_MIN")?.unwrap_or(d.cma_min),
+            cma_auto: d.cma_auto,
+            cma: d.cma,
+            cma_min: d.cma_min,
             proxy_core: env_num("TANDEM_PROXY_CORE")?,
             pin_core: env_num("TANDEM_PIN_CORE")?,
             coll: CollConfig::from_env()?,
             net: NetConfig::from_env()?,
             rdma: RdmaConfig::from_env()?,
         };
+        let (cma, cma_min) = (env_num::<u8>("TANDEM_CMA")?, env_num("TANDEM_CMA_MIN")?);
+        if cma.is_some() || cma_min.is_some() {
+            c.cma_auto = false;
+            c.cma = cma.is_none_or(|v| v != 0);
+            c.cma_min = cma_min.unwrap_or(d.cma_min);
+        }
         c.wait.spin = env_num("TANDEM_SPIN")?.unwrap_or(c.wait.spin);
         c.wait.yields = env_num("TANDEM_YIELDS")?.unwrap_or(c.wait.yields);
         if let Some(us) = env_num::<u64>("TANDEM_PARK_US")? {
@@ -841,15 +854,17 @@ impl Config {
         self
     }
 
-    /// Enables or disables single-copy rendezvous through cross-memory
-    /// attach.
+    /// Forces single-copy rendezvous through cross-memory attach on or off
+    /// for this rank, instead of the host's calibrated choice.
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn cma(mut self, on: bool) -> Self {
+        self.cma_auto = false;
         self.cma = on;
         self
     }
 
-    /// Sets the smallest rendezvous payload pulled single-copy.
+    /// Sets the smallest rendezvous payload pulled single-copy (with
+    /// single copy forced on by [`cma`](Self::cma)).
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn cma_min(mut self, bytes: usize) -> Self {
         self.cma_min = bytes;
@@ -957,6 +972,13 @@ pub enum DebugLevel {
     Info,
     /// Everything.
     Trace,
+}
+
+/// Whether the creator of a host's job file measures which path that
+/// host's rendezvous payloads take (`TANDEM_CALIBRATE`, default 1; 0 skips
+/// the measurement and streams, see [`crate::calibrate`]).
+pub fn calibrate_enabled() -> bool {
+    std::env::var("TANDEM_CALIBRATE").map_or(true, |v| v.trim() != "0")
 }
 
 /// The level `TANDEM_DEBUG` selects.

@@ -28,7 +28,7 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 pub(crate) const WAIT_VALID: u64 = 1 << 63;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 const PAGE: usize = 4096;
 const PIDS_AT: usize = 128;
 /// Most ranks one shared-memory job supports.
@@ -50,6 +50,10 @@ struct JobHeader {
     cell_min: u32,
     total_len: u64,
     attached: AtomicU32,
+    /// The host's single-copy range ([`HostPaths`]), decided by the file's
+    /// creator for every rank of the host.
+    pull_from: u64,
+    pull_to: u64,
 }
 
 const fn round_up(n: usize) -> usize {
@@ -121,6 +125,9 @@ pub struct JobMap {
     nranks: usize,
     layout: Layout,
     job: u64,
+    /// The host's single-copy range, from the header (or measured for an
+    /// anonymous mapping).
+    paths: HostPaths,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics and
@@ -149,6 +156,22 @@ impl JobMap {
     /// cannot be reserved (`/dev/shm` too small) or it cannot be mapped. A file
     /// that was created is removed again.
     pub fn create_file(job: u64, nranks: usize, layout: &Layout) -> Result<(File, PathBuf)> {
+        Self::create_file_with(job, nranks, layout, HostPaths::NEVER)
+    }
+
+    /// [`create_file`](Self::create_file) with the host's single-copy range
+    /// (the launcher passes what [`crate::calibrate`] measured): what every
+    /// rank that opens the file uses, whatever it would have measured
+    /// itself. [`create_file`](Self::create_file) streams every payload.
+    ///
+    /// # Errors
+    /// As [`create_file`](Self::create_file).
+    pub fn create_file_with(
+        job: u64,
+        nranks: usize,
+        layout: &Layout,
+        paths: HostPaths,
+    ) -> Result<(File, PathBuf)> {
         use std::os::unix::fs::OpenOptionsExt;
         check_ranks(nranks)?;
         layout.validate()?;
@@ -185,6 +208,8 @@ impl JobMap {
         h.cells = layout.cells;
         h.cell_min = layout.cell_min;
         h.total_len = len as u64;
+        h.pull_from = paths.from;
+        h.pull_to = paths.to;
         map.flush()?;
         std::mem::forget(guard);
         Ok((file, path))
@@ -242,6 +267,10 @@ impl JobMap {
                 found: format!("{flen} bytes (header says {})", h.total_len),
             });
         }
+        let paths = HostPaths {
+            from: h.pull_from,
+            to: h.pull_to,
+        };
         Ok(Self {
             _backing: Backing::File(map),
             base,
@@ -249,6 +278,7 @@ impl JobMap {
             nranks,
             layout,
             job,
+            paths,
         })
     }
 
@@ -258,6 +288,16 @@ impl JobMap {
     /// [`Error::Config`] as for [`create_file`](Self::create_file);
     /// [`Error::Io`] if the memory cannot be mapped.
     pub fn anon(nranks: usize, layout: &Layout) -> Result<Self> {
+        Self::anon_with(nranks, layout, HostPaths::NEVER)
+    }
+
+    /// [`anon`](Self::anon) with the host's single-copy range (see
+    /// [`create_file_with`](Self::create_file_with); [`anon`](Self::anon)
+    /// streams every payload).
+    ///
+    /// # Errors
+    /// As [`anon`](Self::anon).
+    pub fn anon_with(nranks: usize, layout: &Layout, paths: HostPaths) -> Result<Self> {
         check_ranks(nranks)?;
         layout.validate()?;
         let len = job_len(nranks, layout)?;
@@ -270,7 +310,14 @@ impl JobMap {
             nranks,
             layout: *layout,
             job: 0,
+            paths,
         })
+    }
+
+    /// The host's single-copy range, decided by whoever created the mapping
+    /// ([`crate::calibrate`]).
+    pub fn paths(&self) -> HostPaths {
+        self.paths
     }
 
     /// The channel layout.
@@ -391,9 +438,114 @@ pub fn new_job_id() -> u64 {
     }
 }
 
+/// The sizes of rendezvous payload a receiver pulls single-copy on this
+/// host: `from..=to` (none when `from > to`). Decided once per host and job
+/// and kept in the job file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPaths {
+    /// Smallest payload pulled.
+    pub from: u64,
+    /// Largest payload pulled.
+    pub to: u64,
+}
+
+impl HostPaths {
+    /// Never pull: stream every rendezvous payload.
+    pub const NEVER: Self = Self { from: 1, to: 0 };
+
+    /// Whether a payload of `n` bytes is pulled.
+    pub fn pulls(&self, n: usize) -> bool {
+        (self.from..=self.to).contains(&(n as u64))
+    }
+}
+
+impl std::fmt::Display for HostPaths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.from > self.to {
+            return write!(f, "streamed at every size (no single copy)");
+        }
+        let size = |n: u64| -> String {
+            match n {
+                u64::MAX => "any size".into(),
+                n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+                n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+                n => format!("{n} B"),
+            }
+        };
+        write!(
+            f,
+            "single copy from {} to {}",
+            size(self.from),
+            size(self.to)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The creator's single-copy decision is the host's: every rank that
+    /// opens the file reads the same range, whatever it would measure, and
+    /// its links pull exactly there.
+    #[test]
+    fn every_rank_of_a_host_uses_the_creators_paths() {
+        use crate::transport::shm::{ShmLink, ShmOptions};
+        let job = new_job_id();
+        let chosen = HostPaths {
+            from: 100_000,
+            to: 200_000,
+        };
+        let (file, path) = JobMap::create_file_with(job, 3, &Layout::default(), chosen).unwrap();
+        let maps: Vec<_> = (0..3)
+            .map(|_| std::sync::Arc::new(JobMap::open(&file, job, 3).unwrap()))
+            .collect();
+        std::fs::remove_file(&path).unwrap();
+        for m in &maps {
+            assert_eq!(m.paths(), chosen);
+        }
+        let opt = ShmOptions {
+            cma: None,
+            cma_min: 0,
+            debug: false,
+        };
+        let link = ShmLink::new(maps[1].clone(), 1, 2, 1, 2, opt);
+        assert_eq!(link.pulls(), chosen);
+        // A rank that forces single copy on or off overrides it for itself.
+        let on = ShmLink::new(
+            maps[2].clone(),
+            2,
+            1,
+            2,
+            1,
+            ShmOptions {
+                cma: Some(true),
+                cma_min: 5,
+                ..opt
+            },
+        );
+        assert_eq!((on.pulls().from, on.pulls().to), (5, u64::MAX));
+        let off = ShmLink::new(
+            maps[0].clone(),
+            0,
+            1,
+            0,
+            1,
+            ShmOptions {
+                cma: Some(false),
+                ..opt
+            },
+        );
+        assert_eq!(off.pulls(), HostPaths::NEVER);
+        // Without a measurement, a file streams.
+        let job2 = new_job_id();
+        let (f2, p2) = JobMap::create_file(job2, 2, &Layout::default()).unwrap();
+        std::fs::remove_file(&p2).unwrap();
+        assert_eq!(
+            JobMap::open(&f2, job2, 2).unwrap().paths(),
+            HostPaths::NEVER
+        );
+    }
 
     #[test]
     fn a_file_of_another_job_or_size_is_refused() {

@@ -16,6 +16,9 @@
 //!             links to every peer), launch (tandem-run: local ranks,
 //!             remote hosts via an exec command, the job file's creation)
 //!             and the proxy thread
+//! calibrate   which path a host's rendezvous payloads take (pulled
+//!             single-copy or streamed), measured once by the creator of
+//!             the host's job file and kept in it
 //! coll        collectives: fixed schedules (ring, chain, recursive
 //!             doubling, trees) run over progress's point-to-point
 //!             operations in a context of their own; element types and
@@ -53,6 +56,7 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod calibrate;
 pub mod coll;
 mod comm;
 pub mod config;

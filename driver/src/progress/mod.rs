@@ -1273,7 +1273,7 @@ mod tests {
         use crate::transport::shm::{ShmLink, ShmOptions};
         map.attach(rank, std::process::id());
         let opt = ShmOptions {
-            cma: cfg.cma,
+            cma: (!cfg.cma_auto).then_some(cfg.cma),
             cma_min: cfg.cma_min,
             debug: false,
         };

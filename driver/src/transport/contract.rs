@@ -292,7 +292,7 @@ mod tests {
             || {
                 let map = Arc::new(JobMap::anon(2, &layout).expect("job memory"));
                 let opt = ShmOptions {
-                    cma: false,
+                    cma: Some(false),
                     cma_min: usize::MAX,
                     debug: false,
                 };

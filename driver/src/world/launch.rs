@@ -274,7 +274,8 @@ pub(crate) fn spawn_world(
     args: &[OsString],
 ) -> Result<(JobMap, Children)> {
     let job = new_job_id();
-    let (file, path) = JobMap::create_file(job, n, layout)?;
+    let (file, path) =
+        JobMap::create_file_with(job, n, layout, crate::calibrate::for_ranks(n, layout))?;
     let spawned = spawn_ranks(
         job,
         n,
@@ -454,7 +455,12 @@ impl Launcher {
         if !self.hosts.is_empty() {
             return self.run_remote(&layout, envs);
         }
-        let (file, path) = JobMap::create_file(self.job, self.n, &layout)?;
+        let (file, path) = JobMap::create_file_with(
+            self.job,
+            self.n,
+            &layout,
+            crate::calibrate::for_ranks(self.n, &layout),
+        )?;
         let spawned = spawn_ranks(
             self.job,
             self.n,

@@ -26,6 +26,7 @@ pub use crate::job as map;
 
 use super::{Kind, Liveness, MemDesc, Peek, PullStart, Transport, PEEK_LEN};
 use crate::error::Error;
+use crate::job::HostPaths;
 use crate::job::JobMap;
 use crate::sys;
 use std::os::fd::OwnedFd;
@@ -51,9 +52,8 @@ pub struct ShmLink {
     slot_bytes: usize,
     /// The peer's index in the mapping (for its pid).
     peer_local: usize,
-    /// Single-copy pulls enabled, from this many bytes.
-    cma: bool,
-    cma_min: usize,
+    /// The payload sizes pulled single-copy.
+    pulls: HostPaths,
     /// Cross-memory attach to this peer refused once: stream instead.
     no_cma: bool,
     /// Say so when cross-memory attach is refused.
@@ -75,9 +75,11 @@ unsafe impl Send for ShmLink {}
 /// Settings of a shared-memory link.
 #[derive(Debug, Clone, Copy)]
 pub struct ShmOptions {
-    /// Single-copy pulls (`process_vm_readv`).
-    pub cma: bool,
-    /// Smallest payload pulled single-copy.
+    /// Single-copy pulls (`process_vm_readv`) forced on (`Some(true)`) or
+    /// off, or `None`: as the host decided (the mapping's
+    /// [`paths`](JobMap::paths)).
+    pub cma: Option<bool>,
+    /// With single copy forced on, the smallest payload pulled.
     pub cma_min: usize,
     /// Report refused pulls on stderr.
     pub debug: bool,
@@ -96,6 +98,14 @@ impl ShmLink {
     ) -> Self {
         let (tx_line, tx_slot, tx_cell) = map.channel(me, peer);
         let (rx_line, rx_slot, rx_cell) = map.channel(peer, me);
+        let pulls = match opt.cma {
+            None => map.paths(),
+            Some(true) => HostPaths {
+                from: opt.cma_min as u64,
+                to: u64::MAX,
+            },
+            Some(false) => HostPaths::NEVER,
+        };
         let cell_min = match tx_cell {
             Some(_) => map.layout().cell_min as usize,
             None => usize::MAX,
@@ -110,8 +120,7 @@ impl ShmLink {
             cell_min,
             slot_bytes: map.layout().slot_bytes as usize,
             peer_local: peer,
-            cma: opt.cma,
-            cma_min: opt.cma_min,
+            pulls,
             no_cma: false,
             debug: opt.debug,
             rank,
@@ -128,6 +137,11 @@ impl ShmLink {
             self.pid = self.map.pid_slot(self.peer_local).load(Ordering::Acquire);
         }
         self.pid
+    }
+
+    /// The payload sizes this link pulls single-copy.
+    pub fn pulls(&self) -> HostPaths {
+        self.pulls
     }
 
     /// Whether single-copy pulls from this peer were refused.
@@ -271,7 +285,7 @@ impl Transport for ShmLink {
     }
 
     fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
-        if !self.cma || dst.len() < self.cma_min || self.no_cma {
+        if !self.pulls.pulls(dst.len()) || self.no_cma {
             return PullStart::Unsupported;
         }
         let pid = self.peer_pid();

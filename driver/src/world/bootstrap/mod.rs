@@ -43,7 +43,7 @@ pub(crate) struct Joined {
 
 pub(crate) fn shm_options(cfg: &Config) -> ShmOptions {
     ShmOptions {
-        cma: cfg.cma,
+        cma: (!cfg.cma_auto).then_some(cfg.cma),
         cma_min: cfg.cma_min,
         debug: debug_level() >= DebugLevel::Info,
     }
@@ -639,7 +639,11 @@ impl ThreadPlan {
     /// Prepares a world of `n` threads connected as `links` say.
     pub(crate) fn new(n: usize, links: Links, layout: &Layout) -> Result<Self> {
         if links == Links::Shm {
-            return Ok(Self::Shm(Arc::new(JobMap::anon(n, layout)?)));
+            return Ok(Self::Shm(Arc::new(JobMap::anon_with(
+                n,
+                layout,
+                crate::calibrate::for_ranks(n, layout),
+            )?)));
         }
         layout.validate()?;
         let hosts = match links {
@@ -651,7 +655,7 @@ impl ThreadPlan {
         let maps = (0..hosts)
             .map(|h| {
                 let k = host_of.iter().filter(|&&x| x == h).count().max(1);
-                JobMap::anon(k, layout).map(Arc::new)
+                JobMap::anon_with(k, layout, crate::calibrate::for_ranks(k, layout)).map(Arc::new)
             })
             .collect::<Result<Vec<_>>>()?;
         let mut listeners = Vec::with_capacity(n);
@@ -922,7 +926,12 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     // or not: the rounds are job-wide.
     let file_job = job_hash(&job, leader);
     let created = if rank == leader && local.len() > 1 {
-        Some(JobMap::create_file(file_job, local.len(), &layout))
+        Some(JobMap::create_file_with(
+            file_job,
+            local.len(),
+            &layout,
+            crate::calibrate::for_ranks(local.len(), &layout),
+        ))
     } else {
         None
     };
