@@ -281,6 +281,68 @@ pub fn line_ring_round_trip(cores: Option<(usize, usize)>, iters: u64) -> std::i
     )
 }
 
+/// A prototype of a **duplex** line ring, for issue 22's question whether
+/// an answer sharing the line of the message it answers reaches the
+/// one-line floor: `lines` lines (a power of two), each split in two
+/// 32-byte halves, one per direction (word 0 of a half is its flag, word 1
+/// an 8-byte payload). The k-th message of each direction goes into line
+/// k mod `lines`, so a reply lands in the line of its request. With one
+/// line it is a depth-one mailbox. Lock-step ping-pong only (no flow
+/// control: a real ring would keep the line ring's head and tail
+/// counters). Returns the median half round trip in ns.
+///
+/// # Errors
+/// As [`cache_line_round_trip`].
+pub fn duplex_ring_round_trip(
+    cores: Option<(usize, usize)>,
+    lines: u64,
+    iters: u64,
+) -> std::io::Result<f64> {
+    use tandem_core::sync::AtomicU64;
+    use tandem_core::sync::Ordering::{Acquire, Relaxed, Release};
+    assert!(lines.is_power_of_two(), "a power of two");
+    let side = |base: *mut u8, lead: bool| -> Box<dyn FnMut(u64)> {
+        // Half `h` (0: lead to other, 1: other to lead) of line `k`.
+        let half = move |k: u64, h: usize| -> &'static [AtomicU64; 2] {
+            // SAFETY: line k % lines lies inside the lines * 64-byte,
+            // page-aligned mapping, which outlives the closure; any bit
+            // pattern is a valid counter.
+            unsafe { &*(base.add(((k % lines) * 64) as usize + 32 * h) as *const [AtomicU64; 2]) }
+        };
+        let wait = |f: &AtomicU64, v: u64| {
+            while f.load(Acquire) != v {
+                std::hint::spin_loop();
+            }
+        };
+        Box::new(move |i: u64| {
+            let (out, inn) = if lead { (0, 1) } else { (1, 0) };
+            if lead {
+                let [flag, data] = half(i, out);
+                data.store(i, Relaxed);
+                flag.store(i, Release);
+            }
+            let [flag, data] = half(i, inn);
+            wait(flag, i);
+            let v = data.load(Relaxed);
+            if !lead {
+                let [flag, data] = half(i, out);
+                data.store(v, Relaxed);
+                flag.store(i, Release);
+            }
+        })
+    };
+    let batch = 64u64;
+    let rtt = forked_round_trips(
+        cores,
+        (lines * 64) as usize,
+        (iters / batch).max(16),
+        batch,
+        |b| side(b, true),
+        |b| side(b, false),
+    )?;
+    Ok(rtt / 2.0)
+}
+
 /// Single-thread `memcpy` bandwidth in GB/s (10^9 bytes copied per second)
 /// for buffers of `size` bytes, copying for about `budget`.
 pub fn memcpy_gbps(size: usize, budget: Duration) -> f64 {

@@ -24,7 +24,8 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use tandem_benches::c2c::{
-    cache_line_round_trip, line_ring_round_trip, memcpy_gbps, C2c, InlineC2c,
+    cache_line_round_trip, duplex_ring_round_trip, line_ring_round_trip, memcpy_gbps, C2c,
+    InlineC2c,
 };
 use tandem_benches::collperf::{self, parse_dtype, CollOpts};
 use tandem_benches::plot::{Figure, PlotOpts, Series};
@@ -67,6 +68,10 @@ options:
   --no-pin        do not pin ranks to cores
   --persistent    pingpong: through persistent requests (Scope::send_init,
                   recv_init), bound once per size, blocking send / recv
+                  (always from one buffer into another)
+  --separate      pingpong: send from one buffer, receive into another
+                  (osu_latency's pattern: the sent data stays clean in the
+                  sender's cache) instead of one buffer both ways
   -n N            collectives: ranks (default 2; more than the cores is
                   allowed, with a spin-then-yield wait, and labelled)
   --type T        collectives: float (default), double, half, bfloat16,
@@ -108,6 +113,9 @@ struct Opts {
     bw_axis: Option<String>,
     /// `pingpong`: through persistent requests bound once per size.
     persistent: bool,
+    /// `pingpong`: send from one buffer, receive into another (osu's
+    /// pattern; persistent requests always do).
+    separate: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -135,6 +143,7 @@ fn parse() -> Result<Opts, String> {
         title: "tandem-perf".into(),
         bw_axis: None,
         persistent: false,
+        separate: false,
     };
     // `--compare A.json B.json`: bare arguments after a --compare value
     // are more files to compare.
@@ -185,6 +194,7 @@ fn parse() -> Result<Opts, String> {
             "--json" => o.json = true,
             "--no-pin" => o.pin = false,
             "--persistent" => o.persistent = true,
+            "--separate" => o.separate = true,
             other => {
                 if !o.plot.take(other, &mut val)? {
                     return Err(format!("unknown option {other}"));
@@ -209,6 +219,9 @@ fn parse() -> Result<Opts, String> {
     }
     if o.persistent && o.cmd != "pingpong" {
         return Err("--persistent applies to pingpong only".into());
+    }
+    if o.separate && o.cmd != "pingpong" {
+        return Err("--separate applies to pingpong only".into());
     }
     Ok(o)
 }
@@ -260,6 +273,9 @@ fn cores(pin: bool) -> Option<(usize, usize)> {
 struct Limits {
     c2c: C2c,
     line_ring_rtt: f64,
+    /// The duplex line ring prototype's half round trip, ns: a ring of
+    /// 1024 lines, and one line (a depth-one mailbox).
+    duplex_ns: (f64, f64),
     memcpy: [(usize, f64); 3],
 }
 
@@ -274,11 +290,19 @@ fn measure_limits(pinned: Option<(usize, usize)>) -> Limits {
         eprintln!("tandem-perf: line-ring measurement failed: {e}");
         std::process::exit(1)
     });
+    let duplex = |lines| {
+        duplex_ring_round_trip(pinned, lines, 200_000).unwrap_or_else(|e| {
+            eprintln!("tandem-perf: duplex-ring measurement failed: {e}");
+            std::process::exit(1)
+        })
+    };
+    let duplex_ns = (duplex(1024), duplex(1));
     let memcpy =
         [64 << 10, 1 << 20, 64 << 20].map(|s| (s, memcpy_gbps(s, Duration::from_millis(300))));
     Limits {
         c2c,
         line_ring_rtt,
+        duplex_ns,
         memcpy,
     }
 }
@@ -290,11 +314,13 @@ fn describe(l: &Limits) -> String {
         .map(|(s, g)| format!("{} {g:.1} GB/s", fmt_size(*s)))
         .collect();
     format!(
-        "c2c: cross-process cache-line round trip {:.1} ns, one-way {:.1} ns (two lines, one per direction); one line both write: {:.1} ns one-way; bare line ring (core only) 8 B half round trip {:.1} ns; memcpy (1 thread): {}",
+        "c2c: cross-process cache-line round trip {:.1} ns, one-way {:.1} ns (two lines, one per direction); one line both write: {:.1} ns one-way; bare line ring (core only) 8 B half round trip {:.1} ns; duplex line ring (prototype, 8 B half round trip) {:.1} ns, one duplex line {:.1} ns; memcpy (1 thread): {}",
         l.c2c.rtt_ns,
         l.c2c.one_way_ns,
         l.c2c.one_line_ns,
         l.line_ring_rtt / 2.0,
+        l.duplex_ns.0,
+        l.duplex_ns.1,
         m.join(", ")
     )
 }
@@ -391,7 +417,7 @@ fn sweep_sizes(o: &Opts) {
         let mut samples = if bw {
             bandwidth_samples(&comm, &buf[..size], iters)
         } else {
-            pingpong_samples(&comm, &mut buf[..size], iters, o.persistent)
+            pingpong_samples(&comm, &mut buf[..size], iters, o.persistent, o.separate)
         };
         if me == 0 {
             let p50 = percentile(&mut samples, 50.0);
@@ -563,7 +589,7 @@ fn sweep_network(o: &Opts) {
         let mut samples = if bw {
             bandwidth_samples(&comm, &buf[..size], iters)
         } else {
-            pingpong_samples(&comm, &mut buf[..size], iters, o.persistent)
+            pingpong_samples(&comm, &mut buf[..size], iters, o.persistent, o.separate)
         };
         if me == 0 {
             let p50 = percentile(&mut samples, 50.0);
@@ -734,7 +760,13 @@ fn print_json(rows: &[Row]) {
 /// batches of 16 so reading the clock is negligible. With `persistent`,
 /// through a persistent send of `msg` and a persistent receive into a
 /// second buffer of its size, bound once.
-fn pingpong_samples(comm: &Comm, msg: &mut [u8], iters: u64, persistent: bool) -> Vec<f64> {
+fn pingpong_samples(
+    comm: &Comm,
+    msg: &mut [u8],
+    iters: u64,
+    persistent: bool,
+    separate: bool,
+) -> Vec<f64> {
     let (me, peer) = (comm.rank(), 1 - comm.rank());
     let warm = (iters / 10).max(2);
     let batch = if msg.len() <= 4096 { 16 } else { 1 };
@@ -771,6 +803,17 @@ fn pingpong_samples(comm: &Comm, msg: &mut [u8], iters: u64, persistent: bool) -
             Ok(())
         });
         or_fail(r.and_then(|r| r));
+    } else if separate {
+        let mut back = vec![0u8; msg.len()];
+        run(&mut || {
+            if me == 0 {
+                comm.send(msg, peer, 0)?;
+                comm.recv(&mut back, peer, 0).map(|_| ())
+            } else {
+                comm.recv(&mut back, peer, 0)?;
+                comm.send(msg, peer, 0)
+            }
+        });
     } else {
         run(&mut || {
             if me == 0 {
@@ -1024,11 +1067,13 @@ fn main() {
                     .map(|(s, g)| format!("{{\"size\": {s}, \"memcpy_gbps\": {g:.3}}}"))
                     .collect();
                 println!(
-                    "{{\"c2c_rtt_ns\": {:.2}, \"c2c_one_way_ns\": {:.2}, \"c2c_one_line_ns\": {:.2}, \"line_ring_half_rtt_ns\": {:.2}, \"memcpy\": [{}]}}",
+                    "{{\"c2c_rtt_ns\": {:.2}, \"c2c_one_way_ns\": {:.2}, \"c2c_one_line_ns\": {:.2}, \"line_ring_half_rtt_ns\": {:.2}, \"duplex_ring_half_rtt_ns\": {:.2}, \"duplex_line_half_rtt_ns\": {:.2}, \"memcpy\": [{}]}}",
                     l.c2c.rtt_ns,
                     l.c2c.one_way_ns,
                     l.c2c.one_line_ns,
                     l.line_ring_rtt / 2.0,
+                    l.duplex_ns.0,
+                    l.duplex_ns.1,
                     m.join(", ")
                 );
             } else {
