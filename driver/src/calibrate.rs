@@ -36,10 +36,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 use tandem_core::sync::{AtomicU64, Ordering};
 
-/// The cache-resident measuring size.
-pub const MID: usize = 256 * 1024;
-/// The memory-sized measuring size.
-pub const BIG: usize = 4 << 20;
+pub use crate::job::{per_byte, BIG, MID};
 /// A pull is chosen where it costs at most this times the stream.
 pub const TIE: f64 = 1.05;
 
@@ -62,28 +59,15 @@ pub struct Costs {
     pub stream_big: f64,
 }
 
-/// ns per byte at `n`: `mid` up to [`MID`], `big` from [`BIG`], linear in
-/// log2(n) between.
-fn rate(n: usize, mid: f64, big: f64) -> f64 {
-    if n <= MID {
-        return mid;
-    }
-    if n >= BIG {
-        return big;
-    }
-    let t = ((n as f64).log2() - (MID as f64).log2()) / ((BIG as f64).log2() - (MID as f64).log2());
-    mid + (big - mid) * t
-}
-
 impl Costs {
     /// The modelled time of a pull of `n` bytes, ns.
     pub fn pull_ns(&self, n: usize) -> f64 {
-        self.pull_fixed_ns + n as f64 * rate(n, self.pull_mid, self.pull_big)
+        self.pull_fixed_ns + n as f64 * per_byte(n, self.pull_mid, self.pull_big)
     }
 
     /// The modelled time of a stream of `n` bytes, ns.
     pub fn stream_ns(&self, n: usize) -> f64 {
-        self.stream_fixed_ns + n as f64 * rate(n, self.stream_mid, self.stream_big)
+        self.stream_fixed_ns + n as f64 * per_byte(n, self.stream_mid, self.stream_big)
     }
 }
 
@@ -135,6 +119,7 @@ pub fn choose(c: &Costs, eager_limit: usize) -> HostPaths {
             return HostPaths {
                 from: from as u64,
                 to: lo as u64,
+                stream_ps: stream_ps(c),
             };
         }
         last = n;
@@ -142,7 +127,14 @@ pub fn choose(c: &Costs, eager_limit: usize) -> HostPaths {
     HostPaths {
         from: from as u64,
         to: u64::MAX,
+        stream_ps: stream_ps(c),
     }
+}
+
+/// The stream's cost per byte at [`MID`] and [`BIG`] in picoseconds, as
+/// the job file keeps it.
+fn stream_ps(c: &Costs) -> [u32; 2] {
+    [c.stream_mid, c.stream_big].map(|v| (v * 1000.0).round().clamp(1.0, u32::MAX as f64) as u32)
 }
 
 /// Two cores of this process's affinity mask, if it has two.
@@ -464,6 +456,7 @@ mod tests {
         let p = HostPaths {
             from: 16385,
             to: 2 << 20,
+            stream_ps: [64, 75],
         };
         assert_eq!(p.to_string(), "single copy from 16385 B to 2 MiB");
     }

@@ -54,6 +54,7 @@ struct JobHeader {
     /// creator for every rank of the host.
     pull_from: u64,
     pull_to: u64,
+    stream_ps: [u32; 2],
 }
 
 const fn round_up(n: usize) -> usize {
@@ -210,6 +211,7 @@ impl JobMap {
         h.total_len = len as u64;
         h.pull_from = paths.from;
         h.pull_to = paths.to;
+        h.stream_ps = paths.stream_ps;
         map.flush()?;
         std::mem::forget(guard);
         Ok((file, path))
@@ -270,6 +272,7 @@ impl JobMap {
         let paths = HostPaths {
             from: h.pull_from,
             to: h.pull_to,
+            stream_ps: h.stream_ps,
         };
         Ok(Self {
             _backing: Backing::File(map),
@@ -438,24 +441,61 @@ pub fn new_job_id() -> u64 {
     }
 }
 
+/// The calibration's cache-resident measuring size.
+pub const MID: usize = 256 * 1024;
+/// The calibration's memory-sized measuring size.
+pub const BIG: usize = 4 << 20;
+
+/// ns per byte at `n` of a cost measured as `mid` at [`MID`] and `big` at
+/// [`BIG`]: `mid` below, `big` above, linear in log2(n) between.
+pub fn per_byte(n: usize, mid: f64, big: f64) -> f64 {
+    if n <= MID {
+        return mid;
+    }
+    if n >= BIG {
+        return big;
+    }
+    let t = ((n as f64).log2() - (MID as f64).log2()) / ((BIG as f64).log2() - (MID as f64).log2());
+    mid + (big - mid) * t
+}
+
 /// The sizes of rendezvous payload a receiver pulls single-copy on this
-/// host: `from..=to` (none when `from > to`). Decided once per host and job
-/// and kept in the job file.
+/// host: `from..=to` (none when `from > to`), and what streaming costs
+/// here, so that a link can tell a pull that went badly. Decided once per
+/// host and job and kept in the job file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostPaths {
     /// Smallest payload pulled.
     pub from: u64,
     /// Largest payload pulled.
     pub to: u64,
+    /// A stream's cost per byte at [`MID`] and at [`BIG`], in picoseconds
+    /// (0: not measured; then pulls are never second-guessed).
+    pub stream_ps: [u32; 2],
 }
 
 impl HostPaths {
     /// Never pull: stream every rendezvous payload.
-    pub const NEVER: Self = Self { from: 1, to: 0 };
+    pub const NEVER: Self = Self {
+        from: 1,
+        to: 0,
+        stream_ps: [0, 0],
+    };
 
     /// Whether a payload of `n` bytes is pulled.
     pub fn pulls(&self, n: usize) -> bool {
         (self.from..=self.to).contains(&(n as u64))
+    }
+
+    /// What streaming `n` bytes through `slot`-byte slots is expected to
+    /// cost here, in ns (`None` if not measured): the clear-to-send's extra
+    /// handshake through the engines (~0.5 us), the bytes at the measured
+    /// pipelined rate, and the first slot once more (the pipeline's fill:
+    /// its two copies cannot overlap).
+    pub fn stream_ns(&self, n: usize, slot: usize) -> Option<f64> {
+        let [mid, big] = self.stream_ps.map(|p| p as f64 / 1000.0);
+        let r = per_byte(n, mid, big);
+        (mid > 0.0 && big > 0.0).then(|| 500.0 + (n + n.min(slot)) as f64 * r)
     }
 }
 
@@ -495,6 +535,7 @@ mod tests {
         let chosen = HostPaths {
             from: 100_000,
             to: 200_000,
+            stream_ps: [64, 75],
         };
         let (file, path) = JobMap::create_file_with(job, 3, &Layout::default(), chosen).unwrap();
         let maps: Vec<_> = (0..3)

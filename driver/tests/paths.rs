@@ -137,3 +137,46 @@ fn counters_tell_pulled_from_streamed() {
         );
     }
 }
+
+/// With the default configuration a rank follows its host's calibrated
+/// decision: a payload in the chosen range is pulled (where the kernel
+/// allows it), one outside it streamed.
+#[test]
+fn the_default_follows_the_hosts_calibration() {
+    let layout = Layout::default();
+    let paths = tandem_driver::calibrate::host_paths(&layout);
+    let allowed = cma_allowed();
+    let sizes = [16 * 1024, 256 * 1024, 8 << 20];
+    let cfg = Config {
+        wait: WaitPolicy::BUSY,
+        ..Config::default()
+    };
+    assert!(cfg.cma_auto, "calibrated by default");
+    let out = Comm::threads(2, &layout, cfg, |comm| {
+        let mut seen = Vec::new();
+        for n in sizes {
+            let mut buf = vec![2u8; n];
+            let before = comm.counters();
+            if comm.rank() == 0 {
+                comm.send(&buf, 1, 0)?;
+            } else {
+                comm.recv(&mut buf, 0, 0)?;
+            }
+            let after = comm.counters();
+            seen.push((
+                after.pulled - before.pulled,
+                after.streamed - before.streamed,
+            ));
+        }
+        Ok(seen)
+    });
+    let seen = out[1].as_ref().expect("rank 1");
+    for (n, got) in sizes.into_iter().zip(seen) {
+        let want = if paths.pulls(n) && allowed {
+            (1, 0)
+        } else {
+            (0, 1)
+        };
+        assert_eq!(*got, want, "{n} bytes with {paths}");
+    }
+}

@@ -13,9 +13,11 @@
 //!   header finds the payload published (the cell's release is ordered
 //!   before the line's);
 //! * a rendezvous payload is either pulled **single-copy** by the receiver
-//!   with `process_vm_readv` (Linux cross-memory attach, `TANDEM_CMA=1`),
-//!   or streamed by the sender through the slot ring, cut into slot-sized
-//!   chunks and pipelined.
+//!   with `process_vm_readv` (Linux cross-memory attach), or streamed by
+//!   the sender through the slot ring, cut into slot-sized chunks and
+//!   pipelined: pulled in the size range the host's calibration chose
+//!   ([`crate::calibrate`], kept in the job file), unless `TANDEM_CMA`
+//!   forces one way.
 //!
 //! A peer's death is seen through a pidfd: the kernel makes it readable
 //! when the process exits.
@@ -54,6 +56,8 @@ pub struct ShmLink {
     peer_local: usize,
     /// The payload sizes pulled single-copy.
     pulls: HostPaths,
+    /// How this link's pulls have fared against streaming, per size class.
+    adapt: PullAdapt,
     /// Cross-memory attach to this peer refused once: stream instead.
     no_cma: bool,
     /// Say so when cross-memory attach is refused.
@@ -103,6 +107,7 @@ impl ShmLink {
             Some(true) => HostPaths {
                 from: opt.cma_min as u64,
                 to: u64::MAX,
+                stream_ps: [0, 0],
             },
             Some(false) => HostPaths::NEVER,
         };
@@ -121,6 +126,7 @@ impl ShmLink {
             slot_bytes: map.layout().slot_bytes as usize,
             peer_local: peer,
             pulls,
+            adapt: PullAdapt::default(),
             no_cma: false,
             debug: opt.debug,
             rank,
@@ -194,6 +200,66 @@ impl ShmLink {
     #[inline(always)]
     pub(crate) fn consume_line(&mut self) {
         self.rx_line.consume_peeked_line();
+    }
+}
+
+/// How a link's pulls fare against what streaming costs on the host, per
+/// size class (log2 of the payload). The calibration models a sender's
+/// buffer that stays in memory as it was; a program that writes its
+/// buffer right before each send leaves the lines dirty in the sender's
+/// cache, and pulling those across can be slower than having the sender
+/// stream them (1.5x on the Intel guest at 64 KiB-1 MiB). So: two pulls in
+/// a row in a class that took longer than [`SLOW`] times the host's stream
+/// estimate send the next [`AVOID`] payloads of that class down the
+/// stream, then one is pulled again to see whether the pattern changed.
+struct PullAdapt {
+    /// Streams left before the next probing pull, per class.
+    avoid: [u8; 64],
+    /// Slow pulls in a row, per class.
+    slow: [u8; 64],
+}
+
+impl Default for PullAdapt {
+    fn default() -> Self {
+        Self {
+            avoid: [0; 64],
+            slow: [0; 64],
+        }
+    }
+}
+
+/// A pull is slow above this times the stream's estimate.
+const SLOW: f64 = 1.15;
+/// Payloads of a class streamed after two slow pulls.
+const AVOID: u8 = 63;
+
+impl PullAdapt {
+    fn class(n: usize) -> usize {
+        n.max(1).ilog2() as usize
+    }
+
+    /// Whether the next payload of `n` bytes is pulled.
+    fn pull_next(&mut self, n: usize) -> bool {
+        let a = &mut self.avoid[Self::class(n)];
+        if *a > 0 {
+            *a -= 1;
+            return false;
+        }
+        true
+    }
+
+    /// A pull of `n` bytes took `ns`; streaming is estimated at `stream`.
+    fn pulled(&mut self, n: usize, ns: f64, stream: f64) {
+        let c = Self::class(n);
+        if ns > SLOW * stream {
+            self.slow[c] += 1;
+            if self.slow[c] >= 2 {
+                self.slow[c] = 0;
+                self.avoid[c] = AVOID;
+            }
+        } else {
+            self.slow[c] = 0;
+        }
     }
 }
 
@@ -285,12 +351,19 @@ impl Transport for ShmLink {
     }
 
     fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
-        if !self.pulls.pulls(dst.len()) || self.no_cma {
+        let n = dst.len();
+        if !self.pulls.pulls(n) || self.no_cma || !self.adapt.pull_next(n) {
             return PullStart::Unsupported;
         }
         let pid = self.peer_pid();
+        let t = std::time::Instant::now();
         match sys::cma_read(pid, remote.addr, dst) {
-            Ok(()) => PullStart::Done,
+            Ok(()) => {
+                if let Some(stream) = self.pulls.stream_ns(n, self.slot_bytes) {
+                    self.adapt.pulled(n, t.elapsed().as_nanos() as f64, stream);
+                }
+                PullStart::Done
+            }
             Err(e) => {
                 self.no_cma = true;
                 if self.debug {
@@ -325,5 +398,55 @@ impl Transport for ShmLink {
 
     fn route(&self) -> super::Route {
         super::Route::Shm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The decisions of `n` payloads of 64 KiB whose pulls take `pull` ns
+    /// against a stream estimate of 10 us: `true` = pulled.
+    fn run(pull: f64, n: usize) -> Vec<bool> {
+        let mut a = PullAdapt::default();
+        (0..n)
+            .map(|_| {
+                let p = a.pull_next(65536);
+                if p {
+                    a.pulled(65536, pull, 10_000.0);
+                }
+                p
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fast_pulls_keep_pulling() {
+        assert!(run(5_000.0, 500).iter().all(|&p| p));
+    }
+
+    #[test]
+    fn slow_pulls_stream_then_probe_again() {
+        let d = run(15_000.0, 2 + 63 + 2 + 63 + 1);
+        assert!(d[0] && d[1], "two pulls to learn");
+        assert!(d[2..65].iter().all(|&p| !p), "then 63 streamed");
+        assert!(d[65] && d[66], "then probing pulls (still slow)");
+        assert!(d[67..130].iter().all(|&p| !p), "streamed again");
+        assert!(d[130], "and probing again");
+    }
+
+    #[test]
+    fn one_slow_pull_is_not_enough_and_classes_are_apart() {
+        let mut a = PullAdapt::default();
+        assert!(a.pull_next(65536));
+        a.pulled(65536, 50_000.0, 10_000.0);
+        assert!(a.pull_next(65536));
+        a.pulled(65536, 5_000.0, 10_000.0);
+        assert!(a.pull_next(65536), "a fast pull resets the count");
+        for _ in 0..2 {
+            a.pulled(1 << 20, 1e9, 10_000.0);
+        }
+        assert!(!a.pull_next(1 << 20), "1 MiB now streams");
+        assert!(a.pull_next(65536), "64 KiB still pulls");
     }
 }
