@@ -3,7 +3,8 @@
 //! in the L1 cache and no other core is involved. What it prints is pure
 //! engine work per send + receive (BENCHMARKS.md, "Small messages").
 //! With `persistent` as the second argument, through a persistent send and
-//! a persistent receive bound once.
+//! a persistent receive bound once. Settings from the environment
+//! (`TANDEM_RECORDER=0`: the flight recorder off).
 //!
 //! `cargo run --release -p tandem-driver --example engine_overhead -- 2000000 [persistent]`
 
@@ -15,7 +16,8 @@ fn main() -> Result<(), tandem_driver::Error> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2_000_000);
     let persistent = std::env::args().nth(2).as_deref() == Some("persistent");
-    let mut out = Comm::threads(1, &Layout::default(), Config::default(), |comm| {
+    let cfg = Config::from_env()?;
+    let mut out = Comm::threads(1, &Layout::default(), cfg, |comm| {
         let mut back = [0u8; 8];
         let t = std::time::Instant::now();
         if persistent {

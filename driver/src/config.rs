@@ -775,7 +775,19 @@ pub struct Config {
     pub net: NetConfig,
     /// RDMA links: device, port, GID, rendezvous, retries.
     pub rdma: RdmaConfig,
+    /// Events the flight recorder keeps, the last ones (`TANDEM_RECORDER`;
+    /// default 4096, rounded up to a power of two; 0 switches it off).
+    pub recorder: usize,
+    /// Where each rank writes its flight recorder as a trace
+    /// (`dir/rank-<r>.json`, Chrome / Perfetto trace-event JSON) when its
+    /// communicator ends and when an operation fails with a timeout,
+    /// deadlock or lost peer (`TANDEM_TRACE=dir`; default none).
+    /// [`Comm::write_trace`](crate::Comm::write_trace) writes one on demand.
+    pub trace_dir: Option<std::path::PathBuf>,
 }
+
+/// Events a rank's flight recorder keeps by default (`TANDEM_RECORDER`).
+pub const DEFAULT_EVENTS: usize = 4096;
 
 impl Default for Config {
     fn default() -> Self {
@@ -791,6 +803,8 @@ impl Default for Config {
             coll: CollConfig::default(),
             net: NetConfig::default(),
             rdma: RdmaConfig::default(),
+            recorder: DEFAULT_EVENTS,
+            trace_dir: None,
         }
     }
 }
@@ -818,6 +832,10 @@ impl Config {
             coll: CollConfig::from_env()?,
             net: NetConfig::from_env()?,
             rdma: RdmaConfig::from_env()?,
+            recorder: env_num("TANDEM_RECORDER")?.unwrap_or(d.recorder),
+            trace_dir: std::env::var_os("TANDEM_TRACE")
+                .filter(|v| !v.is_empty())
+                .map(Into::into),
         };
         let (cma, cma_min) = (env_num::<u8>("TANDEM_CMA")?, env_num("TANDEM_CMA_MIN")?);
         if cma.is_some() || cma_min.is_some() {
@@ -889,6 +907,20 @@ impl Config {
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn coll(mut self, c: CollConfig) -> Self {
         self.coll = c;
+        self
+    }
+
+    /// Sets how many events the flight recorder keeps (0: off).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn recorder(mut self, events: usize) -> Self {
+        self.recorder = events;
+        self
+    }
+
+    /// Sets the directory traces are written to at the end and on failure.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn trace_dir(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.trace_dir = dir;
         self
     }
 

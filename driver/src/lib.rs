@@ -24,7 +24,8 @@
 //!             operations in a context of their own; element types and
 //!             reduction kernels
 //! progress    drives core::proto for every transport: user buffers,
-//!             post / take / withdraw, dispatch of the engine's actions
+//!             post / take / withdraw, dispatch of the engine's actions,
+//!             the flight recorder
 //! transport   per peer: shm (line ring, eager cells, slot ring, CMA,
 //!             pidfd) | tcp | rdma (over the tandem-fabric crate: the soft
 //!             NIC, verbs)
@@ -78,8 +79,9 @@ pub use comm::{
 };
 pub use config::{
     CollConfig, Config, Layout, NetConfig, RdmaConfig, Rendezvous, TransportChoice, WaitPolicy,
+    DEFAULT_EVENTS,
 };
 pub use error::{Error, ErrorClass, IoError, OpKind, Result, Wait};
 pub use half::{bf16, f16};
-pub use progress::{Status, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};
+pub use progress::{Status, MARK_LEN, MAX_CONTEXTS, MAX_MESSAGE, TAG_UB};
 pub use world::bootstrap::Links;

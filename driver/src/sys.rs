@@ -255,3 +255,65 @@ pub(crate) fn child_of(cmd: &mut std::process::Command, keep: Option<RawFd>, par
         });
     }
 }
+
+/// The CPU's time-stamp counter where it ticks at a constant rate on every
+/// core (x86-64 with `constant_tsc` and `nonstop_tsc`, which
+/// [`tsc_usable`] checks once): one instruction, for the flight recorder's
+/// timestamps. Elsewhere `CLOCK_MONOTONIC` in nanoseconds.
+#[inline(always)]
+pub(crate) fn ticks(tsc: bool) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if tsc {
+        // SAFETY: RDTSC exists on every x86-64 CPU and reads a counter.
+        return unsafe { core::arch::x86_64::_rdtsc() };
+    }
+    let _ = tsc;
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Whether [`ticks`] may use the time-stamp counter here.
+pub(crate) fn tsc_usable() -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let flags = info.lines().find(|l| l.starts_with("flags")).unwrap_or("");
+        let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+        has("constant_tsc") && has("nonstop_tsc")
+    })
+}
+
+/// The clock `id` (`CLOCK_MONOTONIC`, `CLOCK_REALTIME`) in nanoseconds.
+pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: one valid timespec to fill; both clocks always exist.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Makes `handler` run on signal `sig` (`sigaction`, restarting
+/// interrupted system calls). The handler must be async-signal-safe.
+pub(crate) fn on_signal(
+    sig: libc::c_int,
+    handler: extern "C" fn(libc::c_int),
+) -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
+    // the handler is a plain function the caller promises is
+    // async-signal-safe; sigaction only reads `act`.
+    let r = unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler as usize;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(sig, &act, std::ptr::null_mut())
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

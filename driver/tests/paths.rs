@@ -180,3 +180,33 @@ fn the_default_follows_the_hosts_calibration() {
         assert_eq!(*got, want, "{n} bytes with {paths}");
     }
 }
+
+/// A busy-polling receive whose message never comes still reaches its
+/// deadline: the receive fast path hands over to the general path (which
+/// has the deadline) after a bounded number of polls, whatever the spin
+/// setting. Before, `WaitPolicy::BUSY` (spin `u32::MAX`) kept a blocking
+/// receive in the fast path for ever, and a rendezvous arrival made its
+/// poll count wrap around instead of ending the fast path.
+#[test]
+fn a_busy_receive_still_reaches_its_deadline() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let cfg = Config {
+            wait: WaitPolicy::BUSY,
+            timeout: std::time::Duration::from_millis(300),
+            ..Config::default()
+        };
+        let out = Comm::threads(2, &Layout::default(), cfg, |comm| {
+            if comm.rank() == 1 {
+                let mut b = [0u8; 8];
+                return Ok(Some(comm.recv(&mut b, 0, 7).map(|_| ())));
+            }
+            Ok(None)
+        });
+        let _ = tx.send(format!("{:?}", out[1]));
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a busy receive with no sender must fail by its deadline, not spin for ever");
+    assert!(got.contains("Timeout") || got.contains("Deadlock"), "{got}");
+}

@@ -9,7 +9,7 @@
 //! advances every collective in flight, so they complete in any order of
 //! waiting.
 
-use super::{explain, Comm, Scope, Waiter, FAST_POLLS};
+use super::{explain, Comm, Scope, Waiter};
 use crate::coll::exec::{mismatch, Call, InlineKey, Program, Table, Ticket, FAST_MAX};
 use crate::coll::Algorithm;
 use crate::coll::{plan, types::not_applicable, CollConfig, Collective, Element, ReduceOp, Shape};
@@ -17,7 +17,7 @@ use crate::config::{debug_level, DebugLevel};
 use crate::error::OpKind;
 use crate::error::{Error, Result};
 use crate::progress::MAX_CONTEXTS;
-use crate::progress::{delivered, Fast, Status};
+use crate::progress::{Code, Status};
 use std::time::{Duration, Instant};
 
 /// The collective context of user context `ctx`: the upper half.
@@ -288,32 +288,9 @@ impl Comm {
     /// A receive polled for on the link while the wait policy spins, then
     /// posted and waited for with the deadlines.
     fn recv_fast(&self, buf: &mut [u8], peer: usize, ctx: u16, tag: u32) -> Result<Result<Status>> {
-        let spins = self.sh.cfg.wait.spin.max(FAST_POLLS);
-        let mut polls = 0;
-        let mut idle = 0;
-        'fast: while polls < spins {
-            let mut e = self.engine();
-            for _ in 0..FAST_POLLS {
-                match e.try_recv_now(buf, peer, ctx, tag) {
-                    Fast::Done(st) => {
-                        self.sh.waits.add_polls(idle);
-                        return Ok(delivered(st, buf.len()));
-                    }
-                    // (An arrival progress took off the link already is
-                    // a fallback: the engine checks.)
-                    Fast::NotYet => {
-                        idle += 1;
-                        std::hint::spin_loop()
-                    }
-                    _ => break 'fast,
-                }
-            }
-            if e.in_use() > 0 {
-                e.progress();
-            }
-            polls += FAST_POLLS;
+        if let Some(r) = self.recv_polled(buf, peer, ctx, tag) {
+            return Ok(r);
         }
-        self.sh.waits.add_polls(idle);
         let id = self.engine().post_recv(buf, peer as u32, ctx, tag, 0)?;
         Ok(self.wait_one(id, OpKind::Recv))
     }
@@ -332,6 +309,7 @@ impl Comm {
                     return r;
                 }
                 if w.slow_path_due() {
+                    w.answer_signal(&e);
                     // A wait past the first polls: receives polled for are
                     // posted, so peer deaths and timeouts see them.
                     st.table.unfast(&mut e);
@@ -421,6 +399,17 @@ impl Comm {
     }
 
     fn coll_blocking<T: Element>(&self, shape: Shape, b: Bufs) -> Result<()> {
+        let bytes = b.src_len.max(b.dst_len);
+        self.record_coll(Code::CollBegin, &shape, bytes);
+        let r = self.coll_blocking_unrecorded::<T>(shape, b);
+        self.record_coll(Code::CollEnd, &shape, bytes);
+        if let Err(e) = &r {
+            self.failed(e);
+        }
+        r
+    }
+
+    fn coll_blocking_unrecorded<T: Element>(&self, shape: Shape, b: Bufs) -> Result<()> {
         if let Some(r) = self.coll_repeat(shape, &b) {
             return r;
         }

@@ -14,6 +14,7 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 mod collective;
 mod persistent;
 mod raw;
+mod trace;
 mod typed;
 pub use collective::CollRequest;
 use collective::{CollState, COLL_CTX};
@@ -25,6 +26,12 @@ pub type Tag = u32;
 
 /// Polls of the fast receive path per lock hold.
 const FAST_POLLS: u32 = 64;
+
+/// Most polls of the fast receive path before a blocking receive is
+/// posted (milliseconds): past that a wait goes through the general path,
+/// whose deadline and peer checks it needs, whatever the spin setting
+/// ([`WaitPolicy::BUSY`](crate::WaitPolicy::BUSY) spins without end).
+const FAST_SPIN_MAX: u32 = 1 << 20;
 
 /// Receive from any source (MPI's `MPI_ANY_SOURCE`).
 pub const ANY_SOURCE: usize = usize::MAX;
@@ -42,6 +49,8 @@ struct Shared {
     children: Mutex<Option<Children>>,
     /// What this rank's blocking calls spent waiting ([`Comm::counters`]).
     waits: WaitCounts,
+    /// The count of trace signals this rank has answered.
+    signals_seen: AtomicU64,
 }
 
 /// What one rank did, from [`Comm::counters`]: a test or a benchmark can
@@ -351,6 +360,7 @@ impl Comm {
             proxy: Proxy::default(),
             children: Mutex::new(None),
             waits: WaitCounts::default(),
+            signals_seen: AtomicU64::new(0),
         });
         if let Some(core) = sh.cfg.proxy_core {
             sh.proxy
@@ -552,13 +562,7 @@ impl Comm {
     }
 
     fn engine(&self) -> SpinGuard<'_, Engine> {
-        self.sh.engine.lock_with(|attempt| {
-            if attempt < 1000 {
-                std::hint::spin_loop()
-            } else {
-                std::thread::yield_now()
-            }
-        })
+        self.sh.engine()
     }
 
     fn check_send_tag(tag: Tag) -> Result<()> {
@@ -697,41 +701,53 @@ impl Comm {
     #[inline(never)]
     fn recv_waiting(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
-            // Fast path while spinning: poll the source's line ring directly;
-            // no operation is recorded. Anything unusual (a rendezvous, a
-            // posted receive ahead, a long wait) takes the general path,
-            // which has the deadlines and diagnostics.
-            let spins = self.sh.cfg.wait.spin.max(FAST_POLLS);
-            let mut polls = 0;
-            let mut idle = 0;
-            while polls < spins {
-                let mut e = self.engine();
-                for _ in 0..FAST_POLLS {
-                    match e.try_recv_now(buf, src, self.ctx, tag) {
-                        Fast::Done(st) => {
-                            self.sh.waits.add_polls(idle);
-                            return delivered(st, buf.len());
-                        }
-                        Fast::NotYet => {
-                            idle += 1;
-                            std::hint::spin_loop()
-                        }
-                        Fast::Fallback => {
-                            polls = spins;
-                            break;
-                        }
-                    }
-                }
-                if e.in_use() > 0 {
-                    // Others' operations need progress too.
-                    e.progress();
-                }
-                polls += FAST_POLLS;
+            if let Some(r) = self.recv_polled(buf, src, self.ctx, tag) {
+                return r;
             }
-            self.sh.waits.add_polls(idle);
         }
         let id = self.post_recv(buf, src, tag, 0)?;
         self.wait_one(id, OpKind::Recv)
+    }
+
+    /// The receive fast path while spinning: polls `src`'s line ring
+    /// directly, no operation recorded, for the wait policy's spin but at
+    /// most [`FAST_SPIN_MAX`] polls. `None`: post the receive and wait on
+    /// the general path, which has the deadlines and diagnostics; that is
+    /// also where anything unusual goes (a rendezvous, a posted receive
+    /// ahead, a stored message).
+    fn recv_polled(
+        &self,
+        buf: &mut [u8],
+        src: usize,
+        ctx: u16,
+        tag: Tag,
+    ) -> Option<Result<Status>> {
+        let spins = self.sh.cfg.wait.spin.clamp(FAST_POLLS, FAST_SPIN_MAX);
+        let mut polls = 0;
+        let mut idle = 0;
+        'fast: while polls < spins {
+            let mut e = self.engine();
+            for _ in 0..FAST_POLLS {
+                match e.try_recv_now(buf, src, ctx, tag) {
+                    Fast::Done(st) => {
+                        self.sh.waits.add_polls(idle);
+                        return Some(delivered(st, buf.len()));
+                    }
+                    Fast::NotYet => {
+                        idle += 1;
+                        std::hint::spin_loop()
+                    }
+                    Fast::Fallback => break 'fast,
+                }
+            }
+            if e.in_use() > 0 {
+                // Others' operations need progress too.
+                e.progress();
+            }
+            polls += FAST_POLLS;
+        }
+        self.sh.waits.add_polls(idle);
+        None
     }
 
     /// Sends `sbuf` to `dst` and receives into `rbuf` from `src` at once,
@@ -977,6 +993,7 @@ impl Comm {
                 return r;
             }
         }
+        trace::wait_begins(&mut self.engine(), id);
         let mut w = Waiter::new(&self.sh);
         let r = loop {
             {
@@ -987,6 +1004,7 @@ impl Comm {
                 }
                 self.drive_collectives(&mut e);
                 if w.slow_path_due() {
+                    w.answer_signal(&e);
                     if let Err(err) = w.check(&mut e, id, kind, self.ctx) {
                         e.withdraw(id, &err);
                         break Err(err);
@@ -997,8 +1015,15 @@ impl Comm {
         };
         // A wait that failed stays published: the peer it deadlocked with
         // may not have reached its own deadline yet and names it then.
-        if w.published.is_some() && r.is_ok() {
-            self.engine().publish_wait(None);
+        {
+            let mut e = self.engine();
+            trace::wait_ends(&mut e);
+            if w.published.is_some() && r.is_ok() {
+                e.publish_wait(None);
+            }
+        }
+        if let Err(e) = &r {
+            self.failed(e);
         }
         r
     }
@@ -1074,8 +1099,22 @@ impl Drop for Comm {
     }
 }
 
+impl Shared {
+    /// The engine, locked (spinning, then yielding).
+    fn engine(&self) -> SpinGuard<'_, Engine> {
+        self.engine.lock_with(|attempt| {
+            if attempt < 1000 {
+                std::hint::spin_loop()
+            } else {
+                std::thread::yield_now()
+            }
+        })
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
+        self.trace_at_end("at the end");
         if let Some(c) = self
             .children
             .get_mut()
@@ -1115,6 +1154,9 @@ fn on_threads<R: Send>(
 
 /// Tracks one wait: spin, then yield, then park; stall timeout; peer checks.
 struct Waiter<'a> {
+    /// The rank's shared state (a trace asked for by signal is answered
+    /// from a wait).
+    sh: &'a Shared,
     /// Where the wait's polls, yields and sleeps are counted.
     counts: &'a WaitCounts,
     policy: crate::config::WaitPolicy,
@@ -1210,6 +1252,7 @@ impl<'a> Waiter<'a> {
     fn new(sh: &'a Shared) -> Self {
         let cfg = &sh.cfg;
         Self {
+            sh,
             counts: &sh.waits,
             policy: cfg.wait,
             timeout: cfg.timeout,
@@ -1224,6 +1267,12 @@ impl<'a> Waiter<'a> {
 
     fn spin_phase(&self) -> bool {
         self.iter < self.policy.spin as u64
+    }
+
+    /// Writes the trace if a signal asked for one since this rank last
+    /// looked ([`Comm::trace_on_signal`]).
+    fn answer_signal(&self, e: &Engine) {
+        self.sh.answer_signal(e);
     }
 
     /// While spinning, look at the clock only every 4096 polls.

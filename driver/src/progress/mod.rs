@@ -28,6 +28,7 @@
 //! attach, an RDMA READ) while the send that owns it is still pending.
 
 mod buffers;
+mod recorder;
 #[cfg(test)]
 mod sim_tests;
 
@@ -46,6 +47,8 @@ use tandem_core::proto::{
 use tandem_core::sync::Ordering;
 use tandem_core::wire::{Header, Kind, Limits, HEADER_LEN};
 
+pub use recorder::MARK_LEN;
+pub(crate) use recorder::{phase_byte, word, write_trace_file, Code, Whoami};
 pub use tandem_core::proto::{ANY_SOURCE, ANY_TAG, TAG_UB};
 
 /// What a completed operation reports.
@@ -151,6 +154,8 @@ pub(crate) struct Engine {
     /// (cross-memory attach, RDMA READ), and those streamed by the sender.
     pub(crate) pulled: u64,
     pub(crate) streamed: u64,
+    /// The flight recorder.
+    pub(crate) rec: recorder::Recorder,
 }
 
 impl Drop for Engine {
@@ -251,6 +256,7 @@ impl Engine {
             board,
             pulled: 0,
             streamed: 0,
+            rec: recorder::Recorder::new(cfg.recorder),
         })
     }
 
@@ -328,6 +334,8 @@ impl Engine {
             .post_send(dst as u32, ctx, tag, buf.len() as u64, sync)
             .map_err(|e| self.proto_err(e))?;
         self.side[h.index()] = UserBuf::send(buf, scope);
+        let w = word(sync as u8, ctx, tag);
+        self.rec.add(Code::PostSend, w, 0, dst, buf.len() as u64);
         self.progress_tx(dst);
         Ok(h)
     }
@@ -350,6 +358,9 @@ impl Engine {
             .post_recv(src, ctx, tag, buf.len() as u64)
             .map_err(|e| self.proto_err(e))?;
         self.side[h.index()] = UserBuf::recv(buf, scope);
+        let w = word(0, ctx, tag);
+        self.rec
+            .add(Code::PostRecv, w, 0, src as usize, buf.len() as u64);
         if let Some(c) = copy {
             let n = c.len as usize;
             let at = c.slot * self.eager_limit;
@@ -382,6 +393,7 @@ impl Engine {
                 let [b0, b1, b2] = small_words(buf);
                 let wrote = l.send_line(&[h0, h1, h2, h3, b0, b1, b2]);
                 debug_assert!(wrote, "room was checked");
+                self.rec.wire(Code::Sent, h0, h1, dst, h2);
                 return true;
             }
         }
@@ -405,6 +417,8 @@ impl Engine {
         };
         let wrote = ch.link.try_send(&h.encode(), buf);
         debug_assert!(wrote, "room was checked");
+        let [h0, h1, ..] = h.words();
+        self.rec.wire(Code::Sent, h0, h1, dst, h.len);
         true
     }
 
@@ -447,6 +461,7 @@ impl Engine {
                 small_copy(&mut buf[..n], &line[HEADER_LEN..HEADER_LEN + n]);
                 let mtag = (w0 >> 32) as u32;
                 l.consume_line();
+                self.rec.wire(Code::Arrived, w0, w1, src, len as u64);
                 if owed {
                     self.return_credit(src);
                 }
@@ -515,6 +530,8 @@ impl Engine {
         }
         let n = len.min(buf.len());
         ch.link.consume(&line, len, &mut buf[..n]);
+        self.rec
+            .wire(Code::Arrived, ld8(&line, 0), ld8(&line, 8), src, len as u64);
         if self.proto.credit_owed(src as u32) {
             // A credit return is due (a receiver that never answers).
             self.progress_tx(src);
@@ -633,6 +650,8 @@ impl Engine {
             if !ok {
                 break;
             }
+            self.rec
+                .wire(Code::Sent, ld8(&hb, 0), ld8(&hb, 8), p, ld8(&hb, 16));
             if let TxWhat::Cts(h) = tx.what {
                 ch.rx_streams.push_back(Stream {
                     op: Some(h),
@@ -747,6 +766,8 @@ impl Engine {
                 if !ch.link.body_ready(body) {
                     break;
                 }
+                self.rec
+                    .wire(Code::Arrived, ld8(&first, 0), ld8(&first, 8), p, h.len);
                 let desc = if body == DESC_LEN && matches!(kind, Kind::Rts | Kind::Cts) {
                     let mut d = [0u8; DESC_LEN];
                     d.copy_from_slice(&first[HEADER_LEN..]);
@@ -842,6 +863,7 @@ impl Engine {
                 PullStart::Done => {
                     self.side[pl.op.index()].moved = n;
                     self.pulled += 1;
+                    self.rec.add(Code::Pulled, 0, 0, p, n as u64);
                     self.proto.pull_done(pl.op, true);
                 }
                 PullStart::Pending => {
@@ -859,6 +881,7 @@ impl Engine {
                 }
                 PullStart::Unsupported => {
                     self.streamed += 1;
+                    self.rec.add(Code::Streamed, 0, 0, p, n as u64);
                     self.proto.pull_done(pl.op, false)
                 }
             }
@@ -918,6 +941,7 @@ impl Engine {
         if self.debug {
             eprintln!("tandem[{}]: link from/to rank {p} fails: {e}", self.rank);
         }
+        self.rec.add(Code::LinkFailed, 0, 0, p, 0);
         let ch = &mut self.peers[p];
         if ch.broken.is_none() {
             ch.broken = Some(e);
@@ -962,6 +986,13 @@ impl Engine {
             Taken::Done(r) => {
                 self.unregister(id);
                 self.side[id.index()] = UserBuf::EMPTY;
+                match &r {
+                    Ok(s) => {
+                        let w = word(0, 0, s.tag);
+                        self.rec.add(Code::Done, w, 0, s.source as usize, s.len)
+                    }
+                    Err(_) => self.rec.add(Code::Failed, 0, 0, 0, 0),
+                }
                 Some(match r {
                     Ok(s) => Ok(Status {
                         source: s.source as usize,

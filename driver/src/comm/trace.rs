@@ -1,0 +1,158 @@
+//! The flight recorder seen from the communicator: marks, traces on
+//! demand, at the end and on failure.
+
+use super::{Comm, Shared};
+use crate::coll::Shape;
+use crate::error::{Error, Result};
+use crate::progress::{phase_byte, word, Code, Engine, OpId, Whoami};
+use std::path::{Path, PathBuf};
+use tandem_core::sync::Ordering;
+
+/// Trace signals received by this process ([`Comm::trace_on_signal`]).
+/// The std atomic: a signal handler's counter is outside what loom models.
+#[allow(clippy::disallowed_types)]
+static SIGNALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The handler: counts, nothing else (async-signal-safe).
+extern "C" fn note_signal(_: libc::c_int) {
+    SIGNALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Comm {
+    /// Adds a mark with `text` (its first [`MARK_LEN`](crate::MARK_LEN)
+    /// bytes) to this rank's flight recorder: it shows in the trace as an
+    /// instant on the rank's time line ("step 17", "checkpoint").
+    pub fn annotate(&self, text: &str) {
+        self.engine().rec.mark(text);
+    }
+
+    /// Switches this rank's flight recorder on or off (it is on unless
+    /// [`Config::recorder`](field@crate::Config::recorder) is 0, in which
+    /// case it has no room and stays off). What was kept stays.
+    pub fn set_recording(&self, on: bool) {
+        self.engine().rec.set_on(on);
+    }
+
+    /// Whether this rank's flight recorder is keeping events.
+    pub fn recording(&self) -> bool {
+        self.engine().rec.is_on()
+    }
+
+    /// Writes this rank's flight recorder to `dir/rank-<rank>.json` as
+    /// Chrome / Perfetto trace-event JSON (`{"traceEvents": [...]}`; open it
+    /// in ui.perfetto.dev, or merge a job's files with `tandem-trace merge`)
+    /// and returns the path. Ranks are numbered as in the world
+    /// communicator.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory cannot be created or the file
+    /// written.
+    pub fn write_trace(&self, dir: impl AsRef<Path>) -> Result<PathBuf> {
+        self.sh.write_trace(dir.as_ref())
+    }
+
+    /// Makes signal `sig` (e.g. `libc::SIGUSR1`) ask every rank of this
+    /// process for its trace: a rank that is waiting in tandem answers
+    /// within milliseconds, writing it where
+    /// [`Config::trace_dir`](field@crate::Config::trace_dir) says (else
+    /// `./tandem-trace`) and printing what it waits for and its last
+    /// events on standard error; a rank that is computing answers when it
+    /// next waits. tandem installs no handler unless asked: a program
+    /// that embeds it keeps its signals.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the handler cannot be installed (an invalid
+    /// signal number).
+    pub fn trace_on_signal(sig: i32) -> Result<()> {
+        crate::sys::on_signal(sig, note_signal)
+            .map_err(|e| Error::io(format!("installing a handler for signal {sig}"), e))
+    }
+
+    /// Records a blocking collective's beginning or end.
+    pub(super) fn record_coll(&self, code: Code, shape: &Shape, bytes: usize) {
+        let w = word(shape.coll.index() as u8, self.ctx, 0);
+        self.engine().rec.add(code, w, 0, shape.root, bytes as u64);
+    }
+
+    /// After an operation failed with `e`: writes the trace where
+    /// [`Config::trace_dir`](field@crate::Config::trace_dir) asks for one and
+    /// the failure is one a trace explains (a timeout, a deadlock, a lost
+    /// peer or link).
+    pub(super) fn failed(&self, e: &Error) {
+        let explains = matches!(
+            e,
+            Error::Timeout { .. }
+                | Error::Deadlock { .. }
+                | Error::PeerLost { .. }
+                | Error::ChannelBroken { .. }
+                | Error::Protocol { .. }
+        );
+        if explains && self.sh.cfg.trace_dir.is_some() {
+            self.sh.trace_at_end("on failure");
+        }
+    }
+}
+
+/// Records that a blocking call starts waiting for `id` (what it waits
+/// for: its phase, peer and tag).
+pub(super) fn wait_begins(e: &mut Engine, id: OpId) {
+    if let Some(i) = e.info(id) {
+        let w = word(phase_byte(i.phase), i.ctx, i.tag);
+        e.rec.add(Code::WaitBegin, w, 0, i.peer as usize, i.len);
+    }
+}
+
+/// Records that the wait [`wait_begins`] recorded ended.
+pub(super) fn wait_ends(e: &mut Engine) {
+    e.rec.add(Code::WaitEnd, 0, 0, 0, 0);
+}
+
+impl Shared {
+    pub(super) fn write_trace(&self, dir: &Path) -> Result<PathBuf> {
+        self.write_trace_of(&self.engine(), dir)
+    }
+
+    /// [`write_trace`](Self::write_trace) with the engine locked already.
+    fn write_trace_of(&self, e: &Engine, dir: &Path) -> Result<PathBuf> {
+        let who = Whoami::here(self.rank, self.size);
+        let doc = e.rec.to_json(&who);
+        crate::progress::write_trace_file(dir, self.rank, &doc)
+            .map_err(|e| Error::io(format!("writing the trace to {}", dir.display()), e))
+    }
+
+    /// From a wait: if a trace signal came since this rank last looked,
+    /// writes the trace and prints this rank's report.
+    pub(super) fn answer_signal(&self, e: &Engine) {
+        let n = SIGNALS.load(std::sync::atomic::Ordering::Relaxed);
+        if self.signals_seen.swap(n, Ordering::Relaxed) == n {
+            return;
+        }
+        let dir = self
+            .cfg
+            .trace_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("tandem-trace"));
+        let r = self.rank;
+        let mut report = format!("tandem[{r}]: asked for a trace; its last events (newest last):");
+        for line in e.rec.last_lines(12) {
+            report.push_str("\n  ");
+            report.push_str(&line);
+        }
+        match self.write_trace_of(e, &dir) {
+            Ok(p) => eprintln!("{report}\ntandem[{r}]: trace: {}", p.display()),
+            Err(err) => eprintln!("{report}\ntandem[{r}]: no trace: {err}"),
+        }
+    }
+
+    /// Writes the trace to the configured directory, if any, saying so on
+    /// standard error (`when`: why now).
+    pub(super) fn trace_at_end(&self, when: &str) {
+        let Some(dir) = &self.cfg.trace_dir else {
+            return;
+        };
+        match self.write_trace(dir) {
+            Ok(p) => eprintln!("tandem[{}]: trace {when}: {}", self.rank, p.display()),
+            Err(e) => eprintln!("tandem[{}]: no trace {when}: {e}", self.rank),
+        }
+    }
+}

@@ -1,0 +1,677 @@
+//! The flight recorder: the last events of one rank, always on.
+//!
+//! A fixed ring of 32-byte events allocated when the engine starts; an
+//! event is four stores and a timestamp (the CPU's time-stamp counter where
+//! it is invariant, else `CLOCK_MONOTONIC`), under the engine lock the
+//! caller already holds: no allocation, no lock, no system call per event.
+//! Every message event carries its peer and the per-peer sequence number
+//! of its header, so the same message can be found on both ranks
+//! (`tandem-trace merge` draws it as an arrow).
+//!
+//! What is kept is written out as Chrome / Perfetto trace-event JSON, one
+//! file per rank ([`Recorder::write_json`]), with the clock anchors a
+//! merger needs to put ranks of several hosts on one time line.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use tandem_core::wire::Kind;
+
+use crate::sys;
+
+/// Bytes of a user mark's text kept ([`Recorder::mark`]); longer ones are
+/// cut at a character boundary.
+pub const MARK_LEN: usize = 56;
+
+/// Marks kept at once; the oldest text is reused after that many.
+const MARKS: usize = 256;
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub(crate) enum Code {
+    /// A header left for `peer` (its first word and sequence number as sent).
+    Sent = 1,
+    /// A header from `peer` was taken off the link.
+    Arrived = 2,
+    /// A send was posted (it could not go out at once).
+    PostSend = 3,
+    /// A receive was posted.
+    PostRecv = 4,
+    /// An operation completed (a receive: `peer` is the source).
+    Done = 5,
+    /// An operation failed.
+    Failed = 6,
+    /// A rendezvous payload was pulled single-copy.
+    Pulled = 7,
+    /// A rendezvous payload is to be streamed by the sender.
+    Streamed = 8,
+    /// A collective began (`sub`: which).
+    CollBegin = 9,
+    /// A collective ended.
+    CollEnd = 10,
+    /// A blocking call began to wait (`sub`: the operation's phase).
+    WaitBegin = 11,
+    /// That wait ended.
+    WaitEnd = 12,
+    /// A user mark (`len`: its slot in the mark table).
+    Mark = 13,
+    /// The link to `peer` failed.
+    LinkFailed = 14,
+}
+
+impl Code {
+    fn of(v: u16) -> Option<Self> {
+        use Code::*;
+        [
+            Sent, Arrived, PostSend, PostRecv, Done, Failed, Pulled, Streamed, CollBegin, CollEnd,
+            WaitBegin, WaitEnd, Mark, LinkFailed,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == v)
+    }
+}
+
+/// One event: the time, the first header word (magic, kind, context, tag;
+/// for non-wire events `sub` in the kind byte), a length, the sequence
+/// number, the code (0: an empty slot) and the peer.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct Event {
+    t: u64,
+    w0: u64,
+    len: u64,
+    seq: u16,
+    code: u16,
+    peer: u32,
+}
+
+const EVENT: usize = std::mem::size_of::<Event>();
+
+/// Where timestamps come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Nothing is recorded.
+    Off,
+    /// The invariant time-stamp counter.
+    Tsc,
+    /// `CLOCK_MONOTONIC`.
+    Mono,
+}
+
+/// The first word of an event that is not a header: `sub` where a header
+/// has its kind, then the context and tag.
+#[inline(always)]
+pub(crate) fn word(sub: u8, ctx: u16, tag: u32) -> u64 {
+    (sub as u64) << 8 | (ctx as u64) << 16 | (tag as u64) << 32
+}
+
+/// A rank's flight recorder.
+pub(crate) struct Recorder {
+    /// Byte offset in `ev` of the next event to write: always a multiple of
+    /// [`EVENT`] below `ev.len() * EVENT`.
+    pos: usize,
+    /// `ev.len() * EVENT - 1` (`ev.len()` is a power of two).
+    mask: usize,
+    mode: Mode,
+    tsc: bool,
+    ev: Box<[Event]>,
+    /// The clocks when the recorder started: ticks, monotonic and real ns.
+    start: (u64, u64, u64),
+    marks: Box<[[u8; MARK_LEN]]>,
+    mark_next: usize,
+}
+
+/// One event, decoded, with its time in monotonic nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Decoded {
+    pub ns: u64,
+    pub code: Code,
+    /// The header kind for wire events, else the event's `sub`.
+    pub sub: u8,
+    pub ctx: u16,
+    pub tag: u32,
+    pub seq: u16,
+    pub peer: u32,
+    pub len: u64,
+}
+
+impl Recorder {
+    /// A recorder keeping the last `events` events (rounded up to a power of
+    /// two; 0 switches it off).
+    pub(crate) fn new(events: usize) -> Self {
+        let n = events.max(1).next_power_of_two();
+        let tsc = sys::tsc_usable();
+        Self {
+            pos: 0,
+            mask: n * EVENT - 1,
+            mode: Self::mode(events > 0, tsc),
+            tsc,
+            ev: vec![Event::default(); n].into_boxed_slice(),
+            start: {
+                let (t, m) = anchor(tsc);
+                (t, m, sys::clock_ns(libc::CLOCK_REALTIME))
+            },
+            marks: vec![[0u8; MARK_LEN]; MARKS].into_boxed_slice(),
+            mark_next: 0,
+        }
+    }
+
+    fn mode(on: bool, tsc: bool) -> Mode {
+        match (on, tsc) {
+            (false, _) => Mode::Off,
+            (true, true) => Mode::Tsc,
+            (true, false) => Mode::Mono,
+        }
+    }
+
+    /// Whether events are being kept.
+    pub(crate) fn is_on(&self) -> bool {
+        self.mode != Mode::Off
+    }
+
+    /// Keeps events from now (`true`) or stops (`false`); a recorder made
+    /// with no room stays off.
+    pub(crate) fn set_on(&mut self, on: bool) {
+        self.mode = Self::mode(on && self.ev.len() > 1, self.tsc);
+    }
+
+    /// Records an event whose first word is `w0` (a header's, or [`word`]).
+    #[inline(always)]
+    pub(crate) fn add(&mut self, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
+        if self.mode != Mode::Tsc {
+            if self.mode == Mode::Off {
+                return;
+            }
+            return self.add_untimed(code, w0, seq, peer, len);
+        }
+        self.put(sys::ticks(true), code, w0, seq, peer, len);
+    }
+
+    /// [`add`](Self::add) where there is no time-stamp counter.
+    #[cold]
+    #[inline(never)]
+    fn add_untimed(&mut self, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
+        self.put(sys::ticks(false), code, w0, seq, peer, len);
+    }
+
+    #[inline(always)]
+    fn put(&mut self, t: u64, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
+        let at = self.pos;
+        self.pos = (at + EVENT) & self.mask;
+        let e = Event {
+            t,
+            w0,
+            len,
+            seq,
+            code: code as u16,
+            peer: peer as u32,
+        };
+        // SAFETY: `at` is a multiple of EVENT below ev.len() * EVENT (the
+        // mask keeps `pos` there, ev.len() being a power of two), so it is
+        // the start of one element of `ev`, which `&mut self` borrows
+        // exclusively. Written through the pointer to spare the bounds
+        // check on the hot path.
+        unsafe { self.ev.as_mut_ptr().byte_add(at).write(e) };
+    }
+
+    /// Records a header sent to or taken from `peer`: `h0` and `h1` its
+    /// first two words as encoded.
+    #[inline(always)]
+    pub(crate) fn wire(&mut self, code: Code, h0: u64, h1: u64, peer: usize, len: u64) {
+        self.add(code, h0, h1 as u16, peer, len)
+    }
+
+    /// Records a user mark with `text`.
+    pub(crate) fn mark(&mut self, text: &str) {
+        let mut n = text.len().min(MARK_LEN);
+        while !text.is_char_boundary(n) {
+            n -= 1;
+        }
+        let slot = self.mark_next % MARKS;
+        self.mark_next += 1;
+        let m = &mut self.marks[slot];
+        m.fill(0);
+        m[..n].copy_from_slice(&text.as_bytes()[..n]);
+        self.add(Code::Mark, 0, 0, 0, slot as u64);
+    }
+
+    /// The events kept, oldest first, with monotonic times.
+    #[cfg(test)]
+    pub(crate) fn events(&self) -> Vec<Decoded> {
+        self.events_at(self.scale())
+    }
+
+    /// [`events`](Self::events) with `scale` ns per tick.
+    fn events_at(&self, scale: f64) -> Vec<Decoded> {
+        let n = self.ev.len();
+        let oldest = self.pos / EVENT;
+        let (t0, m0, _) = self.start;
+        (0..n)
+            .filter_map(|k| {
+                let e = self.ev[(oldest + k) % n];
+                let code = Code::of(e.code)?;
+                let ns = if self.tsc {
+                    m0 as i64 + ((e.t as i64 - t0 as i64) as f64 * scale) as i64
+                } else {
+                    e.t as i64
+                };
+                Some(Decoded {
+                    ns: ns.max(0) as u64,
+                    code,
+                    sub: (e.w0 >> 8) as u8,
+                    ctx: (e.w0 >> 16) as u16,
+                    tag: (e.w0 >> 32) as u32,
+                    seq: e.seq,
+                    peer: e.peer,
+                    len: e.len,
+                })
+            })
+            .collect()
+    }
+
+    /// The last `n` events as lines of text, newest last, each with how
+    /// long ago it was; a wait still open is said first.
+    pub(crate) fn last_lines(&self, n: usize) -> Vec<String> {
+        let evs = self.events_at(self.scale());
+        let now = sys::clock_ns(libc::CLOCK_MONOTONIC);
+        let ago = |e: &Decoded| now.saturating_sub(e.ns) as f64 / 1e6;
+        let mut out = Vec::new();
+        let open = evs
+            .iter()
+            .rev()
+            .find(|e| matches!(e.code, Code::WaitBegin | Code::WaitEnd));
+        if let Some(w) = open.filter(|w| w.code == Code::WaitBegin) {
+            out.push(format!("now: {} (for {:.3} ms)", wait_name(w), ago(w)));
+        }
+        for e in &evs[evs.len().saturating_sub(n)..] {
+            let what = match e.code {
+                Code::Sent => format!(
+                    "sent {} to {} tag {} seq {} ({} B)",
+                    kind_name(e.sub),
+                    e.peer,
+                    e.tag,
+                    e.seq,
+                    e.len
+                ),
+                Code::Arrived => format!(
+                    "took {} from {} tag {} seq {} ({} B)",
+                    kind_name(e.sub),
+                    e.peer,
+                    e.tag,
+                    e.seq,
+                    e.len
+                ),
+                Code::PostSend => format!("posted send to {} tag {} ({} B)", e.peer, e.tag, e.len),
+                Code::PostRecv => format!(
+                    "posted recv from {} tag {} ({} B)",
+                    peer_name(e.peer),
+                    e.tag,
+                    e.len
+                ),
+                Code::Done => format!(
+                    "completed ({} tag {}, {} B)",
+                    peer_name(e.peer),
+                    e.tag,
+                    e.len
+                ),
+                Code::Failed => "failed".to_string(),
+                Code::Pulled => format!("pulled {} B from {}", e.len, e.peer),
+                Code::Streamed => format!("{} B from {} to be streamed", e.len, e.peer),
+                Code::CollBegin => format!("{} begins", coll_name(e.sub)),
+                Code::CollEnd => format!("{} ends", coll_name(e.sub)),
+                Code::WaitBegin => wait_name(e),
+                Code::WaitEnd => "wait ends".to_string(),
+                Code::Mark => format!("mark: {}", self.mark_text(e.len)),
+                Code::LinkFailed => format!("link to {} failed", e.peer),
+            };
+            out.push(format!("{:>10.3} ms ago  {what}", ago(e)));
+        }
+        out
+    }
+
+    /// Nanoseconds per tick, measured against the monotonic clock since the
+    /// recorder started (waits a little if that was under 2 ms ago).
+    fn scale(&self) -> f64 {
+        if !self.tsc {
+            return 1.0;
+        }
+        let (t0, m0, _) = self.start;
+        let m1 = sys::clock_ns(libc::CLOCK_MONOTONIC);
+        if m1 < m0 + 2_000_000 {
+            std::thread::sleep(std::time::Duration::from_nanos(m0 + 2_000_000 - m1));
+        }
+        let (t1, m1) = anchor(true);
+        (m1 - m0) as f64 / (t1.wrapping_sub(t0)).max(1) as f64
+    }
+
+    fn mark_text(&self, slot: u64) -> String {
+        let m = &self.marks[slot as usize % MARKS];
+        let end = m.iter().position(|&b| b == 0).unwrap_or(MARK_LEN);
+        String::from_utf8_lossy(&m[..end]).into_owned()
+    }
+
+    /// The trace-event document of what is kept.
+    pub(crate) fn to_json(&self, who: &Whoami) -> Value {
+        let scale = self.scale();
+        let evs = self.events_at(scale);
+        let now = sys::clock_ns(libc::CLOCK_MONOTONIC);
+        let pid = who.rank;
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let mut out = vec![
+            json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                   "args": {"name": format!("rank {} ({})", who.rank, who.host)}}),
+            json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                   "args": {"sort_index": who.rank}}),
+            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0,
+                   "args": {"name": "messages"}}),
+            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1,
+                   "args": {"name": "calls"}}),
+        ];
+        // Spans open on this rank: a collective's or a wait's begin, until
+        // its end (or now, still open: the trace of a hang shows it).
+        let mut open_coll: Option<Decoded> = None;
+        let mut open_wait: Option<Decoded> = None;
+        let span = |b: &Decoded, end: u64, name: String, cat: &str, done: bool| {
+            json!({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": 1,
+                   "ts": us(b.ns), "dur": us(end.saturating_sub(b.ns)).max(0.001),
+                   "args": {"peer": b.peer, "tag": b.tag, "ctx": b.ctx, "len": b.len,
+                            "finished": done}})
+        };
+        for e in &evs {
+            let args = json!({"peer": e.peer, "seq": e.seq, "tag": e.tag, "ctx": e.ctx,
+                              "len": e.len, "kind": kind_name(e.sub)});
+            match e.code {
+                Code::Sent | Code::Arrived => {
+                    let dir = if e.code == Code::Sent { "to" } else { "from" };
+                    out.push(json!({"ph": "X", "cat": "message", "pid": pid, "tid": 0,
+                        "name": format!("{} {dir} {}", kind_name(e.sub), e.peer),
+                        "ts": us(e.ns), "dur": 0.01,
+                        "args": {"peer": e.peer, "seq": e.seq, "tag": e.tag, "ctx": e.ctx,
+                                 "len": e.len, "kind": kind_name(e.sub),
+                                 "dir": if e.code == Code::Sent { "sent" } else { "arrived" }}}));
+                }
+                Code::PostSend
+                | Code::PostRecv
+                | Code::Done
+                | Code::Failed
+                | Code::Pulled
+                | Code::Streamed
+                | Code::LinkFailed => {
+                    let name = match e.code {
+                        Code::PostSend => format!("post send to {}", e.peer),
+                        Code::PostRecv => format!("post recv from {}", peer_name(e.peer)),
+                        Code::Done => format!("done ({})", peer_name(e.peer)),
+                        Code::Failed => format!("failed ({})", peer_name(e.peer)),
+                        Code::Pulled => format!("pulled {} B from {}", e.len, e.peer),
+                        Code::Streamed => format!("streamed {} B from {}", e.len, e.peer),
+                        _ => format!("link to {} failed", e.peer),
+                    };
+                    out.push(
+                        json!({"ph": "i", "s": "t", "cat": "op", "pid": pid, "tid": 1,
+                                    "name": name, "ts": us(e.ns), "args": args}),
+                    );
+                }
+                Code::Mark => {
+                    out.push(
+                        json!({"ph": "i", "s": "p", "cat": "mark", "pid": pid, "tid": 1,
+                                    "name": self.mark_text(e.len), "ts": us(e.ns)}),
+                    );
+                }
+                Code::CollBegin => open_coll = Some(*e),
+                Code::CollEnd => {
+                    if let Some(b) = open_coll.take() {
+                        out.push(span(&b, e.ns, coll_name(b.sub), "collective", true));
+                    }
+                }
+                Code::WaitBegin => open_wait = Some(*e),
+                Code::WaitEnd => {
+                    if let Some(b) = open_wait.take() {
+                        out.push(span(&b, e.ns, wait_name(&b), "stall", true));
+                    }
+                }
+            }
+        }
+        if let Some(b) = open_coll {
+            out.push(span(&b, now, coll_name(b.sub), "collective", false));
+        }
+        if let Some(b) = open_wait {
+            out.push(span(&b, now, wait_name(&b), "stall", false));
+        }
+        json!({
+            "traceEvents": out,
+            "displayTimeUnit": "ns",
+            "otherData": {
+                "tandem": {
+                    "version": 1,
+                    "rank": who.rank,
+                    "size": who.size,
+                    "host": who.host,
+                    "boot_id": who.boot_id,
+                    "pid": std::process::id(),
+                    "clock": if self.tsc { "tsc" } else { "monotonic" },
+                    "tsc_start": self.start.0,
+                    "ns_per_tick": scale,
+                    "mono_start_ns": self.start.1,
+                    "real_start_ns": self.start.2,
+                    "mono_now_ns": now,
+                    "events_kept": evs.len(),
+                }
+            }
+        })
+    }
+}
+
+/// Writes trace document `doc` of rank `rank` to `dir/rank-<rank>.json`
+/// (creating the directory; through a temporary file, so a reader never
+/// sees half a trace) and returns the path.
+///
+/// # Errors
+/// What creating the directory or writing the file failed with.
+pub(crate) fn write_trace_file(dir: &Path, rank: usize, doc: &Value) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("rank-{rank}.json"));
+    let tmp = dir.join(format!(".rank-{rank}.json.{}", std::process::id()));
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        serde_json::to_writer(&mut f, doc)?;
+        f.write_all(b"\n")?;
+        f.flush()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// The ticks and the monotonic clock read at one moment: of five tries,
+/// the one whose two tick readings around the clock's are closest, with
+/// their midpoint (a few tens of nanoseconds of uncertainty).
+fn anchor(tsc: bool) -> (u64, u64) {
+    if !tsc {
+        let m = sys::clock_ns(libc::CLOCK_MONOTONIC);
+        return (m, m);
+    }
+    (0..5)
+        .map(|_| {
+            let a = sys::ticks(true);
+            let m = sys::clock_ns(libc::CLOCK_MONOTONIC);
+            let b = sys::ticks(true);
+            (b.wrapping_sub(a), a + b.wrapping_sub(a) / 2, m)
+        })
+        .min_by_key(|x| x.0)
+        .map(|(_, t, m)| (t, m))
+        .expect("five tries")
+}
+
+/// Who writes a trace: what the merger needs to place a rank.
+#[derive(Debug, Clone)]
+pub(crate) struct Whoami {
+    pub rank: usize,
+    pub size: usize,
+    /// The host's name.
+    pub host: String,
+    /// The kernel's boot id: ranks with the same one share one monotonic
+    /// clock.
+    pub boot_id: String,
+}
+
+impl Whoami {
+    /// Rank `rank` of `size` on this host.
+    pub(crate) fn here(rank: usize, size: usize) -> Self {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        Self {
+            rank,
+            size,
+            host: read("/proc/sys/kernel/hostname"),
+            boot_id: read("/proc/sys/kernel/random/boot_id"),
+        }
+    }
+}
+
+fn peer_name(p: u32) -> String {
+    if p == tandem_core::proto::ANY_SOURCE {
+        "any".into()
+    } else {
+        p.to_string()
+    }
+}
+
+/// A header kind's name in a trace.
+fn kind_name(k: u8) -> &'static str {
+    const NAMES: [(Kind, &str); 7] = [
+        (Kind::Eager, "eager"),
+        (Kind::EagerSync, "eager-sync"),
+        (Kind::Rts, "RTS"),
+        (Kind::Cts, "CTS"),
+        (Kind::Fin, "FIN"),
+        (Kind::Ack, "ACK"),
+        (Kind::Credit, "credit"),
+    ];
+    NAMES
+        .iter()
+        .find(|(kind, _)| *kind as u8 == k)
+        .map_or("control", |(_, n)| n)
+}
+
+/// Which collective a `CollBegin` names.
+fn coll_name(sub: u8) -> String {
+    crate::config::Collective::ALL
+        .get(sub as usize)
+        .map_or("collective", |c| c.name())
+        .to_string()
+}
+
+/// What a wait's slice is called: why it waits.
+fn wait_name(b: &Decoded) -> String {
+    use tandem_core::proto::Phase;
+    let peer = peer_name(b.peer);
+    let why = match phase_of(b.sub) {
+        Some(Phase::Queued) => format!("stall: no credit (send to {peer})"),
+        Some(Phase::WaitReceiver) => format!("stall: no clear-to-send (send to {peer})"),
+        Some(Phase::WaitAck) => format!("stall: no acknowledgement (send to {peer})"),
+        Some(Phase::Posted) => format!("stall: no message (recv from {peer})"),
+        Some(Phase::Streaming) => format!("waiting: streaming with {peer}"),
+        Some(Phase::Pulling) => format!("waiting: pulling from {peer}"),
+        _ => format!("waiting on {peer}"),
+    };
+    format!("{why}, tag {}", b.tag)
+}
+
+/// A phase as the byte a `WaitBegin` keeps.
+pub(crate) fn phase_byte(p: tandem_core::proto::Phase) -> u8 {
+    use tandem_core::proto::Phase::*;
+    match p {
+        Queued => 1,
+        WaitAck => 2,
+        WaitReceiver => 3,
+        Streaming => 4,
+        Posted => 5,
+        Pulling => 6,
+        Done => 7,
+    }
+}
+
+fn phase_of(b: u8) -> Option<tandem_core::proto::Phase> {
+    use tandem_core::proto::Phase::*;
+    [
+        Queued,
+        WaitAck,
+        WaitReceiver,
+        Streaming,
+        Posted,
+        Pulling,
+        Done,
+    ]
+    .into_iter()
+    .find(|p| phase_byte(*p) == b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_events_in_order() {
+        let mut r = Recorder::new(8);
+        for i in 0..20u64 {
+            r.add(
+                Code::Sent,
+                word(Kind::Eager as u8, 3, i as u32),
+                i as u16,
+                1,
+                i,
+            );
+        }
+        let e = r.events();
+        assert_eq!(e.len(), 8);
+        assert_eq!(
+            e.iter().map(|e| e.len).collect::<Vec<_>>(),
+            (12..20).collect::<Vec<_>>()
+        );
+        assert!(e.windows(2).all(|w| w[0].ns <= w[1].ns), "times in order");
+        assert!(e
+            .iter()
+            .all(|e| e.code == Code::Sent && e.ctx == 3 && e.peer == 1));
+        assert_eq!(e[0].sub, Kind::Eager as u8);
+        assert_eq!((e[0].tag, e[0].seq), (12, 12));
+    }
+
+    #[test]
+    fn off_keeps_nothing_and_marks_are_cut_at_a_character() {
+        let mut r = Recorder::new(0);
+        r.add(Code::Done, 0, 0, 0, 0);
+        assert!(r.events().is_empty() && !r.is_on());
+        r.set_on(true);
+        assert!(!r.is_on(), "no room, stays off");
+        let mut r = Recorder::new(4);
+        let long = "é".repeat(40);
+        r.mark(&long);
+        let e = r.events();
+        assert_eq!(e.len(), 1);
+        let t = r.mark_text(e[0].len);
+        assert!(t.len() <= MARK_LEN && t.chars().all(|c| c == 'é'), "{t}");
+    }
+
+    #[test]
+    fn times_are_monotonic_nanoseconds() {
+        let mut r = Recorder::new(4);
+        let before = sys::clock_ns(libc::CLOCK_MONOTONIC);
+        r.add(Code::Done, 0, 0, 0, 0);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        r.add(Code::Done, 0, 0, 0, 0);
+        let after = sys::clock_ns(libc::CLOCK_MONOTONIC);
+        let e = r.events();
+        // Converted ticks land within the monotonic clock's readings, give
+        // or take the conversion's error (well under 0.1 ms here).
+        assert!(
+            e[0].ns + 100_000 >= before && e[1].ns <= after + 100_000,
+            "{e:?}"
+        );
+        let gap = e[1].ns - e[0].ns;
+        assert!((2_900_000..50_000_000).contains(&gap), "{gap}");
+    }
+}
