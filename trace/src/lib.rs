@@ -19,7 +19,7 @@
 #![warn(missing_docs)]
 
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 /// The message kinds that carry a per-peer sequence number, drawn as
@@ -271,7 +271,7 @@ pub fn merge(ranks: &[RankTrace]) -> Merged {
         v.sort_by(|a, b| (a.ts + shift[a.rank]).total_cmp(&(b.ts + shift[b.rank])));
     }
     arrivals.sort_by(|a, b| (a.1.ts + shift[a.1.rank]).total_cmp(&(b.1.ts + shift[b.1.rank])));
-    let mut used: HashMap<(usize, usize), ()> = HashMap::new();
+    let mut used: HashSet<(usize, usize)> = HashSet::new();
     let mut pairs: Vec<(Msg, Msg)> = Vec::new();
     for (key, a) in &arrivals {
         let Some(ss) = sends.get(key) else { continue };
@@ -284,9 +284,9 @@ pub fn merge(ranks: &[RankTrace]) -> Merged {
         let best = ss
             .iter()
             .rev()
-            .find(|s| s.ts + shift[s.rank] <= at + slack && !used.contains_key(&(s.rank, s.at)));
+            .find(|s| s.ts + shift[s.rank] <= at + slack && !used.contains(&(s.rank, s.at)));
         if let Some(s) = best {
-            used.insert((s.rank, s.at), ());
+            used.insert((s.rank, s.at));
             pairs.push((*s, *a));
         }
     }

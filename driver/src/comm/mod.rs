@@ -992,8 +992,8 @@ impl Comm {
             if let Some(r) = e.take(id) {
                 return r;
             }
+            trace::wait_begins(&mut e, id);
         }
-        trace::wait_begins(&mut self.engine(), id);
         let mut w = Waiter::new(&self.sh);
         let r = loop {
             {

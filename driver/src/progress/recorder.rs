@@ -581,21 +581,8 @@ fn wait_name(b: &Decoded) -> String {
     format!("{why}, tag {}", b.tag)
 }
 
-/// A phase as the byte a `WaitBegin` keeps.
-pub(crate) fn phase_byte(p: tandem_core::proto::Phase) -> u8 {
-    use tandem_core::proto::Phase::*;
-    match p {
-        Queued => 1,
-        WaitAck => 2,
-        WaitReceiver => 3,
-        Streaming => 4,
-        Posted => 5,
-        Pulling => 6,
-        Done => 7,
-    }
-}
-
-fn phase_of(b: u8) -> Option<tandem_core::proto::Phase> {
+/// The phases a `WaitBegin` names, by their byte there less one.
+const PHASES: [tandem_core::proto::Phase; 7] = {
     use tandem_core::proto::Phase::*;
     [
         Queued,
@@ -606,8 +593,18 @@ fn phase_of(b: u8) -> Option<tandem_core::proto::Phase> {
         Pulling,
         Done,
     ]
-    .into_iter()
-    .find(|p| phase_byte(*p) == b)
+};
+
+/// A phase as the byte a `WaitBegin` keeps (0: none).
+pub(crate) fn phase_byte(p: tandem_core::proto::Phase) -> u8 {
+    PHASES
+        .iter()
+        .position(|q| *q == p)
+        .map_or(0, |i| i as u8 + 1)
+}
+
+fn phase_of(b: u8) -> Option<tandem_core::proto::Phase> {
+    PHASES.get((b as usize).checked_sub(1)?).copied()
 }
 
 #[cfg(test)]
