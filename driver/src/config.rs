@@ -784,7 +784,20 @@ pub struct Config {
     /// deadlock or lost peer (`TANDEM_TRACE=dir`; default none).
     /// [`Comm::write_trace`](crate::Comm::write_trace) writes one on demand.
     pub trace_dir: Option<std::path::PathBuf>,
+    /// The failure-detection bound (`TANDEM_FAILURE_TIMEOUT`, seconds;
+    /// default 3; 0 switches detection of silent peers off): a peer on
+    /// another host from which nothing arrives for this long, although
+    /// every rank sends a heartbeat on each idle TCP connection four times
+    /// per bound (from a small thread, so a rank busy computing keeps
+    /// sending them), and a peer on this host whose process stays stopped
+    /// this long, fail with [`Error::PeerSilent`]. Dead processes are seen
+    /// sooner (an exit, a closed connection, a queue pair's error). Use the
+    /// same value on every rank.
+    pub failure_timeout: Duration,
 }
+
+/// The default failure-detection bound ([`Config::failure_timeout`]).
+pub const DEFAULT_FAILURE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Events a rank's flight recorder keeps by default (`TANDEM_RECORDER`).
 pub const DEFAULT_EVENTS: usize = 4096;
@@ -805,6 +818,7 @@ impl Default for Config {
             rdma: RdmaConfig::default(),
             recorder: DEFAULT_EVENTS,
             trace_dir: None,
+            failure_timeout: DEFAULT_FAILURE_TIMEOUT,
         }
     }
 }
@@ -836,6 +850,7 @@ impl Config {
             trace_dir: std::env::var_os("TANDEM_TRACE")
                 .filter(|v| !v.is_empty())
                 .map(Into::into),
+            failure_timeout: env_secs("TANDEM_FAILURE_TIMEOUT", true)?.unwrap_or(d.failure_timeout),
         };
         let (cma, cma_min) = (env_num::<u8>("TANDEM_CMA")?, env_num("TANDEM_CMA_MIN")?);
         if cma.is_some() || cma_min.is_some() {
@@ -855,6 +870,14 @@ impl Config {
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
+        self
+    }
+
+    /// Sets the failure-detection bound ([`Config::failure_timeout`];
+    /// zero switches detection of silent peers off).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn failure_timeout(mut self, t: Duration) -> Self {
+        self.failure_timeout = t;
         self
     }
 

@@ -63,6 +63,31 @@ pub enum Error {
         /// The peer's rank.
         rank: usize,
     },
+    /// The peer fell silent: nothing came from it for the failure-detection
+    /// bound ([`Config::failure_timeout`](field@crate::Config::failure_timeout))
+    /// although a live rank sends heartbeats on idle connections, or its
+    /// process on this host has been stopped (`SIGSTOP`) that long. Its
+    /// process may still exist (stopped, or cut off from the network), but
+    /// the job treats it as failed: its link is closed and every operation
+    /// with it fails with this error.
+    PeerSilent {
+        /// The peer's rank.
+        rank: usize,
+        /// Where the peer runs, as far as this rank knows it (its address,
+        /// or `this host`).
+        host: String,
+        /// What was seen ("nothing received for 3.1 s over TCP from
+        /// 10.0.0.2:41234; heartbeats are sent every 750 ms").
+        evidence: String,
+    },
+    /// The communicator was revoked ([`Comm::revoke`](crate::Comm::revoke),
+    /// here or on another rank): every pending and later operation on it
+    /// fails with this error. [`Comm::shrink`](crate::Comm::shrink) and
+    /// [`Comm::agree`](crate::Comm::agree) still work on it.
+    Revoked {
+        /// The revoked communicator's context.
+        context: u16,
+    },
     /// An operation made no progress for the configured timeout.
     Timeout {
         /// The operation.
@@ -205,6 +230,19 @@ impl fmt::Display for Error {
                 "peer rank {rank} is gone (its process exited, or its connection was closed or \
                  reset) with operations pending"
             ),
+            Self::PeerSilent {
+                rank,
+                host,
+                evidence,
+            } => write!(
+                f,
+                "peer rank {rank} on {host} is silent and treated as failed: {evidence}"
+            ),
+            Self::Revoked { context } => write!(
+                f,
+                "the communicator (context {context}) was revoked; shrink it to go on with the \
+                 survivors"
+            ),
             Self::Timeout {
                 op,
                 peer,
@@ -312,11 +350,13 @@ impl Error {
             | Self::MessageTooLarge { .. }
             | Self::TooManyRequests { .. } => ErrorClass::Argument,
             Self::PeerLost { .. }
+            | Self::PeerSilent { .. }
             | Self::Protocol { .. }
             | Self::ChannelBroken { .. }
             | Self::RankFailed { .. } => ErrorClass::Peer,
             Self::Truncated { .. }
             | Self::Cancelled
+            | Self::Revoked { .. }
             | Self::Timeout { .. }
             | Self::Deadlock { .. } => ErrorClass::Operation,
             Self::Io(_) => ErrorClass::System,
@@ -344,12 +384,13 @@ pub enum ErrorClass {
     /// on.
     Argument,
     /// A peer failed, or the channel to it did ([`Error::PeerLost`],
-    /// [`Error::Protocol`], [`Error::ChannelBroken`],
+    /// [`Error::PeerSilent`], [`Error::Protocol`], [`Error::ChannelBroken`],
     /// [`Error::RankFailed`]): operations with that peer fail; those with
     /// others go on.
     Peer,
     /// The operation ended without its full result ([`Error::Truncated`],
-    /// [`Error::Cancelled`], [`Error::Timeout`], [`Error::Deadlock`]). The
+    /// [`Error::Cancelled`], [`Error::Revoked`], [`Error::Timeout`],
+    /// [`Error::Deadlock`]). The
     /// channel stays usable, except after a timeout in the middle of a
     /// bulk transfer: later operations with that peer then report
     /// [`Error::ChannelBroken`].

@@ -62,6 +62,37 @@ pub(crate) fn process_exited(pid: u32, pidfd: &mut Option<OwnedFd>) -> bool {
     poll_now(fd, libc::POLLIN) & (libc::POLLIN | libc::POLLHUP) != 0
 }
 
+/// Opens `/proc/<pid>/stat` without allocating (the path is built on the
+/// stack, which `File::open` also uses for short paths).
+pub(crate) fn open_stat(pid: u32) -> Option<std::fs::File> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = [0u8; 32];
+    let mut w = &mut buf[..];
+    write!(w, "/proc/{pid}/stat").ok()?;
+    let n = 32 - w.len();
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&buf[..n]));
+    std::fs::File::open(path).ok()
+}
+
+/// Whether the process whose `/proc/<pid>/stat` is open as `stat` is
+/// stopped now (`SIGSTOP`, or stopped by a debugger: state `T` or `t`).
+/// Reads into a buffer on the stack: no allocation.
+pub(crate) fn process_stopped(stat: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 512];
+    let Ok(n) = stat.read_at(&mut buf, 0) else {
+        return false;
+    };
+    let b = &buf[..n];
+    // The state follows the command name, which is in parentheses and may
+    // itself hold spaces and parentheses: look after the last ')'.
+    let Some(i) = b.iter().rposition(|&c| c == b')') else {
+        return false;
+    };
+    matches!(b.get(i + 1..i + 3), Some([b' ', b'T' | b't']))
+}
+
 /// `poll` on one descriptor with a zero timeout: the events that are set.
 pub(crate) fn poll_now(fd: RawFd, events: libc::c_short) -> libc::c_short {
     let mut pfd = libc::pollfd {

@@ -22,12 +22,24 @@ fn net(n: usize) -> Option<common::netns::Net> {
 
 fn unique_port(k: u16) -> u16 {
     // Below the ephemeral range (32768-60999), in this file's own band.
-    20000 + (std::process::id() % 1000) as u16 * 8 + k
+    20000 + (std::process::id() % 700) as u16 * 16 + k
 }
 
 /// `tandem-run` over `hosts` of `net`, running this binary's rank entry
 /// point with `role`.
 fn tandem_run(net: &Net, n: usize, hosts: &[usize], role: &str, port: u16) -> Output {
+    tandem_run_with(net, n, hosts, role, port, &[])
+}
+
+/// [`tandem_run`] with `envs` added to the ranks' environment.
+fn tandem_run_with(
+    net: &Net,
+    n: usize,
+    hosts: &[usize],
+    role: &str,
+    port: u16,
+    envs: &[(&str, &str)],
+) -> Output {
     let names: Vec<&str> = hosts
         .iter()
         .map(|&h| net.hosts()[h].name.as_str())
@@ -50,6 +62,7 @@ fn tandem_run(net: &Net, n: usize, hosts: &[usize], role: &str, port: u16) -> Ou
         .env("TANDEM_SPIN", "2000")
         .env("TANDEM_TIMEOUT", "20")
         .env("TANDEM_KILL_GRACE", "30")
+        .envs(envs.iter().copied())
         .output()
         .unwrap()
 }
@@ -107,6 +120,8 @@ fn rank_entry() {
         "kill" => kill_body(),
         "shut" => shut_body(),
         "ring" => ring_body(),
+        "ulfm_kill" => ulfm_body(false),
+        "ulfm_cut" => ulfm_body(true),
         other => panic!("unknown role {other}"),
     }
 }
@@ -243,6 +258,65 @@ fn shut_body() {
         assert_eq!(b[0], 2);
     }
     println!("rank {}: done", comm.rank());
+}
+
+/// The sums of the recovery loop: `rounds` allreduces of `rank + round`,
+/// checked; the first error.
+fn sums(comm: &Comm, from: u64, rounds: u64) -> Result<(), Error> {
+    for round in from..from + rounds {
+        let mine = [comm.rank() as u64 + round; 8];
+        let mut got = [0u64; 8];
+        comm.allreduce(&mine, &mut got, tandem_driver::ReduceOp::Sum)?;
+        let n = comm.size() as u64;
+        assert_eq!(got, [n * (n - 1) / 2 + n * round; 8], "round {round}");
+    }
+    Ok(())
+}
+
+/// An allreduce loop over every rank; the last rank is killed (or its
+/// host's network cut); the others see the failure, revoke, shrink and
+/// go on with correct sums on the survivors.
+fn ulfm_body(cut: bool) {
+    let comm = join();
+    let victim = comm.size() - 1;
+    sums(&comm, 0, 20).unwrap();
+    if comm.rank() == victim {
+        if !cut {
+            // SAFETY: raising a signal has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        let st = Command::new("ip")
+            .args(["link", "set", "eth0", "down"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "cutting this host's network");
+        // Cut off, it sees every other rank fall silent and goes on alone.
+        let e = sums(&comm, 20, u64::MAX / 4).unwrap_err();
+        comm.revoke();
+        let alone = comm.shrink().unwrap();
+        println!("rank {victim}: cut off ({e}); alone: {} rank", alone.size());
+        return;
+    }
+    let t = Instant::now();
+    let e = sums(&comm, 20, u64::MAX / 4).unwrap_err();
+    println!(
+        "rank {}: allreduce failed after {:?}: {e}",
+        comm.rank(),
+        t.elapsed()
+    );
+    comm.revoke();
+    let small = comm.shrink().unwrap();
+    let took = t.elapsed();
+    println!(
+        "rank {}: shrunk to {} ranks (rank {} there) {:.2} s after the failure",
+        comm.rank(),
+        small.size(),
+        small.rank(),
+        took.as_secs_f64()
+    );
+    assert_eq!((small.size(), small.rank()), (victim, comm.rank()));
+    sums(&small, 1000, 200).unwrap();
+    println!("rank {}: the survivors' sums are right", comm.rank());
 }
 
 fn ring_body() {
@@ -431,4 +505,109 @@ fn a_rank_that_never_comes_is_named() {
         assert!(!o.status.success(), "{t}");
         assert!(t.contains("rank(s) 2 never joined"), "{t}");
     }
+}
+
+/// Checks a recovery run: every survivor recovered (after `bound` at most
+/// when the victim was cut off rather than killed) and summed right.
+fn check_recovery(o: &Output, survivors: usize, cut: bool) {
+    let out = text(o);
+    for r in 0..survivors {
+        assert!(
+            out.contains(&format!("rank {r}: the survivors' sums are right")),
+            "rank {r}: {out}"
+        );
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("rank {r}: shrunk to {survivors} ranks")))
+            .unwrap_or_else(|| panic!("rank {r}: {out}"));
+        let secs: f64 = line
+            .split(" s after")
+            .next()
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        // Detection (the bound, 1 s, when cut; at once when killed) plus
+        // revoke and shrink.
+        let limit = if cut { 4.0 } else { 3.0 };
+        assert!(secs < limit, "rank {r} took {secs} s: {out}");
+    }
+    if cut {
+        assert!(
+            out.contains(&format!("rank {survivors}: cut off")),
+            "the victim goes on alone: {out}"
+        );
+    }
+}
+
+const BOUND_ENV: (&str, &str) = ("TANDEM_FAILURE_TIMEOUT", "1");
+
+#[test]
+fn four_hosts_over_tcp_survive_a_kill_with_revoke_and_shrink() {
+    let Some(net) = net(4) else { return };
+    let o = tandem_run_with(
+        &net,
+        4,
+        &[0, 1, 2, 3],
+        "ulfm_kill",
+        unique_port(8),
+        &[BOUND_ENV],
+    );
+    assert_eq!(o.status.code(), Some(128 + libc::SIGKILL), "{}", text(&o));
+    check_recovery(&o, 3, false);
+}
+
+#[test]
+fn four_hosts_over_tcp_survive_a_cut_network_with_revoke_and_shrink() {
+    let Some(net) = net(4) else { return };
+    let o = tandem_run_with(
+        &net,
+        4,
+        &[0, 1, 2, 3],
+        "ulfm_cut",
+        unique_port(9),
+        &[BOUND_ENV],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    check_recovery(&o, 3, true);
+}
+
+#[test]
+fn shm_and_tcp_mixed_survive_a_kill_with_revoke_and_shrink() {
+    let Some(net) = net(3) else { return };
+    let o = tandem_run_with(
+        &net,
+        4,
+        &[0, 1, 2],
+        "ulfm_kill",
+        unique_port(10),
+        &[BOUND_ENV],
+    );
+    assert_eq!(o.status.code(), Some(128 + libc::SIGKILL), "{}", text(&o));
+    check_recovery(&o, 3, false);
+}
+
+#[test]
+fn four_hosts_over_soft_rdma_survive_a_kill_and_a_cut_network() {
+    let Some(net) = net(4) else { return };
+    let soft = ("TANDEM_TRANSPORT", "soft");
+    let o = tandem_run_with(
+        &net,
+        4,
+        &[0, 1, 2, 3],
+        "ulfm_kill",
+        unique_port(11),
+        &[BOUND_ENV, soft],
+    );
+    assert_eq!(o.status.code(), Some(128 + libc::SIGKILL), "{}", text(&o));
+    check_recovery(&o, 3, false);
+    let o = tandem_run_with(
+        &net,
+        4,
+        &[0, 1, 2, 3],
+        "ulfm_cut",
+        unique_port(12),
+        &[BOUND_ENV, soft],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    check_recovery(&o, 3, true);
 }

@@ -78,9 +78,11 @@ fn init(required: c_int) -> Result<c_int, Fail> {
     let world = Rc::new(world);
     comms.insert(world.clone());
     comms.insert(Rc::new(selfc));
-    // Contexts 0..=4 are taken (0: the job's own, unused by MPI calls).
+    // Contexts 0..=4 are taken (0: the job's own, unused by MPI calls),
+    // and 511, tandem's fault-tolerance traffic.
     let mut free = [u64::MAX; 8];
     free[0] &= !0x1f;
+    free[7] &= !(1 << 63);
     let provided = required.clamp(abi::THREAD_SINGLE, abi::THREAD_SERIALIZED);
     state::install(Lib {
         job,

@@ -35,6 +35,27 @@ pub(crate) struct Call {
     pub src_len: usize,
     pub dst: *mut u8,
     pub dst_len: usize,
+    /// The world rank of each of the communicator's ranks, `map_len` of
+    /// them (null: the communicator is the world). The communicator owns
+    /// the list for as long as it lives, and with it every collective it
+    /// runs.
+    pub map: *const u32,
+    pub map_len: usize,
+}
+
+impl Call {
+    /// The world rank (the engine's numbering) of the communicator's rank
+    /// `p`, a peer of the plan (below the communicator's size).
+    #[inline]
+    pub(crate) fn world(&self, p: usize) -> usize {
+        if self.map.is_null() || p >= self.map_len {
+            return p;
+        }
+        // SAFETY: a non-null `map` points to `map_len` ranks that the
+        // communicator keeps alive while any of its collectives runs (see
+        // the field); `p` is below `map_len`.
+        unsafe { *self.map.add(p) as usize }
+    }
 }
 
 /// One lane's position: the step running (its transfers posted) and the
@@ -188,7 +209,8 @@ impl Program {
                 return Ok(false);
             }
             let xfer = |x: Option<super::plan::Xfer>| -> Result<Option<(Place, usize)>> {
-                x.map(|x| Ok((v.place(x.region, 0)?, x.peer))).transpose()
+                x.map(|x| Ok((v.place(x.region, 0)?, v.call.world(x.peer))))
+                    .transpose()
             };
             let reduce = match step.after {
                 After::None => None,
@@ -808,7 +830,7 @@ impl Active {
         let buf = unsafe { std::slice::from_raw_parts_mut(self.region(x.region, l)?, len) };
         let id = e.post_recv(
             buf,
-            x.peer as u32,
+            self.v.call.world(x.peer) as u32,
             self.ctx,
             self.tag | l as u32,
             self.scope,
@@ -833,15 +855,17 @@ impl Active {
             if self.v.nlanes == 1 && len <= FAST_MAX {
                 // One lane, a small message: poll for it (see `poll_fast`).
                 let rbuf = self.region(x.region, l)?;
+                let rpeer = self.v.call.world(x.peer);
                 let lane = &mut self.lanes[l];
-                (lane.fast, lane.rbuf, lane.rlen, lane.rpeer) = (true, rbuf, len, x.peer);
+                (lane.fast, lane.rbuf, lane.rlen, lane.rpeer) = (true, rbuf, len, rpeer);
             } else {
                 let p = self.region(x.region, l)?;
                 // SAFETY: the region lies in its buffer, which outlives the
                 // transfer (see `Table`'s `Send` argument); no other live
                 // view of these bytes is used while the receive runs.
                 let buf = unsafe { std::slice::from_raw_parts_mut(p, len) };
-                let id = e.post_recv(buf, x.peer as u32, self.ctx, tag, self.scope)?;
+                let from = self.v.call.world(x.peer) as u32;
+                let id = e.post_recv(buf, from, self.ctx, tag, self.scope)?;
                 self.lanes[l].recv = Some(id);
             }
         }
@@ -851,8 +875,9 @@ impl Active {
             let buf = unsafe { std::slice::from_raw_parts(self.region(x.region, l)?, len) };
             // An eager message goes straight to the link when nothing is
             // queued ahead of it (no operation recorded).
-            if !e.try_send_now(buf, x.peer, self.ctx, tag) {
-                let id = e.post_send(buf, x.peer, self.ctx, tag, false, self.scope)?;
+            let to = self.v.call.world(x.peer);
+            if !e.try_send_now(buf, to, self.ctx, tag) {
+                let id = e.post_send(buf, to, self.ctx, tag, false, self.scope)?;
                 self.lanes[l].send = Some(id);
             }
         }

@@ -171,6 +171,11 @@ impl Comm {
             src_len: b.src_len,
             dst: b.dst,
             dst_len: b.dst_len,
+            map: self
+                .members
+                .as_ref()
+                .map_or(std::ptr::null(), |m| m.as_ptr()),
+            map_len: self.members.as_ref().map_or(0, |m| m.len()),
         })
     }
 

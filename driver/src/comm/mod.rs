@@ -2,7 +2,10 @@
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, OpKind, Result, Wait};
-use crate::progress::{delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, TAG_UB};
+use crate::progress::{
+    delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, FT_CTX, TAG_UB,
+};
+use crate::world::heart::Heart;
 use crate::world::launch::Children;
 use crate::world::proxy::Proxy;
 use std::marker::PhantomData;
@@ -12,12 +15,13 @@ use tandem_core::lock::{SpinGuard, SpinLock};
 use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod collective;
+mod ft;
 mod persistent;
 mod raw;
 mod trace;
 mod typed;
 pub use collective::CollRequest;
-use collective::{CollState, COLL_CTX};
+use collective::CollState;
 pub use persistent::{PersistentRecv, PersistentSend};
 pub use raw::{RawCollRequest, RawRequest};
 
@@ -46,6 +50,8 @@ struct Shared {
     next_scope: AtomicU32,
     next_ctx: AtomicU32,
     proxy: Proxy,
+    /// The heartbeat thread, where a link needs one.
+    heart: Heart,
     children: Mutex<Option<Children>>,
     /// What this rank's blocking calls spent waiting ([`Comm::counters`]).
     waits: WaitCounts,
@@ -145,6 +151,13 @@ pub struct Comm {
     sh: Arc<Shared>,
     /// This communicator's context: its traffic never matches another's.
     ctx: u16,
+    /// This rank and the number of ranks, in this communicator.
+    rank: usize,
+    size: usize,
+    /// The world rank of each of this communicator's ranks, in order, for
+    /// a communicator over part of the world ([`Comm::shrink`]); `None`:
+    /// the whole world, rank for rank.
+    members: Option<Arc<[u32]>>,
     /// The communicator that owns the proxy thread (not a dup).
     primary: bool,
     /// Collectives in flight and their settings.
@@ -152,6 +165,9 @@ pub struct Comm {
     /// The small blocking collective compiled last, run again by a call of
     /// the same shape.
     inline: std::cell::RefCell<Box<crate::coll::exec::Program>>,
+    /// Agreements and shrinks run on this communicator so far (they tag
+    /// their messages with it).
+    epoch: std::cell::Cell<u32>,
     /// `!Sync`: one thread at a time drives a communicator (it may be moved
     /// to another thread). Ranks in threads each get their own.
     _not_sync: PhantomData<std::cell::Cell<()>>,
@@ -160,8 +176,8 @@ pub struct Comm {
 impl std::fmt::Debug for Comm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Comm")
-            .field("rank", &self.sh.rank)
-            .field("size", &self.sh.size)
+            .field("rank", &self.rank)
+            .field("size", &self.size)
             .field("context", &self.ctx)
             .finish()
     }
@@ -341,15 +357,17 @@ impl Comm {
                 cfg
             );
         }
+        let heart = engine.needs_heartbeats();
         let sh = Arc::new(Shared {
-            engine: if cfg.proxy_core.is_some() {
+            engine: if cfg.proxy_core.is_some() || heart {
                 SpinLock::new(engine)
             } else {
-                // SAFETY: without a proxy thread only the thread holding the
-                // `Comm` reaches the engine: `Comm` is `!Sync`, scopes and
-                // requests borrow it on that thread, and `dup` (the only way
-                // to a second owner, which may move to another thread)
-                // switches the lock to the shared protocol first.
+                // SAFETY: without a proxy or heartbeat thread only the
+                // thread holding the `Comm` reaches the engine: `Comm` is
+                // `!Sync`, scopes and requests borrow it on that thread, and
+                // `dup` (the only way to a second owner, which may move to
+                // another thread) switches the lock to the shared protocol
+                // first.
                 unsafe { SpinLock::new_single(engine) }
             },
             rank,
@@ -358,6 +376,7 @@ impl Comm {
             next_scope: AtomicU32::new(1),
             next_ctx: AtomicU32::new(1),
             proxy: Proxy::default(),
+            heart: Heart::default(),
             children: Mutex::new(None),
             waits: WaitCounts::default(),
             signals_seen: AtomicU64::new(0),
@@ -366,25 +385,34 @@ impl Comm {
             sh.proxy
                 .start(Arc::downgrade(&sh), |sh| &sh.engine, rank, core)?;
         }
+        if heart {
+            let every = sh.cfg.failure_timeout / 4;
+            sh.heart
+                .start(Arc::downgrade(&sh), |sh| &sh.engine, rank, every)?;
+        }
         let coll = std::cell::RefCell::new(CollState::new(sh.cfg.coll.clone()));
         Ok(Self {
             sh,
             ctx: 0,
+            rank,
+            size,
+            members: None,
             primary: true,
             coll,
             inline: Default::default(),
+            epoch: Default::default(),
             _not_sync: PhantomData,
         })
     }
 
     /// This process's rank, `0..size()`.
     pub fn rank(&self) -> usize {
-        self.sh.rank
+        self.rank
     }
 
     /// Number of ranks.
     pub fn size(&self) -> usize {
-        self.sh.size
+        self.size
     }
 
     /// The configuration in effect.
@@ -398,10 +426,14 @@ impl Comm {
     /// # Errors
     /// [`Error::InvalidRank`] for a rank outside `0..size()`.
     pub fn route(&self, p: usize) -> Result<crate::transport::Route> {
-        self.engine().route_of(p).ok_or(Error::InvalidRank {
+        let invalid = Error::InvalidRank {
             rank: p,
             size: self.size(),
-        })
+        };
+        if p >= self.size() {
+            return Err(invalid);
+        }
+        self.engine().route_of(self.world(p)).ok_or(invalid)
     }
 
     /// What this rank has done so far, counted from its start (all of its
@@ -510,9 +542,10 @@ impl Comm {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Config`] past 512 communicators on this rank (the world and its
-    /// duplicates: each takes two of the [`MAX_CONTEXTS`](crate::MAX_CONTEXTS)
-    /// contexts).
+    /// [`Error::Config`] past 510 communicators on this rank (the world, its
+    /// duplicates and shrunk communicators: each takes two of the
+    /// [`MAX_CONTEXTS`](crate::MAX_CONTEXTS) contexts, and two are kept for
+    /// the fault-tolerance protocols).
     pub fn dup(&self) -> Result<Comm> {
         // The duplicate may be moved to another thread: from now on the
         // engine is locked atomically (we are its only user right now).
@@ -520,21 +553,25 @@ impl Comm {
         let c = self.sh.next_ctx.fetch_add(1, Ordering::Relaxed);
         // Each communicator has two contexts: its own, and the one of its
         // collectives (the upper half).
-        if c >= COLL_CTX as u32 {
-            return Err(Error::Config(format!("more than {COLL_CTX} communicators")));
+        if c >= FT_CTX as u32 {
+            return Err(Error::Config(format!("more than {FT_CTX} communicators")));
         }
         Ok(Comm {
             sh: self.sh.clone(),
             ctx: c as u16,
+            rank: self.rank,
+            size: self.size,
+            members: self.members.clone(),
             primary: false,
             coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
             inline: Default::default(),
+            epoch: Default::default(),
             _not_sync: PhantomData,
         })
     }
 
     /// A communicator over the same ranks with the context `ctx`
-    /// (`1..MAX_CONTEXTS / 2`), chosen by the caller: for layers that build
+    /// (`1..MAX_CONTEXTS / 2 - 1`), chosen by the caller: for layers that build
     /// communicators over a subset of the ranks and agree on contexts among
     /// those ranks themselves, as MPI's `MPI_Comm_split` does (tandem's MPI
     /// library keeps a bitmap of free contexts and takes the lowest free on
@@ -543,20 +580,25 @@ impl Comm {
     /// this with [`dup`](Self::dup), whose numbering it does not see.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a context outside `1..MAX_CONTEXTS / 2`.
+    /// [`Error::InvalidArgument`] for a context outside `1..MAX_CONTEXTS / 2 - 1`
+    /// (the last is the fault-tolerance protocols').
     pub fn dup_with_context(&self, ctx: u16) -> Result<Comm> {
-        if ctx == 0 || ctx >= COLL_CTX {
+        if ctx == 0 || ctx >= FT_CTX {
             return Err(Error::InvalidArgument(format!(
-                "context {ctx} outside 1..{COLL_CTX}"
+                "context {ctx} outside 1..{FT_CTX}"
             )));
         }
         self.sh.engine.share();
         Ok(Comm {
             sh: self.sh.clone(),
             ctx,
+            rank: self.rank,
+            size: self.size,
+            members: self.members.clone(),
             primary: false,
             coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
             inline: Default::default(),
+            epoch: Default::default(),
             _not_sync: PhantomData,
         })
     }
@@ -594,7 +636,88 @@ impl Comm {
                 size: self.size(),
             });
         }
-        Ok(src as u32)
+        Ok(self.world(src) as u32)
+    }
+
+    /// The world rank (the engine's numbering) of this communicator's rank
+    /// `r` (one below `size()`).
+    #[inline(always)]
+    fn world(&self, r: usize) -> usize {
+        match &self.members {
+            None => r,
+            Some(m) => m.get(r).map_or(r, |&w| w as usize),
+        }
+    }
+
+    /// The rank in this communicator of world rank `w` (`w` itself if it
+    /// is not a member, which no message on this context comes from).
+    fn rank_of_world(&self, w: usize) -> usize {
+        match &self.members {
+            None => w,
+            Some(m) => m.binary_search(&(w as u32)).unwrap_or(w),
+        }
+    }
+
+    /// An operation's result with the ranks in it renumbered from the
+    /// world's to this communicator's.
+    #[inline(always)]
+    fn here(&self, r: Result<Status>) -> Result<Status> {
+        if self.members.is_none() {
+            return r;
+        }
+        self.here_slow(r)
+    }
+
+    #[cold]
+    fn here_slow(&self, r: Result<Status>) -> Result<Status> {
+        match r {
+            Ok(mut st) => {
+                st.source = self.rank_of_world(st.source);
+                Ok(st)
+            }
+            Err(e) => Err(self.here_err(e)),
+        }
+    }
+
+    /// `e` with the ranks it names renumbered to this communicator's.
+    fn here_err(&self, e: Error) -> Error {
+        if self.members.is_none() {
+            return e;
+        }
+        match e {
+            Error::Truncated {
+                needed,
+                got,
+                source,
+                tag,
+            } => Error::Truncated {
+                needed,
+                got,
+                source: self.rank_of_world(source),
+                tag,
+            },
+            Error::PeerLost { rank } => Error::PeerLost {
+                rank: self.rank_of_world(rank),
+            },
+            Error::PeerSilent {
+                rank,
+                host,
+                evidence,
+            } => Error::PeerSilent {
+                rank: self.rank_of_world(rank),
+                host,
+                evidence,
+            },
+            Error::ChannelBroken { peer, reason } => Error::ChannelBroken {
+                peer: self.rank_of_world(peer),
+                reason,
+            },
+            Error::Protocol { peer, detail } => Error::Protocol {
+                peer: self.rank_of_world(peer),
+                detail,
+            },
+            other => other,
+        }
     }
 
     fn check_recv_tag(tag: Tag) -> Result<()> {
@@ -606,14 +729,23 @@ impl Comm {
 
     fn post_send(&self, buf: &[u8], dst: usize, tag: Tag, sync: bool, scope: u32) -> Result<OpId> {
         Self::check_send_tag(tag)?;
+        if dst >= self.size() {
+            return Err(Error::InvalidRank {
+                rank: dst,
+                size: self.size(),
+            });
+        }
         self.engine()
-            .post_send(buf, dst, self.ctx, tag, sync, scope)
+            .post_send(buf, self.world(dst), self.ctx, tag, sync, scope)
+            .map_err(|e| self.here_err(e))
     }
 
     fn post_recv(&self, buf: &mut [u8], src: usize, tag: Tag, scope: u32) -> Result<OpId> {
         Self::check_recv_tag(tag)?;
         let src = self.source(src)?;
-        self.engine().post_recv(buf, src, self.ctx, tag, scope)
+        self.engine()
+            .post_recv(buf, src, self.ctx, tag, scope)
+            .map_err(|e| self.here_err(e))
     }
 
     /// Sends `buf` to rank `dst` with `tag` (at most [`TAG_UB`]); returns
@@ -637,7 +769,10 @@ impl Comm {
     /// [`send`](Self::send) with `tag` checked already.
     #[inline(always)]
     fn send_valid_tag(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
-        if self.engine().try_send_now(buf, dst, self.ctx, tag) {
+        if self
+            .engine()
+            .try_send_now(buf, self.world(dst), self.ctx, tag)
+        {
             return Ok(());
         }
         self.send_posted(buf, dst, tag)
@@ -688,8 +823,9 @@ impl Comm {
     fn recv_valid_tag(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
             // Often the message is there already.
-            if let Fast::Done(st) = self.engine().try_recv_now(buf, src, self.ctx, tag) {
-                return delivered(st, buf.len());
+            let w = self.world(src);
+            if let Fast::Done(st) = self.engine().try_recv_now(buf, w, self.ctx, tag) {
+                return self.here(delivered(st, buf.len()));
             }
         }
         self.recv_waiting(buf, src, tag)
@@ -701,15 +837,15 @@ impl Comm {
     #[inline(never)]
     fn recv_waiting(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
-            if let Some(r) = self.recv_polled(buf, src, self.ctx, tag) {
-                return r;
+            if let Some(r) = self.recv_polled(buf, self.world(src), self.ctx, tag) {
+                return self.here(r);
             }
         }
         let id = self.post_recv(buf, src, tag, 0)?;
         self.wait_one(id, OpKind::Recv)
     }
 
-    /// The receive fast path while spinning: polls `src`'s line ring
+    /// The receive fast path while spinning: polls world rank `src`'s line ring
     /// directly, no operation recorded, for the wait policy's spin but at
     /// most [`FAST_SPIN_MAX`] polls. `None`: post the receive and wait on
     /// the general path, which has the deadlines and diagnostics; that is
@@ -807,19 +943,23 @@ impl Comm {
                 let mut e = self.engine();
                 if let Some(st) = e.probe(s, self.ctx, tag) {
                     e.publish_wait(None);
-                    return Ok(st);
+                    return self.here(Ok(st));
                 }
                 self.drive_collectives(&mut e);
                 if w.slow_path_due() {
                     e.check_peers();
-                    if src != ANY_SOURCE && e.is_dead(src) {
+                    if let Err(err) = e.gate(self.ctx) {
+                        e.publish_wait(None);
+                        return Err(err);
+                    }
+                    if src != ANY_SOURCE && e.is_dead(s as usize) {
                         e.progress();
                         if let Some(st) = e.probe(s, self.ctx, tag) {
-                            return Ok(st);
+                            return self.here(Ok(st));
                         }
                         // Why the link failed (PeerLost, Protocol,
                         // ChannelBroken), as other operations report it.
-                        return Err(e.lost(src));
+                        return Err(self.here_err(e.lost(s as usize)));
                     }
                     if let Some(waited) = w.stalled(0) {
                         e.publish_wait(None);
@@ -846,7 +986,10 @@ impl Comm {
         let s = self.source(src)?;
         let mut e = self.engine();
         self.drive_collectives(&mut e);
-        Ok(e.probe(s, self.ctx, tag))
+        match e.probe(s, self.ctx, tag) {
+            Some(st) => self.here(Ok(st)).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Runs `f` with a [`Scope`] in which non-blocking operations may
@@ -976,7 +1119,7 @@ impl Comm {
         let mut e = self.engine();
         e.progress();
         self.drive_collectives(&mut e);
-        e.take(id)
+        e.take(id).map(|r| self.here(r))
     }
 
     /// Drives progress until `id` finishes, under the wait policy, the
@@ -986,11 +1129,11 @@ impl Comm {
             // Often done already (an eager send) or after one pass.
             let mut e = self.engine();
             if let Some(r) = e.take(id) {
-                return r;
+                return self.here(r);
             }
             e.progress();
             if let Some(r) = e.take(id) {
-                return r;
+                return self.here(r);
             }
             trace::wait_begins(&mut e, id);
         }
@@ -1025,7 +1168,7 @@ impl Comm {
         if let Err(e) = &r {
             self.failed(e);
         }
-        r
+        self.here(r)
     }
 
     /// Waits for rank 0's copies started by [`Comm::local`] and reports the
@@ -1093,9 +1236,11 @@ impl Drop for Comm {
         if !self.primary {
             return;
         }
-        // Stop the proxy first, so the last reference to the shared state is
-        // always dropped here and never on the proxy thread.
+        // Stop the proxy and heartbeat threads first, so the last
+        // reference to the shared state is always dropped here and never on
+        // one of them.
         self.sh.proxy.stop();
+        self.sh.heart.stop();
     }
 }
 
@@ -1572,7 +1717,7 @@ impl<'s> Request<'s> {
                     if let Some(res) = e.take(id) {
                         r.id = None;
                         *slot = None;
-                        return Some((i, res));
+                        return Some((i, comm.here(res)));
                     }
                 }
                 if w.slow_path_due() {

@@ -180,7 +180,9 @@ impl PersistentSend<'_, '_> {
             return Err(misuse("persistent send started twice; wait for it first"));
         }
         let c = self.comm;
-        if c.engine().try_send_now(self.buf, self.dst, c.ctx, self.tag) {
+        if c.engine()
+            .try_send_now(self.buf, c.world(self.dst), c.ctx, self.tag)
+        {
             self.state = State::Finished;
             return Ok(());
         }

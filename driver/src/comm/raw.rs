@@ -126,7 +126,8 @@ impl Comm {
     /// # Errors
     /// In the inner result: what [`wait_raw`](Self::wait_raw) would return.
     pub fn take_raw(&self, r: RawRequest) -> std::result::Result<Result<Status>, RawRequest> {
-        self.engine().take(r.id).ok_or(r)
+        let t = self.engine().take(r.id);
+        t.map(|x| self.here(x)).ok_or(r)
     }
 
     /// Whether a raw operation has finished, without taking its result.
@@ -171,7 +172,7 @@ impl Comm {
                     let Some(r) = slot else { continue };
                     if let Some(res) = e.take(r.id) {
                         *slot = None;
-                        return Some((i, res));
+                        return Some((i, self.here(res)));
                     }
                 }
                 if w.slow_path_due() {

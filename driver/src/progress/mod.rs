@@ -28,6 +28,8 @@
 //! attach, an RDMA READ) while the send that owns it is still pending.
 
 mod buffers;
+mod ft;
+pub(crate) use ft::FT_CTX;
 mod recorder;
 #[cfg(test)]
 mod sim_tests;
@@ -156,6 +158,8 @@ pub(crate) struct Engine {
     pub(crate) streamed: u64,
     /// The flight recorder.
     pub(crate) rec: recorder::Recorder,
+    /// Heartbeats, revoked contexts, detached sends.
+    ft: ft::Faults,
 }
 
 impl Drop for Engine {
@@ -211,6 +215,10 @@ impl Engine {
         let envelopes = protocol.envelopes as usize;
         let peers = links
             .into_iter()
+            .map(|mut link| {
+                link.watch(cfg.failure_timeout);
+                link
+            })
             .map(|link| Peer {
                 link,
                 tx_streams: VecDeque::with_capacity(q),
@@ -257,6 +265,7 @@ impl Engine {
             pulled: 0,
             streamed: 0,
             rec: recorder::Recorder::new(cfg.recorder),
+            ft: ft::Faults::new(cfg.failure_timeout),
         })
     }
 
@@ -320,6 +329,7 @@ impl Engine {
         scope: u32,
     ) -> Result<OpId> {
         self.check_rank(dst)?;
+        self.ft.gate(ctx)?;
         if buf.len() > MAX_MESSAGE {
             return Err(Error::MessageTooLarge {
                 len: buf.len(),
@@ -353,6 +363,7 @@ impl Engine {
         if src != ANY_SOURCE {
             self.check_rank(src as usize)?;
         }
+        self.ft.gate(ctx)?;
         let (h, copy) = self
             .proto
             .post_recv(src, ctx, tag, buf.len() as u64)
@@ -377,6 +388,9 @@ impl Engine {
     /// the general path.
     #[inline(always)]
     pub(crate) fn try_send_now(&mut self, buf: &[u8], dst: usize, ctx: u16, tag: u32) -> bool {
+        if self.ft.revoked_any && self.ft.is_revoked(ctx) {
+            return false;
+        }
         let Some(ch) = self.peers.get_mut(dst) else {
             return false;
         };
@@ -428,6 +442,9 @@ impl Engine {
     /// recorded.
     #[inline(always)]
     pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
+        if self.ft.revoked_any && self.ft.is_revoked(ctx) {
+            return Fast::Fallback;
+        }
         let Some(ch) = self.peers.get_mut(src) else {
             return Fast::Fallback;
         };
@@ -961,9 +978,16 @@ impl Engine {
     /// waiting on it fails with the transport's error
     /// ([`Error::PeerLost`], or why its connection failed).
     pub(crate) fn check_peers(&mut self) {
+        self.keep_alive();
         if self.proto.in_use() == 0 {
             return;
         }
+        self.check_links();
+    }
+
+    /// Breaks the channel of every peer whose link says it is gone, after
+    /// taking what it sent before going.
+    fn check_links(&mut self) {
         for p in 0..self.peers.len() {
             if p == self.rank || self.peers[p].broken.is_some() {
                 continue;
@@ -982,6 +1006,7 @@ impl Engine {
     /// it is pending. A stale id yields an error.
     pub(crate) fn take(&mut self, id: OpId) -> Option<Result<Status>> {
         match self.proto.take(id) {
+            Taken::Pending if self.ft.revoked_any => self.take_revoked(id),
             Taken::Pending => None,
             Taken::Done(r) => {
                 self.unregister(id);

@@ -237,6 +237,21 @@ pub trait Transport {
     /// silently may probe it from here (the RDMA link's keepalive).
     fn liveness(&mut self) -> Liveness;
 
+    /// Starts failure detection with `bound`
+    /// ([`Config::failure_timeout`](field@crate::Config::failure_timeout)):
+    /// from then on [`liveness`](Self::liveness) reports
+    /// [`Error::PeerSilent`] for a peer that stays silent (or stopped) that
+    /// long. The default does nothing (a transport that cannot tell).
+    fn watch(&mut self, _bound: std::time::Duration) {}
+
+    /// Sends a heartbeat if nothing went to the peer since the last call,
+    /// so that the peer's silence detection hears this rank while it
+    /// computes. Called four times per bound by the rank's heartbeat
+    /// thread (and from waits). The default does nothing: shared memory
+    /// sees the process itself, RDMA probes the peer's queue pair, which
+    /// its NIC answers.
+    fn heartbeat(&mut self) {}
+
     /// Which transport this is.
     fn kind(&self) -> Kind;
 
@@ -334,6 +349,12 @@ impl Transport for Link {
     }
     fn liveness(&mut self) -> Liveness {
         dispatch!(self, l => l.liveness())
+    }
+    fn watch(&mut self, bound: std::time::Duration) {
+        dispatch!(self, l => l.watch(bound))
+    }
+    fn heartbeat(&mut self) {
+        dispatch!(self, l => l.heartbeat())
     }
     fn kind(&self) -> Kind {
         dispatch!(self, l => l.kind())

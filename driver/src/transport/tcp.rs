@@ -6,7 +6,14 @@
 //! * `M`: one message, its 32-byte header and its body (an eager payload,
 //!   or the [`MemDesc`] of an RTS or CTS);
 //! * `D`: a chunk of a rendezvous payload stream (at most [`CHUNK`] bytes),
-//!   of the front stream in clear-to-send order.
+//!   of the front stream in clear-to-send order;
+//! * `H`: a heartbeat, no body: sent on a connection that carried nothing
+//!   for a quarter of the failure-detection bound
+//!   ([`Transport::heartbeat`]), skipped by the receiver. A connection
+//!   from which nothing at all arrives for the bound fails with
+//!   [`Error::PeerSilent`] (a stopped process, a cut network: the kernel
+//!   of a stopped process still acknowledges TCP, so only the
+//!   application's heartbeats tell).
 //!
 //! Messages are copied into a fixed send buffer and written with one
 //! `sendmsg`; stream chunks go straight from the user's buffer to the
@@ -36,6 +43,21 @@ pub const CHUNK: usize = 256 * 1024;
 const PREFIX: usize = 8;
 const MSG: u8 = b'M';
 const DATA: u8 = b'D';
+const HEARTBEAT: u8 = b'H';
+
+/// Silence detection of one connection ([`Transport::watch`]).
+#[derive(Debug)]
+struct Watch {
+    /// The bound; zero: off.
+    bound: std::time::Duration,
+    /// Bytes read when the connection was last heard, and when.
+    heard_mark: u64,
+    heard_at: std::time::Instant,
+    /// Bytes written at the last heartbeat tick.
+    sent_mark: u64,
+    /// Heartbeats sent (for tests and benchmarks).
+    beats: u64,
+}
 
 /// The TCP link to one peer.
 pub struct TcpLink {
@@ -61,6 +83,11 @@ pub struct TcpLink {
     max_frame: usize,
     /// Why the link stopped, once it has.
     failed: Option<Error>,
+    /// Bytes read and written so far (any frame): what silence detection
+    /// and heartbeats look at.
+    rx_bytes: u64,
+    tx_bytes: u64,
+    watch: Watch,
 }
 
 impl std::fmt::Debug for TcpLink {
@@ -102,7 +129,66 @@ impl TcpLink {
             in_chunk_left: 0,
             max_frame,
             failed: None,
+            rx_bytes: 0,
+            tx_bytes: 0,
+            watch: Watch {
+                bound: std::time::Duration::ZERO,
+                heard_mark: 0,
+                heard_at: std::time::Instant::now(),
+                sent_mark: 0,
+                beats: 0,
+            },
         })
+    }
+
+    /// Heartbeats this link has sent.
+    pub fn heartbeats_sent(&self) -> u64 {
+        self.watch.beats
+    }
+
+    /// Where the peer is, for errors.
+    fn peer_host(&self) -> (String, String) {
+        match self.sock.peer_addr() {
+            Ok(a) => (a.ip().to_string(), a.to_string()),
+            Err(_) => ("an unknown host".into(), "an unknown address".into()),
+        }
+    }
+
+    /// [`Error::PeerSilent`] once nothing arrived for the bound: bytes
+    /// read since the last look, or bytes waiting in the kernel, count as
+    /// heard.
+    fn silent(&mut self) -> Option<Error> {
+        if self.watch.bound.is_zero() || self.failed.is_some() {
+            return None;
+        }
+        self.fill();
+        let now = std::time::Instant::now();
+        let waiting = sys::poll_now(self.fd, libc::POLLIN) & libc::POLLIN != 0;
+        if self.rx_bytes != self.watch.heard_mark || waiting {
+            self.watch.heard_mark = self.rx_bytes;
+            self.watch.heard_at = now;
+            return None;
+        }
+        let quiet = now.duration_since(self.watch.heard_at);
+        if quiet < self.watch.bound {
+            return None;
+        }
+        let (host, addr) = self.peer_host();
+        let e = Error::PeerSilent {
+            rank: self.peer,
+            host,
+            evidence: format!(
+                "nothing received for {:.1} s over TCP from {addr} (a live rank sends a \
+                 heartbeat on an idle connection every {} ms)",
+                quiet.as_secs_f64(),
+                (self.watch.bound / 4).as_millis()
+            ),
+        };
+        // Fail-stop: should the peer come back, it finds the connection
+        // closed and treats this rank as gone too.
+        self.shutdown();
+        self.fail(e.clone());
+        Some(e)
     }
 
     /// Shuts the connection down in both directions (tests use it to cut a
@@ -149,6 +235,7 @@ impl TcpLink {
         match sys::writev2(self.fd, &self.tx[self.tx_start..self.tx_end], &[]) {
             Ok(n) => {
                 self.tx_start += n;
+                self.tx_bytes += n as u64;
                 if self.tx_start == self.tx_end {
                     self.tx_start = 0;
                     self.tx_end = 0;
@@ -203,6 +290,7 @@ impl TcpLink {
             }
             Ok(Some(n)) => {
                 self.rx_end += n;
+                self.rx_bytes += n as u64;
                 true
             }
             Ok(None) => true,
@@ -215,24 +303,30 @@ impl TcpLink {
 
     /// The frame prefix at the front of what was read, reading more if
     /// needed.
+    /// Heartbeat frames are skipped here, so no caller ever sees one.
     fn front_prefix(&mut self) -> Option<(u8, usize)> {
-        if self.buffered() < PREFIX {
-            self.fill();
+        loop {
             if self.buffered() < PREFIX {
+                self.fill();
+                if self.buffered() < PREFIX {
+                    return None;
+                }
+            }
+            let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
+            let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
+            if p[1..4] != [0, 0, 0] || (p[0] == HEARTBEAT && len != 0) {
+                let e = format!("corrupt TCP frame prefix {:02x?}", &p[..PREFIX]);
+                self.fail(Error::Protocol {
+                    peer: self.peer,
+                    detail: e,
+                });
                 return None;
             }
+            if p[0] != HEARTBEAT {
+                return Some((p[0], len));
+            }
+            self.rx_start += PREFIX;
         }
-        let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
-        let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
-        if p[1..4] != [0, 0, 0] {
-            let e = format!("corrupt TCP frame prefix {:02x?}", &p[..PREFIX]);
-            self.fail(Error::Protocol {
-                peer: self.peer,
-                detail: e,
-            });
-            return None;
-        }
-        Some((p[0], len))
     }
 
     fn protocol(&mut self, detail: String) {
@@ -393,6 +487,7 @@ impl Transport for TcpLink {
             if w == 0 {
                 break;
             }
+            self.tx_bytes += w as u64;
             let from_prefix = w.min(self.prefix_left);
             self.prefix_left -= from_prefix;
             let from_payload = w - from_prefix;
@@ -460,7 +555,10 @@ impl Transport for TcpLink {
                         self.fail(Error::PeerLost { rank });
                         break;
                     }
-                    Ok(Some(n)) => n,
+                    Ok(Some(n)) => {
+                        self.rx_bytes += n as u64;
+                        n
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         self.io_failed("read", e);
@@ -481,11 +579,32 @@ impl Transport for TcpLink {
             if ev & (libc::POLLHUP | libc::POLLERR) != 0 && self.buffered() == 0 {
                 self.fill();
             }
+            self.silent();
         }
         match &self.failed {
             Some(e) => Liveness::Lost(e.clone()),
             None => Liveness::Alive,
         }
+    }
+
+    fn watch(&mut self, bound: std::time::Duration) {
+        self.watch.bound = bound;
+        self.watch.heard_at = std::time::Instant::now();
+    }
+
+    fn heartbeat(&mut self) {
+        if self.watch.bound.is_zero() || self.failed.is_some() {
+            return;
+        }
+        if self.tx_bytes == self.watch.sent_mark && self.room(0) {
+            let at = self.tx_end;
+            self.tx[at] = HEARTBEAT;
+            self.tx[at + 1..at + PREFIX].fill(0);
+            self.tx_end += PREFIX;
+            self.watch.beats += 1;
+        }
+        self.flush_messages();
+        self.watch.sent_mark = self.tx_bytes;
     }
 
     fn kind(&self) -> Kind {

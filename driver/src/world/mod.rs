@@ -9,7 +9,9 @@
 //! * [`launch`]: `tandem-run`'s side: creating the job file, spawning the
 //!   local ranks and remote hosts' ranks, and watching them;
 //! * [`proxy`]: the busy-polling thread that advances a rank's engine
-//!   while the user's thread computes.
+//!   while the user's thread computes;
+//! * [`heart`]: the sleeping thread that sends heartbeats and checks the
+//!   links while the user's thread computes.
 //!
 //! The job file itself (its layout, pids, wait board and channels) is the
 //! room below the transports, [`crate::job`], since the shared-memory
@@ -17,5 +19,6 @@
 //! creates, passes on and opens it.
 
 pub(crate) mod bootstrap;
+pub(crate) mod heart;
 pub mod launch;
 pub(crate) mod proxy;

@@ -67,8 +67,50 @@ pub struct ShmLink {
     pid: u32,
     own_pid: u32,
     pidfd: Option<OwnedFd>,
+    /// Detection of a stopped peer process ([`Transport::watch`]).
+    stop: StopWatch,
     // Declared last: the ring views above borrow the mapping it keeps alive.
     map: Arc<JobMap>,
+}
+
+/// Whether the peer's process has stayed stopped for the bound.
+#[derive(Debug, Default)]
+struct StopWatch {
+    /// The bound; zero: off.
+    bound: std::time::Duration,
+    /// When the process state was last read (at most every 50 ms).
+    looked: Option<std::time::Instant>,
+    /// Since when it has been seen stopped.
+    since: Option<std::time::Instant>,
+    /// The process's `/proc/<pid>/stat`, opened at the first look.
+    stat: Option<std::fs::File>,
+}
+
+impl StopWatch {
+    /// `Some(how long)` once `pid` has been stopped for the bound.
+    fn stopped_for(&mut self, pid: u32) -> Option<std::time::Duration> {
+        if self.bound.is_zero() {
+            return None;
+        }
+        let now = std::time::Instant::now();
+        if self
+            .looked
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_millis(50))
+        {
+            return None;
+        }
+        self.looked = Some(now);
+        if self.stat.is_none() {
+            self.stat = sys::open_stat(pid);
+        }
+        if !self.stat.as_ref().is_some_and(sys::process_stopped) {
+            self.since = None;
+            return None;
+        }
+        let since = *self.since.get_or_insert(now);
+        let d = now.duration_since(since);
+        (d >= self.bound).then_some(d)
+    }
 }
 
 // SAFETY: the ring views point into the mapping that `map` keeps alive;
@@ -134,6 +176,7 @@ impl ShmLink {
             pid: 0,
             own_pid: std::process::id(),
             pidfd: None,
+            stop: StopWatch::default(),
             map,
         }
     }
@@ -386,10 +429,23 @@ impl Transport for ShmLink {
             return Liveness::Alive;
         }
         if sys::process_exited(pid, &mut self.pidfd) {
-            Liveness::Lost(Error::PeerLost { rank: self.peer })
-        } else {
-            Liveness::Alive
+            return Liveness::Lost(Error::PeerLost { rank: self.peer });
         }
+        match self.stop.stopped_for(pid) {
+            Some(d) => Liveness::Lost(Error::PeerSilent {
+                rank: self.peer,
+                host: "this host".into(),
+                evidence: format!(
+                    "its process {pid} has been stopped (SIGSTOP or a debugger) for {:.1} s",
+                    d.as_secs_f64()
+                ),
+            }),
+            None => Liveness::Alive,
+        }
+    }
+
+    fn watch(&mut self, bound: std::time::Duration) {
+        self.stop.bound = bound;
     }
 
     fn kind(&self) -> Kind {

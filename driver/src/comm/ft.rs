@@ -1,0 +1,419 @@
+//! Surviving failures, as MPI's ULFM does: revoke a communicator, learn
+//! which ranks failed, agree on a value among the survivors, and shrink
+//! the communicator to them.
+//!
+//! Agreement ([`Comm::agree`]) runs on the fault-tolerance context, which
+//! no communicator uses, so it works on a revoked communicator. It has
+//! two phases, each tolerating ranks that die at any point:
+//!
+//! 1. **Gather**: every rank sends its contribution (flags, the ranks it
+//!    knows failed, a context it could take) to every other, and waits
+//!    for each rank's contribution or for that rank's failure. Its
+//!    estimate is the combination of what it got (flags ANDed, failures
+//!    united, the largest context); ranks it heard nothing from before
+//!    they failed are added to the failures. Estimates may differ where a
+//!    rank died part-way through sending.
+//! 2. **Rotating coordinators**: in round `j`, rank `j` (if alive) sends
+//!    its estimate to all; every other rank waits for it or for rank `j`'s
+//!    failure and adopts what it received. The first round whose
+//!    coordinator lives through its sends makes every estimate equal, and
+//!    later rounds only send that same estimate around; after round
+//!    `size - 1` every survivor decides its estimate. Nobody waits on a
+//!    rank that already decided: a coordinator sends before it waits for
+//!    anyone.
+//!
+//! The detector is assumed accurate, as ULFM assumes: a rank declared
+//! failed has crashed, or is cut off from everyone (the rank that declares
+//! it closes its connections to it). A rank that is silent to some ranks
+//! and heard by others (a partial network partition) is outside what the
+//! protocol guarantees. Messages: `2 (n - 1)` per rank, `n` rounds.
+
+use super::{CollState, Comm};
+use crate::error::{Error, Result};
+use crate::progress::{Engine, FT_CTX};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem_core::sync::Ordering;
+
+/// Message kinds of the agreement, in the tag's top byte (a revocation
+/// notice has 0 there).
+const GATHER: u32 = 2;
+const ROUND: u32 = 3;
+
+/// The tag of agreement message `kind` of the `epoch`-th agreement on the
+/// communicator with context `ctx`.
+fn tag(kind: u32, ctx: u16, epoch: u32) -> u32 {
+    (kind << 24) | ((ctx as u32 & 0x1ff) << 14) | (epoch & 0x3fff)
+}
+
+/// What the ranks agree on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Vote {
+    /// ANDed.
+    flags: u32,
+    /// The next free communicator context: the largest wins.
+    ctx: u16,
+    /// Failed ranks of the communicator (a bit each): united.
+    failed: Vec<u64>,
+}
+
+impl Vote {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(6 + 8 * self.failed.len());
+        b.extend_from_slice(&self.flags.to_le_bytes());
+        b.extend_from_slice(&self.ctx.to_le_bytes());
+        for w in &self.failed {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// `None` for bytes that are no vote of a communicator of `words`
+    /// bitmap words.
+    fn decode(b: &[u8], words: usize) -> Option<Self> {
+        if b.len() != 6 + 8 * words {
+            return None;
+        }
+        let failed = b[6..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        Some(Self {
+            flags: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            ctx: u16::from_le_bytes([b[4], b[5]]),
+            failed,
+        })
+    }
+
+    fn merge(&mut self, o: &Vote) {
+        self.flags &= o.flags;
+        self.ctx = self.ctx.max(o.ctx);
+        for (a, b) in self.failed.iter_mut().zip(&o.failed) {
+            *a |= b;
+        }
+    }
+
+    fn set_failed(&mut self, r: usize) {
+        self.failed[r / 64] |= 1 << (r % 64);
+    }
+
+    fn is_failed(&self, r: usize) -> bool {
+        self.failed[r / 64] & (1 << (r % 64)) != 0
+    }
+}
+
+impl Comm {
+    /// Revokes this communicator on every rank (MPI's `MPIX_Comm_revoke`):
+    /// every pending and later operation on it, here and on every other
+    /// live rank, fails with [`Error::Revoked`] — on other ranks as soon as
+    /// the notice reaches them (a rank that waits looks every few
+    /// milliseconds; each rank forwards the notice to every other, so it
+    /// arrives even if this rank dies part-way). Its duplicates, and
+    /// communicators shrunk from it, are not revoked. [`shrink`](Self::shrink)
+    /// and [`agree`](Self::agree) still work on it.
+    ///
+    /// Revoke when an operation failed because a rank died, so that the
+    /// ranks still waiting on live peers (who will never send, having seen
+    /// the failure) stop waiting too, then shrink.
+    ///
+    /// A rendezvous send in flight on the communicator when the revocation
+    /// reaches it leaves the channel to its receiver broken
+    /// ([`Error::ChannelBroken`] on later operations with that peer):
+    /// revoke to stop, not as part of normal operation.
+    pub fn revoke(&self) {
+        let mut e = self.engine();
+        e.revoke(self.ctx);
+    }
+
+    /// Whether this communicator was revoked (here or by another rank,
+    /// as far as this rank has heard).
+    pub fn is_revoked(&self) -> bool {
+        let mut e = self.engine();
+        e.check_peers();
+        e.revoked(self.ctx)
+    }
+
+    /// The ranks of this communicator this rank knows failed, in order:
+    /// those whose process exited, whose connection closed or failed, or
+    /// that stayed silent past the bound
+    /// ([`Config::failure_timeout`](field@crate::Config::failure_timeout))
+    /// (MPI's `MPIX_Comm_get_failed`). Other ranks may know more or less;
+    /// [`agree`](Self::agree) and [`shrink`](Self::shrink) settle that.
+    pub fn failed_ranks(&self) -> Vec<usize> {
+        let mut e = self.engine();
+        e.check_peers();
+        (0..self.size)
+            .filter(|&r| r != self.rank && e.is_dead(self.world(r)))
+            .collect()
+    }
+
+    /// Fault-tolerant agreement (MPI's `MPIX_Comm_agree`): every live rank
+    /// of this communicator calls it with its `flags`; each survivor gets
+    /// the same value back, the bitwise AND of the flags of the ranks whose
+    /// contribution counted (every survivor's, and those of ranks that
+    /// failed during the call only if some rank received them in time).
+    /// Works on a revoked communicator; ranks may fail at any point of it.
+    /// Collective: every live rank must call it, in the same order as the
+    /// communicator's other agreements and shrinks. See the module
+    /// documentation for the protocol.
+    ///
+    /// ```
+    /// use tandem_driver::{Comm, Config, Layout};
+    /// let out = Comm::threads(3, &Layout::default(), Config::default(), |c| {
+    ///     c.agree(if c.rank() == 1 { 0b110 } else { 0b011 })
+    /// });
+    /// assert!(out.iter().all(|r| *r.as_ref().unwrap() == 0b010));
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if a rank that is neither failed nor silent does
+    /// not take part within [`Config::timeout`](field@crate::Config::timeout)
+    /// (it does not call `agree`).
+    pub fn agree(&self, flags: u32) -> Result<u32> {
+        let next = self.sh.next_ctx.load(Ordering::Relaxed) as u16;
+        Ok(self.agreement(flags, next)?.flags)
+    }
+
+    /// A new communicator of the survivors (MPI's `MPIX_Comm_shrink`): the
+    /// ranks of this one that the survivors agree have not failed, in
+    /// their order here, renumbered from 0, with a context of its own. It
+    /// is the same communicator on every survivor. Works on a revoked
+    /// communicator; collective over the live ranks, as
+    /// [`agree`](Self::agree). Statuses and errors on the new communicator
+    /// name its ranks.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] as for [`agree`](Self::agree);
+    /// [`Error::Config`] when no communicator context is left;
+    /// [`Error::ChannelBroken`] (naming this rank) if the survivors
+    /// declared this rank failed (it was silent to them past the bound).
+    pub fn shrink(&self) -> Result<Comm> {
+        let next = self.sh.next_ctx.load(Ordering::Relaxed) as u16;
+        let d = self.agreement(u32::MAX, next)?;
+        if d.is_failed(self.rank) {
+            return Err(Error::ChannelBroken {
+                peer: self.rank,
+                reason: "the survivors declared this rank failed (silent past the \
+                         failure-detection bound)"
+                    .into(),
+            });
+        }
+        if d.ctx >= FT_CTX {
+            return Err(Error::Config(format!(
+                "more than {FT_CTX} communicators: none left for the shrunk one"
+            )));
+        }
+        let after = d.ctx as u32 + 1;
+        let mut v = self.sh.next_ctx.load(Ordering::Relaxed);
+        while v < after {
+            match self
+                .sh
+                .next_ctx
+                .compare_exchange(v, after, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => v = now,
+            }
+        }
+        let members: Vec<u32> = (0..self.size)
+            .filter(|&r| !d.is_failed(r))
+            .map(|r| self.world(r) as u32)
+            .collect();
+        let me = self.world(self.rank) as u32;
+        let rank = members.binary_search(&me).map_err(|_| {
+            Error::Internal("this rank is missing from the survivors it agreed on".into())
+        })?;
+        self.sh.engine.share();
+        Ok(Comm {
+            sh: self.sh.clone(),
+            ctx: d.ctx,
+            rank,
+            size: members.len(),
+            members: Some(Arc::from(members)),
+            primary: false,
+            coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
+            inline: Default::default(),
+            epoch: Default::default(),
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Runs one agreement (see the module documentation).
+    fn agreement(&self, flags: u32, ctx: u16) -> Result<Vote> {
+        let epoch = self.epoch.get();
+        self.epoch.set(epoch.wrapping_add(1));
+        let (n, me) = (self.size, self.rank);
+        let words = n.div_ceil(64);
+        let mut est = Vote {
+            flags,
+            ctx,
+            failed: vec![0; words],
+        };
+        for r in self.failed_ranks() {
+            est.set_failed(r);
+        }
+        let mut w = Pace::new(self.sh.cfg.timeout);
+        // Gather.
+        let tg = tag(GATHER, self.ctx, epoch);
+        {
+            let mut e = self.engine();
+            let body = est.encode();
+            for r in (0..n).filter(|&r| r != me) {
+                e.send_detached(self.world(r), FT_CTX, tg, &body);
+            }
+        }
+        let mut heard = vec![false; n];
+        heard[me] = true;
+        while let Some(r) = (0..n).find(|&r| !heard[r]) {
+            match self.hear(r, tg, words, &mut w)? {
+                Some(v) => est.merge(&v),
+                None => est.set_failed(r),
+            }
+            heard[r] = true;
+        }
+        // Rotating coordinators.
+        let tr = tag(ROUND, self.ctx, epoch);
+        for j in 0..n {
+            if j == me {
+                let mut e = self.engine();
+                let body = est.encode();
+                for r in (0..n).filter(|&r| r != me) {
+                    e.send_detached(self.world(r), FT_CTX, tr, &body);
+                }
+            } else if let Some(v) = self.hear(j, tr, words, &mut w)? {
+                est = v;
+            } else {
+                est.set_failed(j);
+            }
+        }
+        Ok(est)
+    }
+
+    /// The vote rank `r` sent with `tag`, or `None` once `r` is known
+    /// failed with none from it.
+    fn hear(&self, r: usize, tag: u32, words: usize, w: &mut Pace) -> Result<Option<Vote>> {
+        let src = self.world(r);
+        loop {
+            {
+                let mut e = self.engine();
+                e.progress();
+                if let Some(b) = take_ft(&mut e, src, tag)? {
+                    w.news();
+                    return match Vote::decode(&b, words) {
+                        Some(v) => Ok(Some(v)),
+                        None => Err(Error::Protocol {
+                            peer: src,
+                            detail: format!("an agreement message of {} bytes", b.len()),
+                        }),
+                    };
+                }
+                if w.due() {
+                    e.check_peers();
+                    if e.is_dead(src) {
+                        // What it sent before failing counts.
+                        e.progress();
+                        if let Some(b) = take_ft(&mut e, src, tag)? {
+                            return Ok(Vote::decode(&b, words));
+                        }
+                        return Ok(None);
+                    }
+                    if let Some(waited) = w.expired() {
+                        return Err(Error::Timeout {
+                            op: crate::error::OpKind::Recv,
+                            peer: r,
+                            tag,
+                            waited,
+                            why: "in an agreement (agree or shrink) that rank has not joined"
+                                .into(),
+                        });
+                    }
+                }
+            }
+            w.pause();
+        }
+    }
+}
+
+/// The fault-tolerance message from world rank `src` with `tag`, if one
+/// arrived (received whole).
+fn take_ft(e: &mut Engine, src: usize, tag: u32) -> Result<Option<Vec<u8>>> {
+    let Some(st) = e.probe(src as u32, FT_CTX, tag) else {
+        return Ok(None);
+    };
+    let mut buf = vec![0u8; st.len];
+    let id = e.post_recv(&mut buf, src as u32, FT_CTX, tag, 0)?;
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(r) = e.take(id) {
+            r?;
+            return Ok(Some(buf));
+        }
+        if Instant::now() >= end {
+            let err = Error::ChannelBroken {
+                peer: src,
+                reason: "an agreement message did not arrive whole".into(),
+            };
+            e.withdraw(id, &err);
+            return Err(err);
+        }
+        if !e.progress() {
+            e.check_peers();
+        }
+    }
+}
+
+/// The pace of an agreement's waits: spin a little, then yield, then
+/// sleep a tenth of a millisecond; look at peers every 2 ms; give up after
+/// the timeout without news.
+struct Pace {
+    polls: u32,
+    start: Instant,
+    last: Instant,
+    timeout: Duration,
+}
+
+impl Pace {
+    fn new(timeout: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            polls: 0,
+            start: now,
+            last: now,
+            timeout,
+        }
+    }
+
+    fn due(&mut self) -> bool {
+        if self.polls < 64 {
+            return false;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.last) >= Duration::from_millis(2) {
+            self.last = now;
+            return true;
+        }
+        false
+    }
+
+    /// Something arrived: the timeout counts from now.
+    fn news(&mut self) {
+        self.start = Instant::now();
+    }
+
+    fn expired(&self) -> Option<Duration> {
+        let d = self.start.elapsed();
+        (d >= self.timeout).then_some(d)
+    }
+
+    fn pause(&mut self) {
+        self.polls = self.polls.saturating_add(1);
+        if self.polls < 64 {
+            std::hint::spin_loop();
+        } else if self.polls < 1024 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
