@@ -492,23 +492,6 @@ impl<Q: QueuePair> RdmaLink<Q> {
         let peer = self.peer;
         let e = if self.qp.peer_gone() {
             Error::PeerLost { rank: peer }
-        } else if wc.status == WcStatus::RetryExceeded {
-            // Nothing acknowledged the request within the retries: the
-            // peer's NIC or host is unreachable (a cut network), or its
-            // soft NIC is not running (a stopped process).
-            Error::PeerSilent {
-                rank: peer,
-                host: self
-                    .tcp
-                    .map_or_else(|| "its host".into(), |(_, p)| p.ip().to_string()),
-                evidence: format!(
-                    "its queue pair stopped acknowledging: an RDMA request (this rank \
-                     probes a peer it waits on every {} ms) failed with {} on the {} fabric",
-                    KEEPALIVE.as_millis(),
-                    wc.status.name(),
-                    self.qp.fabric()
-                ),
-            }
         } else {
             Error::ChannelBroken {
                 peer,
