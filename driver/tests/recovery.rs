@@ -109,7 +109,7 @@ fn revoke_stops_waits_on_live_peers_everywhere() {
             comm.allreduce(&[1u32], &mut s, ReduceOp::Sum),
             Err(Error::Revoked { context: 0 })
         );
-        // A duplicate made before is not revoked; a shrink of all goes on.
+        // A shrink of the revoked communicator (no rank failed: all three) goes on.
         let all = comm.shrink()?;
         assert_eq!((all.size(), all.rank()), (3, comm.rank()));
         all.allreduce(&[1u32], &mut s, ReduceOp::Sum)?;
