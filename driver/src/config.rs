@@ -794,7 +794,21 @@ pub struct Config {
     /// sooner (an exit, a closed connection, a queue pair's error). Use the
     /// same value on every rank.
     pub failure_timeout: Duration,
+    /// How long a cycle of blocked operations must stay the same before
+    /// the waits in it fail with [`Error::Deadlock`] rather than at the
+    /// timeout (`TANDEM_DEADLOCK_AFTER`, seconds; default 0.5; 0: only at
+    /// the timeout). Each blocked rank publishes what it waits for (on
+    /// the host's wait board; to peers on other hosts after 100 ms of
+    /// waiting) and follows the chain of waits from its own every 100 ms:
+    /// a chain that comes back to it, with none of its waits changed or
+    /// moved for this long, can never complete, unless another thread of
+    /// one of its ranks is about to post what breaks it. Programs that
+    /// break such cycles from a second thread set 0.
+    pub deadlock_after: Duration,
 }
+
+/// The default of [`Config::deadlock_after`].
+pub const DEFAULT_DEADLOCK_AFTER: Duration = Duration::from_millis(500);
 
 /// The default failure-detection bound ([`Config::failure_timeout`]).
 pub const DEFAULT_FAILURE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -819,6 +833,7 @@ impl Default for Config {
             recorder: DEFAULT_EVENTS,
             trace_dir: None,
             failure_timeout: DEFAULT_FAILURE_TIMEOUT,
+            deadlock_after: DEFAULT_DEADLOCK_AFTER,
         }
     }
 }
@@ -851,6 +866,7 @@ impl Config {
                 .filter(|v| !v.is_empty())
                 .map(Into::into),
             failure_timeout: env_secs("TANDEM_FAILURE_TIMEOUT", true)?.unwrap_or(d.failure_timeout),
+            deadlock_after: env_secs("TANDEM_DEADLOCK_AFTER", true)?.unwrap_or(d.deadlock_after),
         };
         let (cma, cma_min) = (env_num::<u8>("TANDEM_CMA")?, env_num("TANDEM_CMA_MIN")?);
         if cma.is_some() || cma_min.is_some() {
@@ -878,6 +894,14 @@ impl Config {
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn failure_timeout(mut self, t: Duration) -> Self {
         self.failure_timeout = t;
+        self
+    }
+
+    /// Sets how long a cycle of waits must hold before it is reported
+    /// ([`Config::deadlock_after`]; zero: only at the timeout).
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn deadlock_after(mut self, t: Duration) -> Self {
+        self.deadlock_after = t;
         self
     }
 

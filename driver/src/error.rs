@@ -104,8 +104,11 @@ pub enum Error {
         /// (12 bytes), which no receive matches").
         why: String,
     },
-    /// An operation waited past the timeout while the ranks it waits on
-    /// wait, in a cycle, on this rank: none can ever complete (for instance
+    /// The ranks an operation waits on wait, in a cycle, on this rank, and
+    /// the cycle held still for
+    /// [`Config::deadlock_after`](field@crate::Config::deadlock_after)
+    /// (or the operation reached the timeout with the cycle there), ranks
+    /// on other hosts included: none can ever complete (for instance
     /// both ranks in a blocking `ssend` to each other, or three ranks each
     /// in an `ssend` to the next). Every operation of the cycle is named,
     /// as a [`Wait`] a program can inspect; the text reads as

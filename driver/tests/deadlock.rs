@@ -1,6 +1,8 @@
 //! Two ranks that both `ssend` to each other before receiving can never
-//! complete: each is reported as a deadlock by the deadline, naming both
-//! blocked operations. The same exchange in a group completes.
+//! complete: each is reported as a deadlock naming both blocked
+//! operations, once the cycle has held for `TANDEM_DEADLOCK_AFTER` (well
+//! before the deadline), or by the deadline where that check is off. The
+//! same exchange in a group completes.
 
 mod common;
 use std::time::{Duration, Instant};
@@ -41,24 +43,38 @@ fn crossed_ssends_are_reported_as_a_deadlock_naming_both_operations() {
                 && msg.contains(&format!("while rank {peer}: ssend to rank {me} tag 5 (")),
             "{msg}"
         );
-        assert!(
-            took >= Duration::from_secs(2),
-            "reported after the deadline, not before"
-        );
-        assert!(
-            took < Duration::from_secs(20),
-            "reported by the deadline: {took:?}"
-        );
+        if std::env::var("TANDEM_DEADLOCK_AFTER").as_deref() == Ok("0") {
+            // Only the deadline reports it.
+            assert!(
+                took >= Duration::from_secs(2),
+                "reported after the deadline, not before: {took:?}"
+            );
+            assert!(
+                took < Duration::from_secs(20),
+                "reported by the deadline: {took:?}"
+            );
+        } else {
+            // The cycle held for half a second: reported long before the
+            // 60 s deadline.
+            assert!(
+                took >= Duration::from_millis(500) && took < Duration::from_secs(2),
+                "reported once the cycle held, not at the deadline: {took:?}"
+            );
+        }
         return;
     }
-    let o = common::launcher(
-        2,
-        "crossed_ssends_are_reported_as_a_deadlock_naming_both_operations",
-    )
-    .env("TANDEM_TIMEOUT", "2")
-    .run()
-    .unwrap();
-    assert_eq!(o.code(), 0, "exit codes {:?}", o.codes);
+    let name = "crossed_ssends_are_reported_as_a_deadlock_naming_both_operations";
+    let o = common::launcher(2, name)
+        .env("TANDEM_TIMEOUT", "60")
+        .run()
+        .unwrap();
+    assert_eq!(o.code(), 0, "early: exit codes {:?}", o.codes);
+    let o = common::launcher(2, name)
+        .env("TANDEM_TIMEOUT", "2")
+        .env("TANDEM_DEADLOCK_AFTER", "0")
+        .run()
+        .unwrap();
+    assert_eq!(o.code(), 0, "at the deadline: exit codes {:?}", o.codes);
 }
 
 #[test]

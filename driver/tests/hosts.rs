@@ -122,6 +122,8 @@ fn rank_entry() {
         "ring" => ring_body(),
         "ulfm_kill" => ulfm_body(false),
         "ulfm_cut" => ulfm_body(true),
+        "cycle" => cycle_body(),
+        "chain" => chain_body(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -319,6 +321,57 @@ fn ulfm_body(cut: bool) {
     assert_eq!((small.size(), small.rank()), (victim, comm.rank()));
     sums(&small, 1000, 200).unwrap();
     println!("rank {}: the survivors' sums are right", comm.rank());
+}
+
+/// Each rank in a blocking `ssend` to the next (0 → 1 → 2 → 0), the
+/// ranks on two hosts: every rank reports the cycle as a deadlock naming
+/// all three operations, long before the 60 s deadline.
+fn cycle_body() {
+    let comm = join();
+    let (me, n) = (comm.rank(), comm.size());
+    let t = Instant::now();
+    let r = comm.ssend(b"x", (me + 1) % n, 4);
+    let took = t.elapsed().as_secs_f64();
+    match &r {
+        Err(e @ Error::Deadlock { ours, theirs, .. }) => {
+            let mut ranks: Vec<usize> = theirs.iter().map(|w| w.rank).collect();
+            ranks.push(ours.rank);
+            ranks.sort_unstable();
+            assert_eq!(ranks, (0..n).collect::<Vec<_>>(), "{e}");
+            println!("rank {me}: after {took:.2} s: {e}");
+        }
+        other => panic!("rank {me}: expected a deadlock, got {other:?}"),
+    }
+    // Stay until the others have seen the cycle too.
+    std::thread::sleep(Duration::from_secs(3));
+}
+
+/// Rank 0 waits for rank 2 (another host), which waits for rank 1, which
+/// computes past rank 0's 2 s deadline: rank 0's timeout names the chain.
+fn chain_body() {
+    let comm = join();
+    let mut b = [0u8; 3];
+    match comm.rank() {
+        0 => {
+            let e = comm.recv(&mut b, 2, 5).unwrap_err();
+            println!("rank 0: {e}");
+            assert!(matches!(e, Error::Timeout { .. }), "{e}");
+            comm.recv(&mut b, 2, 5).unwrap();
+        }
+        1 => {
+            std::thread::sleep(Duration::from_secs(4));
+            comm.send(b"ok!", 2, 3).unwrap();
+        }
+        _ => {
+            let mut tries = 0;
+            while let Err(e) = comm.recv(&mut b, 1, 3) {
+                assert!(matches!(e, Error::Timeout { .. }) && tries < 5, "{e}");
+                tries += 1;
+            }
+            comm.send(b"ok!", 0, 5).unwrap();
+        }
+    }
+    println!("rank {}: done", comm.rank());
 }
 
 fn ring_body() {
@@ -612,4 +665,71 @@ fn four_hosts_over_soft_rdma_survive_a_kill_and_a_cut_network() {
     );
     assert!(o.status.success(), "{}", text(&o));
     check_recovery(&o, 3, true);
+}
+
+/// Checks a cycle run: every rank reported the deadlock within 2 s,
+/// naming the three operations in cycle order from itself.
+fn check_cycle(o: &Output) {
+    let out = text(o);
+    assert!(o.status.success(), "{out}");
+    for r in 0..3usize {
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("rank {r}: after ")))
+            .unwrap_or_else(|| panic!("rank {r}: {out}"));
+        let secs: f64 = line
+            .split(" after ")
+            .nth(1)
+            .and_then(|l| l.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(secs < 2.0, "rank {r} reported after {secs} s: {line}");
+        let (a, b) = ((r + 1) % 3, (r + 2) % 3);
+        let cycle = format!("rank {r}: ssend to rank {a} tag 4 waited");
+        let rest = format!(
+            "while rank {a}: ssend to rank {b} tag 4, which waits for rank {b}: ssend to rank {r} tag 4"
+        );
+        assert!(line.contains(&cycle) && line.contains(&rest), "{line}");
+    }
+}
+
+#[test]
+fn a_cycle_through_two_hosts_is_a_deadlock_within_two_seconds() {
+    let Some(net) = net(2) else { return };
+    // Ranks 0 and 1 on the first host (shared memory), rank 2 on the
+    // second (TCP), then the same over soft RDMA.
+    let long = ("TANDEM_TIMEOUT", "60");
+    let o = tandem_run_with(&net, 3, &[0, 1], "cycle", unique_port(13), &[long]);
+    check_cycle(&o);
+    let soft = ("TANDEM_TRANSPORT", "soft");
+    let o = tandem_run_with(&net, 3, &[0, 1], "cycle", unique_port(14), &[long, soft]);
+    check_cycle(&o);
+}
+
+#[test]
+fn a_chain_of_waits_through_another_host_is_named_at_the_timeout() {
+    let Some(net) = net(2) else { return };
+    // Rank 0 on the first host waits for rank 2 on the second, which
+    // waits for rank 1, back on the first.
+    let o = tandem_run_with(
+        &net,
+        3,
+        &[0, 1],
+        "chain",
+        unique_port(15),
+        &[("TANDEM_TIMEOUT", "2")],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("rank 0: recv from rank 2") && l.contains("waits for"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("it waits for rank 2: recv from rank 1 tag 3"),
+        "{line}"
+    );
+    for r in 0..3 {
+        assert!(out.contains(&format!("rank {r}: done")), "{out}");
+    }
 }

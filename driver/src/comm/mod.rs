@@ -139,10 +139,14 @@ impl WaitCounts {
 ///   operation with that peer fails with that same error from then on,
 ///   those posted later at once; eager messages that arrived before stay
 ///   receivable.
+/// * Blocked in a cycle: [`Error::Deadlock`] once the ranks it waits for
+///   wait for this rank in a cycle (followed through the wait records of
+///   every host) that held still for
+///   [`Config::deadlock_after`](field@Config::deadlock_after).
 /// * No progress for [`Config::timeout`](field@Config::timeout):
-///   [`Error::Deadlock`] when the ranks it waits for (as far as this host
-///   can see) wait for this rank in a cycle, else [`Error::Timeout`] (with
-///   what this rank can see of why). The operation is withdrawn; a
+///   [`Error::Deadlock`] when the ranks it waits for wait for this rank
+///   in a cycle, else [`Error::Timeout`] (with what this rank can see of
+///   why: the chain of waits, unmatched messages). The operation is withdrawn; a
 ///   rendezvous send withdrawn that way leaves its channel broken.
 /// * A receive: [`Error::Truncated`] when the message is longer than the
 ///   buffer (its first bytes are delivered), [`Error::Cancelled`] after
@@ -965,9 +969,15 @@ impl Comm {
                         e.publish_wait(None);
                         return Err(explain(&e, OpKind::Probe, src, tag, self.ctx, waited));
                     }
-                    if w.published.is_none() {
-                        w.published = Some(());
-                        e.publish_wait(Some((OpKind::Probe, self.ctx, src, tag)));
+                    w.publish(&mut e, OpKind::Probe, self.ctx, src, tag);
+                    let ours = Wait {
+                        rank: e.rank(),
+                        op: OpKind::Probe,
+                        peer: src,
+                        tag,
+                    };
+                    if let Some(err) = w.early_deadlock(&mut e, ours, 0) {
+                        return Err(err);
                     }
                 }
             }
@@ -1313,6 +1323,53 @@ struct Waiter<'a> {
     next_check: u64,
     /// Whether this wait published itself for peers' hang reports.
     published: Option<()>,
+    /// When this wait was published (it began earlier, by the spin).
+    started: Option<Instant>,
+    /// When the chain of waits was last followed for a cycle.
+    cycle_checked: Option<Instant>,
+    /// The cycle last found: the sequence numbers of its waits, this
+    /// wait's progress count then, and since when it has been the same.
+    cycle: Option<(Vec<u32>, usize, Instant)>,
+}
+
+/// Where a chain of waits ends, as [`follow`] found it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ChainEnd {
+    /// Back at this rank: a cycle.
+    Cycle,
+    /// At a rank that waits for any rank (this one included).
+    AnyRank,
+    /// At a rank that does not wait, or whose wait this rank cannot see.
+    Open,
+}
+
+/// The chain of waits from `peer` on, as far as this rank can see them
+/// (the host's wait board, the records of peers on other hosts), with
+/// each wait's sequence number, and where it ends.
+fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, Vec<u32>, ChainEnd) {
+    let rank = e.rank();
+    let (mut chain, mut seqs) = (Vec::new(), Vec::new());
+    let mut seen = vec![rank];
+    let mut cur = peer;
+    while cur != ANY_SOURCE && !seen.contains(&cur) {
+        let Some(w) = e.peer_wait(cur) else { break };
+        chain.push(Wait {
+            rank: cur,
+            op: w.op,
+            peer: w.peer,
+            tag: w.tag,
+        });
+        seqs.push(w.seq);
+        if w.peer == rank {
+            return (chain, seqs, ChainEnd::Cycle);
+        }
+        if w.peer == ANY_SOURCE {
+            return (chain, seqs, ChainEnd::AnyRank);
+        }
+        seen.push(cur);
+        cur = w.peer;
+    }
+    (chain, seqs, ChainEnd::Open)
 }
 
 /// Why an operation of this rank (`op` with `peer` and `tag` in context
@@ -1333,28 +1390,13 @@ fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Dura
         peer,
         tag,
     };
-    let mut chain: Vec<Wait> = Vec::new();
-    let mut seen = vec![rank];
-    let mut cur = peer;
-    while cur != ANY_SOURCE && !seen.contains(&cur) {
-        let Some((pop, ppeer, ptag)) = e.peer_wait(cur) else {
-            break;
+    let (chain, _, end) = follow(e, peer);
+    if end != ChainEnd::Open {
+        return Error::Deadlock {
+            ours,
+            theirs: chain,
+            waited,
         };
-        chain.push(Wait {
-            rank: cur,
-            op: pop,
-            peer: ppeer,
-            tag: ptag,
-        });
-        if ppeer == rank || ppeer == ANY_SOURCE {
-            return Error::Deadlock {
-                ours,
-                theirs: chain,
-                waited,
-            };
-        }
-        seen.push(cur);
-        cur = ppeer;
     }
     let mut why = Vec::new();
     if !chain.is_empty() {
@@ -1407,7 +1449,63 @@ impl<'a> Waiter<'a> {
             last_peer_check: None,
             next_check: 4096,
             published: None,
+            started: None,
+            cycle_checked: None,
+            cycle: None,
         }
+    }
+
+    /// Publishes this wait (`op` on `peer` with `tag` in `ctx`) for the
+    /// hang reports of peers, once.
+    fn publish(&mut self, e: &mut Engine, op: OpKind, ctx: u16, peer: usize, tag: Tag) {
+        if self.published.is_none() {
+            e.publish_wait(Some((op, ctx, peer, tag)));
+            self.published = Some(());
+            self.started = Some(Instant::now());
+        }
+    }
+
+    /// [`Error::Deadlock`] once the waits this one leads to have closed a
+    /// cycle back to it and stayed the same (the same waits, none of them
+    /// moved, this one included: `moved` is its progress count) for
+    /// [`Config::deadlock_after`](crate::Config::deadlock_after). Followed
+    /// every 100 ms; also tells peers on other hosts of this wait.
+    fn early_deadlock(&mut self, e: &mut Engine, ours: Wait, moved: usize) -> Option<Error> {
+        let after = self.sh.cfg.deadlock_after;
+        let now = Instant::now();
+        if self.published.is_none()
+            || self
+                .cycle_checked
+                .is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
+        {
+            return None;
+        }
+        self.cycle_checked = Some(now);
+        e.announce_wait();
+        if after.is_zero() {
+            return None;
+        }
+        let (theirs, seqs, end) = follow(e, ours.peer);
+        if end != ChainEnd::Cycle {
+            self.cycle = None;
+            return None;
+        }
+        match &self.cycle {
+            Some((s, m, since)) if *s == seqs && *m == moved => {
+                if now.duration_since(*since) >= after {
+                    let waited = self
+                        .started
+                        .map_or(Duration::ZERO, |t| now.duration_since(t));
+                    return Some(Error::Deadlock {
+                        ours,
+                        theirs,
+                        waited,
+                    });
+                }
+            }
+            _ => self.cycle = Some((seqs, moved, now)),
+        }
+        None
     }
 
     fn spin_phase(&self) -> bool {
@@ -1447,23 +1545,28 @@ impl<'a> Waiter<'a> {
 
     fn check(&mut self, e: &mut Engine, id: OpId, kind: OpKind, ctx: u16) -> Result<()> {
         let now = Instant::now();
-        let info = e.info(id);
-        if self.published.is_none() {
-            // Blocked for a while: say so, for the peer's hang report.
-            if let Some(i) = info {
-                let op = match (i.send, i.sync) {
-                    (true, true) => OpKind::Ssend,
-                    (true, false) => OpKind::Send,
-                    _ => kind,
-                };
-                let peer = if i.peer == crate::progress::ANY_SOURCE {
-                    ANY_SOURCE
-                } else {
-                    i.peer as usize
-                };
-                e.publish_wait(Some((op, ctx, peer, i.tag)));
-                self.published = Some(());
+        // What this wait is, as reports name it.
+        let what = e.info(id).map(|i| {
+            let op = match (i.send, i.sync) {
+                (true, true) => OpKind::Ssend,
+                (true, false) => OpKind::Send,
+                _ => kind,
+            };
+            let peer = if i.peer == crate::progress::ANY_SOURCE {
+                ANY_SOURCE
+            } else {
+                i.peer as usize
+            };
+            Wait {
+                rank: e.rank(),
+                op,
+                peer,
+                tag: i.tag,
             }
+        });
+        if let Some(w) = what {
+            // Blocked for a while: say so, for the peers' hang reports.
+            self.publish(e, w.op, ctx, w.peer, w.tag);
         }
         if self
             .last_peer_check
@@ -1475,21 +1578,23 @@ impl<'a> Waiter<'a> {
                 e.progress();
             }
         }
-        if let Some(waited) = self.stalled(e.moved(id)) {
-            let Some(i) = info else {
+        let moved = e.moved(id);
+        if let Some(w) = what {
+            if let Some(err) = self.early_deadlock(e, w, moved) {
+                return Err(err);
+            }
+        }
+        if let Some(waited) = self.stalled(moved) {
+            let Some(w) = what else {
                 return Ok(());
             };
-            let op = match (i.send, i.sync) {
-                (true, true) => OpKind::Ssend,
-                (true, false) => OpKind::Send,
-                _ => OpKind::Recv,
-            };
-            let peer = if i.peer == crate::progress::ANY_SOURCE {
-                ANY_SOURCE
+            // A receive is named as one (a probe's kind is its own).
+            let op = if matches!(w.op, OpKind::Send | OpKind::Ssend) {
+                w.op
             } else {
-                i.peer as usize
+                OpKind::Recv
             };
-            return Err(explain(e, op, peer, i.tag, ctx, waited));
+            return Err(explain(e, op, w.peer, w.tag, ctx, waited));
         }
         Ok(())
     }

@@ -199,6 +199,7 @@ impl Engine {
             }
         }
         self.poll_notices();
+        self.poll_waits();
         if !self.ft.detached.is_empty() {
             self.reap_detached();
         }

@@ -33,10 +33,11 @@ pub(crate) use ft::FT_CTX;
 mod recorder;
 #[cfg(test)]
 mod sim_tests;
+pub(crate) mod waits;
 
 use crate::config::{debug_level, Config, DebugLevel};
-use crate::error::{Error, OpKind, Result};
-use crate::job::{JobMap, WAIT_VALID};
+use crate::error::{Error, Result};
+use crate::job::JobMap;
 use crate::transport::{Kind as LinkKind, Link, Liveness, MemDesc, Peek, PullStart, Transport};
 use crate::transport::{DESC_LEN, PEEK_LEN};
 use buffers::UserBuf;
@@ -46,7 +47,6 @@ use tandem_core::line_ring::LINE_PAYLOAD;
 use tandem_core::proto::{
     self, Action, Entry, Handle, Op, OpError, OpInfo, Params, Phase, Taken, TxWhat,
 };
-use tandem_core::sync::Ordering;
 use tandem_core::wire::{Header, Kind, Limits, HEADER_LEN};
 
 pub use recorder::MARK_LEN;
@@ -160,6 +160,8 @@ pub(crate) struct Engine {
     pub(crate) rec: recorder::Recorder,
     /// Heartbeats, revoked contexts, detached sends.
     ft: ft::Faults,
+    /// This rank's wait record and those of peers on other hosts.
+    waits: waits::Waits,
 }
 
 impl Drop for Engine {
@@ -266,6 +268,7 @@ impl Engine {
             streamed: 0,
             rec: recorder::Recorder::new(cfg.recorder),
             ft: ft::Faults::new(cfg.failure_timeout),
+            waits: waits::Waits::new(n),
         })
     }
 
@@ -1184,57 +1187,6 @@ impl Engine {
     /// fast-path receive that finds its link empty must post instead).
     pub(crate) fn has_unexpected(&self) -> bool {
         self.proto.has_unexpected()
-    }
-
-    /// Publishes (or clears, with `None`) what this rank is blocked in, for
-    /// the hang reports of peers on this host.
-    pub(crate) fn publish_wait(&self, what: Option<(OpKind, u16, usize, u32)>) {
-        let Some(board) = &self.board else { return };
-        let slot = board.map.wait_slot(board.local_of[self.rank]);
-        match what {
-            None => slot[0].store(0, Ordering::Relaxed),
-            Some((op, ctx, peer, tag)) => {
-                let kind = match op {
-                    OpKind::Send => 1u64,
-                    OpKind::Ssend => 2,
-                    OpKind::Recv => 3,
-                    OpKind::Probe => 4,
-                };
-                slot[1].store(tag as u64, Ordering::Relaxed);
-                slot[0].store(
-                    WAIT_VALID | kind << 48 | (ctx as u64) << 32 | (peer as u32) as u64,
-                    Ordering::Relaxed,
-                );
-            }
-        }
-    }
-
-    /// What rank `p` says it is blocked in, if anything (ranks on this
-    /// host only).
-    pub(crate) fn peer_wait(&self, p: usize) -> Option<(OpKind, usize, u32)> {
-        let board = self.board.as_ref()?;
-        let local = *board.local_of.get(p)?;
-        if local == usize::MAX || self.peers[p].link.kind() != LinkKind::Shm {
-            return None;
-        }
-        let slot = board.map.wait_slot(local);
-        let w = slot[0].load(Ordering::Relaxed);
-        if w & WAIT_VALID == 0 {
-            return None;
-        }
-        let op = match (w >> 48) & 0x7fff {
-            1 => OpKind::Send,
-            2 => OpKind::Ssend,
-            3 => OpKind::Recv,
-            _ => OpKind::Probe,
-        };
-        let peer = (w & 0xffff_ffff) as u32;
-        let peer = if peer == ANY_SOURCE {
-            usize::MAX
-        } else {
-            peer as usize
-        };
-        Some((op, peer, slot[1].load(Ordering::Relaxed) as u32))
     }
 }
 
