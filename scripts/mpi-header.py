@@ -83,7 +83,7 @@ def c_type(fn, arg, ty):
         k = "MPI_Op"
     elif a == "info":
         k = "MPI_Info"
-    elif a == "group":
+    elif a in ("group", "failedgrp"):
         k = "MPI_Group"
     elif a in ("r", "rs", "req"):
         k = "MPI_Request"
@@ -101,7 +101,7 @@ def c_type(fn, arg, ty):
         k = "MPI_Errhandler"
     elif fn.startswith("MPI_Request_") and a == "h":
         k = "MPI_Request"
-    elif fn.startswith("MPI_Comm_") or fn == "MPI_Comm_compare":
+    elif fn.startswith(("MPI_Comm_", "MPIX_Comm_")) or fn == "MPI_Comm_compare":
         k = "MPI_Comm"
     else:
         raise SystemExit(f"{fn}: which handle is {arg}?")
@@ -114,7 +114,7 @@ def functions():
         if path.name == "unsupported.rs":
             continue
         text = path.read_text()
-        for m in re.finditer(r"fn (MPI_\w+), PMPI_\w+\(([^)]*)\) -> c_int", text):
+        for m in re.finditer(r"fn (MPIX?_\w+), PMPIX?_\w+\(([^)]*)\) -> c_int", text):
             found[m.group(1)] = ("int", m.group(2))
         for m in re.finditer(r'pub (?:unsafe )?extern "C" fn (MPI_\w+)\(([^)]*)\)(?: -> (\w+))?', text):
             ret = {"c_int": "int", "c_double": "double", "Aint": "MPI_Aint"}.get(m.group(3) or "c_int")

@@ -55,6 +55,68 @@ fn agree_ands_the_flags_of_every_rank() {
     }
 }
 
+/// A communicator of ranks 3, 1 and 0 in that order on a context the
+/// caller chose: ranks renumbered, statuses in its numbering, collectives
+/// and the whole agreement (flags ANDed, contexts free everywhere) on it;
+/// bad lists refused.
+#[test]
+fn a_subset_in_any_order_agrees_on_flags_and_free_contexts() {
+    let out = Comm::threads(4, &Layout::default(), cfg(), |c| {
+        assert!(matches!(
+            c.subset_with_context(&[0, 0, 1], 300),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            c.subset_with_context(&[0, 9], 300),
+            Err(Error::InvalidRank { rank: 9, .. })
+        ));
+        assert!(matches!(
+            c.subset_with_context(&[0, 1, 2, 3], 511),
+            Err(Error::InvalidArgument(_))
+        ));
+        if c.rank() == 2 {
+            assert!(c.subset_with_context(&[3, 1, 0], 300).is_err());
+            return Ok(None);
+        }
+        let s = c.subset_with_context(&[3, 1, 0], 300)?;
+        let me = [3, 1, 0].iter().position(|&r| r == c.rank()).unwrap();
+        assert_eq!((s.rank(), s.size()), (me, 3));
+        // A ring in the subset's numbering; the status names its ranks.
+        let (next, prev) = ((me + 1) % 3, (me + 2) % 3);
+        let mut got = [0u8; 1];
+        let st = s.sendrecv(&[me as u8], next, 5, &mut got, prev, 5)?;
+        assert_eq!((got[0] as usize, st.source), (prev, prev));
+        let mut sum = [0u64; 1];
+        s.allreduce(&[c.rank() as u64], &mut sum, ReduceOp::Sum)?;
+        assert_eq!(sum[0], 4);
+        // Every rank has contexts 100.. free, and rank 1 also 64..100.
+        let mut free = [0u64; tandem_driver::CONTEXT_WORDS];
+        let from = if c.rank() == 1 { 64 } else { 100 };
+        for ctx in from..200 {
+            free[ctx / 64] |= 1 << (ctx % 64);
+        }
+        let a = s.agree_on(0b1100 | 1 << me, &free)?;
+        Ok(Some(a))
+    });
+    let mut agreed = Vec::new();
+    for r in out {
+        if let Some(a) = r.unwrap() {
+            agreed.push(a);
+        }
+    }
+    assert_eq!(agreed.len(), 3);
+    for a in &agreed {
+        assert_eq!(a, &agreed[0]);
+    }
+    let a = &agreed[0];
+    assert_eq!((a.flags, a.failed.len()), (0b1100, 0));
+    let lowest = (0..512).find(|&c| a.free[c / 64] & (1 << (c % 64)) != 0);
+    let highest = (0..512)
+        .rev()
+        .find(|&c| a.free[c / 64] & (1 << (c % 64)) != 0);
+    assert_eq!((lowest, highest), (Some(100), Some(199)));
+}
+
 #[test]
 fn a_rank_that_dies_is_left_out_and_the_survivors_go_on_with_three() {
     let out = Comm::threads_on(4, Links::Tcp, &Layout::default(), cfg(), |comm| {

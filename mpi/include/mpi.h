@@ -216,6 +216,18 @@ int MPIR_Dup_fn(MPI_Comm, int, void *, void *, void *, int *);
 #define MPIX_ERR_REVOKED (103)
 
 /* What tandem implements (each also as PMPI_). */
+int MPIX_Comm_agree(MPI_Comm, int *);
+int PMPIX_Comm_agree(MPI_Comm, int *);
+int MPIX_Comm_failure_ack(MPI_Comm);
+int PMPIX_Comm_failure_ack(MPI_Comm);
+int MPIX_Comm_failure_get_acked(MPI_Comm, MPI_Group *);
+int PMPIX_Comm_failure_get_acked(MPI_Comm, MPI_Group *);
+int MPIX_Comm_get_failed(MPI_Comm, MPI_Group *);
+int PMPIX_Comm_get_failed(MPI_Comm, MPI_Group *);
+int MPIX_Comm_revoke(MPI_Comm);
+int PMPIX_Comm_revoke(MPI_Comm);
+int MPIX_Comm_shrink(MPI_Comm, MPI_Comm *);
+int PMPIX_Comm_shrink(MPI_Comm, MPI_Comm *);
 int MPI_Abort(MPI_Comm, int);
 int PMPI_Abort(MPI_Comm, int);
 int MPI_Add_error_class(int *);

@@ -24,7 +24,7 @@ pub fn set_last_code(c: c_int) {
 
 /// Takes two contexts free on every member of `parent` (a collective call
 /// over `parent`).
-fn agree_contexts(l: &Lib, parent: &CommObj) -> Result<[u16; 2], Fail> {
+pub(crate) fn agree_contexts(l: &Lib, parent: &CommObj) -> Result<[u16; 2], Fail> {
     let mut mask = l.free_ctx.get();
     coll::allreduce_band(parent, &mut mask)?;
     let a = state::lowest(&mask)
@@ -43,7 +43,12 @@ fn agree_contexts(l: &Lib, parent: &CommObj) -> Result<[u16; 2], Fail> {
 
 /// A new communicator of `group` (job ranks; this rank among them) with
 /// `ctx`.
-fn make(l: &Lib, group: Rc<[u32]>, ctx: [u16; 2], from: &CommObj) -> Result<CommObj, Fail> {
+pub(crate) fn make(
+    l: &Lib,
+    group: Rc<[u32]>,
+    ctx: [u16; 2],
+    from: &CommObj,
+) -> Result<CommObj, Fail> {
     let me = l.job.rank() as u32;
     let mut inverse = vec![-1i32; l.job.size()];
     for (i, &g) in group.iter().enumerate() {
@@ -66,6 +71,8 @@ fn make(l: &Lib, group: Rc<[u32]>, ctx: [u16; 2], from: &CommObj) -> Result<Comm
         errhandler: Cell::new(from.errhandler.get()),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new(String::new()),
+        ft: RefCell::new(None),
+        acked: RefCell::new(Rc::from(Vec::new())),
     })
 }
 
@@ -152,6 +159,8 @@ pub fn create_group(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, F
         errhandler: Cell::new(c.errhandler.get()),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new(String::new()),
+        ft: RefCell::new(None),
+        acked: RefCell::new(Rc::from(Vec::new())),
     };
     let ctx = agree_contexts(l, &view)?;
     let obj = make(l, group, ctx, &c)?;

@@ -59,6 +59,8 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         errhandler: Cell::new(abi::ERRORS_ARE_FATAL),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new("MPI_COMM_WORLD".into()),
+        ft: RefCell::new(None),
+        acked: RefCell::new(Rc::from(Vec::new())),
     };
     let mut inv = vec![-1i32; n];
     inv[me] = 0;
@@ -73,6 +75,8 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         errhandler: Cell::new(abi::ERRORS_ARE_FATAL),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new("MPI_COMM_SELF".into()),
+        ft: RefCell::new(None),
+        acked: RefCell::new(Rc::from(Vec::new())),
     };
     let mut comms = Slab::default();
     let world = Rc::new(world);
@@ -118,8 +122,16 @@ fn finalize(l: &'static Lib) -> Result<(), Fail> {
     crate::comm::delete_attrs(l, abi::COMM_SELF)?;
     crate::comm::delete_attrs(l, abi::COMM_WORLD)?;
     // Every rank has finished its communication once all are here.
+    // (Ranks that failed are not waited for: ULFM lets survivors finalize.)
     let w = l.comm(abi::COMM_WORLD)?;
-    w.p2p.barrier()?;
+    match w.p2p.barrier() {
+        Err(e)
+            if matches!(
+                state::class_of(&e),
+                abi::X_ERR_PROC_FAILED | abi::X_ERR_REVOKED
+            ) => {}
+        r => r?,
+    }
     drop(w);
     let lib = state::uninstall();
     drop(lib);

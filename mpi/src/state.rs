@@ -41,6 +41,13 @@ pub struct CommObj {
     pub attrs: RefCell<Vec<(c_int, *mut c_void)>>,
     /// Its name (`MPI_Comm_set_name`).
     pub name: RefCell<String>,
+    /// The driver's communicator of its members for ULFM's agreement and
+    /// shrink (made at the first `MPIX_` call; it keeps the count of
+    /// agreements, which their messages are tagged with).
+    pub ft: RefCell<Option<Comm>>,
+    /// The failed members acknowledged by `MPIX_Comm_failure_ack` (job
+    /// ranks, in this communicator's order).
+    pub acked: RefCell<Rc<[u32]>>,
 }
 
 impl CommObj {
@@ -498,7 +505,11 @@ pub fn class_of(e: &Error) -> c_int {
         Error::Truncated { .. } => abi::ERR_TRUNCATE,
         Error::InvalidTag { .. } => abi::ERR_TAG,
         Error::InvalidRank { .. } => abi::ERR_RANK,
-        Error::PeerLost { .. } | Error::RankFailed { .. } => abi::X_ERR_PROC_FAILED,
+        Error::PeerLost { .. }
+        | Error::RankFailed { .. }
+        | Error::PeerSilent { .. }
+        | Error::ChannelBroken { .. } => abi::X_ERR_PROC_FAILED,
+        Error::Revoked { .. } => abi::X_ERR_REVOKED,
         Error::Cancelled => abi::SUCCESS,
         Error::MessageTooLarge { .. } => abi::ERR_COUNT,
         Error::TooManyRequests { .. } => abi::ERR_OTHER,

@@ -47,23 +47,29 @@ fn tag(kind: u32, ctx: u16, epoch: u32) -> u32 {
     (kind << 24) | ((ctx as u32 & 0x1ff) << 14) | (epoch & 0x3fff)
 }
 
+/// Words of a context mask: a bit for each communicator context below
+/// 512 ([`Agreement::free`]).
+pub const CONTEXT_WORDS: usize = 8;
+
 /// What the ranks agree on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Vote {
     /// ANDed.
     flags: u32,
-    /// The next free communicator context: the largest wins.
-    ctx: u16,
+    /// Contexts free on the rank (a bit each): ANDed.
+    free: [u64; CONTEXT_WORDS],
     /// Failed ranks of the communicator (a bit each): united.
     failed: Vec<u64>,
 }
 
+/// Bytes of a vote before its failed ranks.
+const VOTE_HEAD: usize = 4 + 8 * CONTEXT_WORDS;
+
 impl Vote {
     fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(6 + 8 * self.failed.len());
+        let mut b = Vec::with_capacity(VOTE_HEAD + 8 * self.failed.len());
         b.extend_from_slice(&self.flags.to_le_bytes());
-        b.extend_from_slice(&self.ctx.to_le_bytes());
-        for w in &self.failed {
+        for w in self.free.iter().chain(&self.failed) {
             b.extend_from_slice(&w.to_le_bytes());
         }
         b
@@ -72,23 +78,28 @@ impl Vote {
     /// `None` for bytes that are no vote of a communicator of `words`
     /// bitmap words.
     fn decode(b: &[u8], words: usize) -> Option<Self> {
-        if b.len() != 6 + 8 * words {
+        if b.len() != VOTE_HEAD + 8 * words {
             return None;
         }
-        let failed = b[6..]
+        let mut words = b[4..]
             .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-            .collect();
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+        let mut free = [0u64; CONTEXT_WORDS];
+        for (f, w) in free.iter_mut().zip(words.by_ref()) {
+            *f = w;
+        }
         Some(Self {
             flags: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            ctx: u16::from_le_bytes([b[4], b[5]]),
-            failed,
+            free,
+            failed: words.collect(),
         })
     }
 
     fn merge(&mut self, o: &Vote) {
         self.flags &= o.flags;
-        self.ctx = self.ctx.max(o.ctx);
+        for (a, b) in self.free.iter_mut().zip(&o.free) {
+            *a &= b;
+        }
         for (a, b) in self.failed.iter_mut().zip(&o.failed) {
             *a |= b;
         }
@@ -101,6 +112,25 @@ impl Vote {
     fn is_failed(&self, r: usize) -> bool {
         self.failed[r / 64] & (1 << (r % 64)) != 0
     }
+}
+
+/// The outcome of a fault-tolerant agreement ([`Comm::agree_on`]), the
+/// same on every survivor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agreement {
+    /// The AND of the flags that counted.
+    pub flags: u32,
+    /// The ranks of the communicator agreed failed, in order.
+    pub failed: Vec<usize>,
+    /// The AND of the masks of free contexts that counted.
+    pub free: [u64; CONTEXT_WORDS],
+}
+
+/// The lowest context set in `mask` that a communicator may take.
+fn lowest(mask: &[u64; CONTEXT_WORDS]) -> Option<u16> {
+    (0..FT_CTX as usize)
+        .find(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
+        .map(|c| c as u16)
 }
 
 impl Comm {
@@ -171,8 +201,84 @@ impl Comm {
     /// not take part within [`Config::timeout`](field@crate::Config::timeout)
     /// (it does not call `agree`).
     pub fn agree(&self, flags: u32) -> Result<u32> {
-        let next = self.sh.next_ctx.load(Ordering::Relaxed) as u16;
-        Ok(self.agreement(flags, next)?.flags)
+        Ok(self.agreement(flags, [u64::MAX; CONTEXT_WORDS])?.flags)
+    }
+
+    /// The whole of a fault-tolerant agreement, for libraries that build
+    /// their own communicators on it (the MPI library's
+    /// `MPIX_Comm_shrink` and `MPIX_Comm_agree`): the AND of the flags as
+    /// [`agree`](Self::agree) returns it, the ranks of this communicator
+    /// agreed failed, and the AND of the survivors' masks of free
+    /// contexts (`free`: bit `c % 64` of word `c / 64` set for each context
+    /// `c` this rank could give a new communicator). Every survivor gets
+    /// the same [`Agreement`]. Collective over the live ranks, in the
+    /// same order as the communicator's other agreements.
+    ///
+    /// # Errors
+    /// As [`agree`](Self::agree).
+    pub fn agree_on(&self, flags: u32, free: &[u64; CONTEXT_WORDS]) -> Result<Agreement> {
+        let v = self.agreement(flags, *free)?;
+        Ok(Agreement {
+            flags: v.flags,
+            failed: (0..self.size).filter(|&r| v.is_failed(r)).collect(),
+            free: v.free,
+        })
+    }
+
+    /// A communicator of some of this one's ranks, with a context the
+    /// caller chose (as [`dup_with_context`](Self::dup_with_context), for
+    /// libraries that agree on contexts themselves): `ranks` are ranks of
+    /// this communicator, in the new one's order, this rank among them.
+    /// Nothing is sent; every rank of `ranks` must make the same call, and
+    /// `ctx` must not be another live communicator's (context 0, the
+    /// job's own, may be given to a communicator of the whole job in job
+    /// order: the MPI library's `MPI_COMM_WORLD`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a context from 511 on, a rank out of
+    /// range or listed twice, or a list without this rank.
+    pub fn subset_with_context(&self, ranks: &[usize], ctx: u16) -> Result<Comm> {
+        if ctx >= FT_CTX {
+            return Err(Error::InvalidArgument(format!(
+                "context {ctx} outside 0..{FT_CTX}"
+            )));
+        }
+        let mut members = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            if r >= self.size {
+                return Err(Error::InvalidRank {
+                    rank: r,
+                    size: self.size,
+                });
+            }
+            let w = self.world(r) as u32;
+            if members.contains(&w) {
+                return Err(Error::InvalidArgument(format!("rank {r} listed twice")));
+            }
+            members.push(w);
+        }
+        let rank = ranks.iter().position(|&r| r == self.rank).ok_or_else(|| {
+            Error::InvalidArgument(format!("rank {} is not among the ranks listed", self.rank))
+        })?;
+        Ok(self.with_members(ctx, rank, members))
+    }
+
+    /// A communicator on `ctx` of world ranks `members`, this rank being
+    /// `rank` among them.
+    fn with_members(&self, ctx: u16, rank: usize, members: Vec<u32>) -> Comm {
+        self.sh.engine.share();
+        Comm {
+            sh: self.sh.clone(),
+            ctx,
+            rank,
+            size: members.len(),
+            members: Some(Arc::from(members)),
+            primary: false,
+            coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
+            inline: Default::default(),
+            epoch: Default::default(),
+            _not_sync: PhantomData,
+        }
     }
 
     /// A new communicator of the survivors (MPI's `MPIX_Comm_shrink`): the
@@ -189,8 +295,13 @@ impl Comm {
     /// [`Error::ChannelBroken`] (naming this rank) if the survivors
     /// declared this rank failed (it was silent to them past the bound).
     pub fn shrink(&self) -> Result<Comm> {
-        let next = self.sh.next_ctx.load(Ordering::Relaxed) as u16;
-        let d = self.agreement(u32::MAX, next)?;
+        // Every context from this rank's next on is free here.
+        let next = self.sh.next_ctx.load(Ordering::Relaxed) as usize;
+        let mut free = [0u64; CONTEXT_WORDS];
+        for c in next..FT_CTX as usize {
+            free[c / 64] |= 1 << (c % 64);
+        }
+        let d = self.agreement(u32::MAX, free)?;
         if d.is_failed(self.rank) {
             return Err(Error::ChannelBroken {
                 peer: self.rank,
@@ -199,12 +310,12 @@ impl Comm {
                     .into(),
             });
         }
-        if d.ctx >= FT_CTX {
+        let Some(ctx) = lowest(&d.free) else {
             return Err(Error::Config(format!(
                 "more than {FT_CTX} communicators: none left for the shrunk one"
             )));
-        }
-        let after = d.ctx as u32 + 1;
+        };
+        let after = ctx as u32 + 1;
         let mut v = self.sh.next_ctx.load(Ordering::Relaxed);
         while v < after {
             match self
@@ -221,33 +332,21 @@ impl Comm {
             .map(|r| self.world(r) as u32)
             .collect();
         let me = self.world(self.rank) as u32;
-        let rank = members.binary_search(&me).map_err(|_| {
+        let rank = members.iter().position(|&w| w == me).ok_or_else(|| {
             Error::Internal("this rank is missing from the survivors it agreed on".into())
         })?;
-        self.sh.engine.share();
-        Ok(Comm {
-            sh: self.sh.clone(),
-            ctx: d.ctx,
-            rank,
-            size: members.len(),
-            members: Some(Arc::from(members)),
-            primary: false,
-            coll: std::cell::RefCell::new(CollState::new(self.coll.borrow().settings().clone())),
-            inline: Default::default(),
-            epoch: Default::default(),
-            _not_sync: PhantomData,
-        })
+        Ok(self.with_members(ctx, rank, members))
     }
 
     /// Runs one agreement (see the module documentation).
-    fn agreement(&self, flags: u32, ctx: u16) -> Result<Vote> {
+    fn agreement(&self, flags: u32, free: [u64; CONTEXT_WORDS]) -> Result<Vote> {
         let epoch = self.epoch.get();
         self.epoch.set(epoch.wrapping_add(1));
         let (n, me) = (self.size, self.rank);
         let words = n.div_ceil(64);
         let mut est = Vote {
             flags,
-            ctx,
+            free,
             failed: vec![0; words],
         };
         for r in self.failed_ranks() {

@@ -16,6 +16,7 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod collective;
 mod ft;
+pub use ft::{Agreement, CONTEXT_WORDS};
 mod persistent;
 mod raw;
 mod trace;
@@ -658,7 +659,13 @@ impl Comm {
     fn rank_of_world(&self, w: usize) -> usize {
         match &self.members {
             None => w,
-            Some(m) => m.binary_search(&(w as u32)).unwrap_or(w),
+            // Sorted (a shrunk communicator): a binary search; in any
+            // order (a subset): a scan.
+            Some(m) => m
+                .binary_search(&(w as u32))
+                .ok()
+                .or_else(|| m.iter().position(|&x| x == w as u32))
+                .unwrap_or(w),
         }
     }
 

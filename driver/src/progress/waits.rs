@@ -17,9 +17,9 @@
 
 use super::ft::FT_CTX;
 use super::{Engine, LinkKind, ANY_SOURCE};
+use crate::error::OpKind;
 use crate::job::WAIT_VALID;
 use crate::transport::Transport;
-use crate::error::OpKind;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

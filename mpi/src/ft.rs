@@ -1,0 +1,151 @@
+//! ULFM's fault-tolerance extensions, as MPICH exports them:
+//! `MPIX_Comm_revoke`, `MPIX_Comm_shrink`, `MPIX_Comm_agree`,
+//! `MPIX_Comm_failure_ack`, `MPIX_Comm_failure_get_acked` (and MPICH 4.1's
+//! `MPIX_Comm_get_failed`), over the driver's revoke and fault-tolerant
+//! agreement ([`tandem_driver::Comm::agree_on`]).
+//!
+//! A failed peer's operations fail with `MPIX_ERR_PROC_FAILED`, those of a
+//! revoked communicator with `MPIX_ERR_REVOKED` (see [`state::class_of`]).
+//! Set `MPI_ERRORS_RETURN` on the communicator to see them: under the
+//! default `MPI_ERRORS_ARE_FATAL` the first failure ends the program.
+
+use crate::abi::{self, Handle};
+use crate::comm::make;
+use crate::state::{self, CommObj, Fail, Lib};
+use crate::{export, fail, put, run};
+use std::cell::Ref;
+use std::ffi::c_int;
+use std::rc::Rc;
+use tandem_driver::{Comm, CONTEXT_WORDS};
+
+/// The driver's communicator of `c`'s members on `c`'s point-to-point
+/// context, made at the first call and kept (its agreements are counted).
+fn ft_comm<'c>(l: &Lib, c: &'c CommObj) -> Result<Ref<'c, Comm>, Fail> {
+    if c.ft.borrow().is_none() {
+        let ranks: Vec<usize> = c.group.iter().map(|&g| g as usize).collect();
+        let f = l.job.subset_with_context(&ranks, c.contexts[0])?;
+        *c.ft.borrow_mut() = Some(f);
+    }
+    Ok(Ref::map(c.ft.borrow(), |f| f.as_ref().expect("made above")))
+}
+
+/// The members of `c` (job ranks, in its order) at `ranks` of it.
+fn job_ranks(c: &CommObj, ranks: &[usize]) -> Rc<[u32]> {
+    ranks.iter().map(|&r| c.group[r]).collect()
+}
+
+/// The two lowest contexts set in `mask` (below 511, which the
+/// fault-tolerance protocols keep).
+fn two_lowest(mask: &[u64; CONTEXT_WORDS]) -> Option<[u16; 2]> {
+    let mut it = (0..511usize).filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0);
+    Some([it.next()? as u16, it.next()? as u16])
+}
+
+fn shrink(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
+    let c = l.comm(comm)?;
+    let a = ft_comm(l, &c)?.agree_on(u32::MAX, &l.free_ctx.get())?;
+    if a.failed.contains(&c.rank) {
+        return fail(
+            abi::X_ERR_PROC_FAILED,
+            "the survivors declared this rank failed (it was silent to them past the \
+             failure-detection bound)",
+        );
+    }
+    let Some(ctx) = two_lowest(&a.free) else {
+        return fail(
+            abi::ERR_OTHER,
+            "no communicator context left for the shrunk one",
+        );
+    };
+    state::mark(l, ctx[0], false);
+    state::mark(l, ctx[1], false);
+    let group: Rc<[u32]> = (0..c.size())
+        .filter(|r| !a.failed.contains(r))
+        .map(|r| c.group[r])
+        .collect();
+    let obj = make(l, group, ctx, &c)?;
+    Ok(l.add_comm(obj))
+}
+
+fn agree(l: &Lib, comm: Handle, flag: c_int) -> Result<(c_int, bool), Fail> {
+    let c = l.comm(comm)?;
+    let a = ft_comm(l, &c)?.agree_on(flag as u32, &[u64::MAX; CONTEXT_WORDS])?;
+    let acked = c.acked.borrow();
+    let unacked = a.failed.iter().any(|&r| !acked.contains(&c.group[r]));
+    Ok((a.flags as c_int, unacked))
+}
+
+export! {
+    fn MPIX_Comm_revoke, PMPIX_Comm_revoke(comm: Handle) -> c_int {
+        run(comm, "MPIX_Comm_revoke", |l| {
+            let c = l.comm(comm)?;
+            c.p2p.revoke();
+            c.coll.revoke();
+            Ok(())
+        })
+    }
+
+    fn MPIX_Comm_shrink, PMPIX_Comm_shrink(comm: Handle, newcomm: *mut Handle) -> c_int {
+        run(comm, "MPIX_Comm_shrink", |l| {
+            if newcomm.is_null() {
+                return fail(abi::ERR_ARG, "newcomm is NULL");
+            }
+            put(newcomm, shrink(l, comm)?);
+            Ok(())
+        })
+    }
+
+    fn MPIX_Comm_agree, PMPIX_Comm_agree(comm: Handle, flag: *mut c_int) -> c_int {
+        run(comm, "MPIX_Comm_agree", |l| {
+            if flag.is_null() {
+                return fail(abi::ERR_ARG, "flag is NULL");
+            }
+            // SAFETY: not null; the caller's int, as MPI requires.
+            let mine = unsafe { flag.read() };
+            let (out, unacked) = agree(l, comm, mine)?;
+            put(flag, out);
+            if unacked {
+                // ULFM: the value is agreed, and the caller learns that a
+                // failure it has not acknowledged happened.
+                return fail(
+                    abi::X_ERR_PROC_FAILED,
+                    "a member failed that MPIX_Comm_failure_ack has not acknowledged (the flag is agreed)",
+                );
+            }
+            Ok(())
+        })
+    }
+
+    fn MPIX_Comm_failure_ack, PMPIX_Comm_failure_ack(comm: Handle) -> c_int {
+        run(comm, "MPIX_Comm_failure_ack", |l| {
+            let c = l.comm(comm)?;
+            let failed = ft_comm(l, &c)?.failed_ranks();
+            *c.acked.borrow_mut() = job_ranks(&c, &failed);
+            Ok(())
+        })
+    }
+
+    fn MPIX_Comm_failure_get_acked, PMPIX_Comm_failure_get_acked(comm: Handle, failedgrp: *mut Handle) -> c_int {
+        run(comm, "MPIX_Comm_failure_get_acked", |l| {
+            if failedgrp.is_null() {
+                return fail(abi::ERR_ARG, "failedgrp is NULL");
+            }
+            let c = l.comm(comm)?;
+            let g = c.acked.borrow().clone();
+            put(failedgrp, l.add_group(g));
+            Ok(())
+        })
+    }
+
+    fn MPIX_Comm_get_failed, PMPIX_Comm_get_failed(comm: Handle, failedgrp: *mut Handle) -> c_int {
+        run(comm, "MPIX_Comm_get_failed", |l| {
+            if failedgrp.is_null() {
+                return fail(abi::ERR_ARG, "failedgrp is NULL");
+            }
+            let c = l.comm(comm)?;
+            let failed = ft_comm(l, &c)?.failed_ranks();
+            put(failedgrp, l.add_group(job_ranks(&c, &failed)));
+            Ok(())
+        })
+    }
+}
