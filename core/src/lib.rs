@@ -12,6 +12,8 @@
 //!   head/tail counters; the consumer's head is the credit return.
 //! * [`line_ring`]: NCCL "LL"-style ring of 64-byte lines that each carry
 //!   their own sequence flag, so a small message costs one cache line.
+//! * [`agree`]: the order of a fault-tolerant agreement (ULFM's
+//!   `MPIX_Comm_agree`) as a state machine.
 //! * [`credit`]: the monotonic credit window later protocols build on.
 //! * [`wire`]: the fixed-size wire header, validated on decode.
 //! * [`lock`]: the test-and-set lock a user thread and a proxy thread share.
@@ -28,6 +30,7 @@
 #![cfg_attr(not(loom), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod agree;
 pub mod credit;
 #[cfg(any(test, feature = "harness"))]
 pub mod harness;

@@ -49,11 +49,17 @@ pub enum Mutant {
     /// `proto`: a credit count that crossed the 16-bit wrap is taken as
     /// stale, so credits stop coming back after 2^16 frees.
     CreditCountWrap = 13,
+    /// `agree`: ranks decide after the gather, without the rounds of
+    /// rotating coordinators.
+    AgreeSkipsRounds = 14,
+    /// `agree`: a coordinator that failed before its message came is
+    /// recorded failed in the estimate (as in the gather).
+    AgreeMarksFailedInRounds = 15,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::SkipCreditCheck,
         Mutant::RelaxedFlagPublish,
         Mutant::SlotHeadOffByOne,
@@ -67,6 +73,8 @@ impl Mutant {
         Mutant::ProbeIgnoresContext,
         Mutant::OrphanLeak,
         Mutant::CreditCountWrap,
+        Mutant::AgreeSkipsRounds,
+        Mutant::AgreeMarksFailedInRounds,
     ];
 }
 

@@ -70,6 +70,10 @@
 #[cfg(loom)]
 pub use harness::*;
 
+/// Exhaustive model checks of the fault-tolerance protocols (agreement,
+/// revocation) with ranks crashing at every step.
+#[cfg(not(loom))]
+pub mod ft_model;
 #[cfg(not(loom))]
 pub mod fuzz;
 

@@ -3,7 +3,9 @@
 //! the communicator to them.
 //!
 //! Agreement ([`Comm::agree`]) runs on the fault-tolerance context, which
-//! no communicator uses, so it works on a revoked communicator. It has
+//! no communicator uses, so it works on a revoked communicator. The order
+//! of its sends and waits is `tandem_core::agree`'s state machine, which
+//! `tandem-verify` model-checks with ranks dying at every step. It has
 //! two phases, each tolerating ranks that die at any point:
 //!
 //! 1. **Gather**: every rank sends its contribution (flags, the ranks it
@@ -15,7 +17,9 @@
 //!    rank died part-way through sending.
 //! 2. **Rotating coordinators**: in round `j`, rank `j` (if alive) sends
 //!    its estimate to all; every other rank waits for it or for rank `j`'s
-//!    failure and adopts what it received. The first round whose
+//!    failure and adopts what it received (a coordinator that failed first
+//!    changes nothing: marking it failed there would split the survivors
+//!    of a last coordinator that died part-way). The first round whose
 //!    coordinator lives through its sends makes every estimate equal, and
 //!    later rounds only send that same estimate around; after round
 //!    `size - 1` every survivor decides its estimate. Nobody waits on a
@@ -34,6 +38,7 @@ use crate::progress::{Engine, FT_CTX};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tandem_core::agree::{Action, Agree, Effect, Kind};
 use tandem_core::sync::Ordering;
 
 /// Message kinds of the agreement, in the tag's top byte (a revocation
@@ -353,40 +358,34 @@ impl Comm {
             est.set_failed(r);
         }
         let mut w = Pace::new(self.sh.cfg.timeout);
-        // Gather.
-        let tg = tag(GATHER, self.ctx, epoch);
-        {
-            let mut e = self.engine();
-            let body = est.encode();
-            for r in (0..n).filter(|&r| r != me) {
-                e.send_detached(self.world(r), FT_CTX, tg, &body);
-            }
-        }
-        let mut heard = vec![false; n];
-        heard[me] = true;
-        while let Some(r) = (0..n).find(|&r| !heard[r]) {
-            match self.hear(r, tg, words, &mut w)? {
-                Some(v) => est.merge(&v),
-                None => est.set_failed(r),
-            }
-            heard[r] = true;
-        }
-        // Rotating coordinators.
-        let tr = tag(ROUND, self.ctx, epoch);
-        for j in 0..n {
-            if j == me {
-                let mut e = self.engine();
-                let body = est.encode();
-                for r in (0..n).filter(|&r| r != me) {
-                    e.send_detached(self.world(r), FT_CTX, tr, &body);
+        let (tg, tr) = (tag(GATHER, self.ctx, epoch), tag(ROUND, self.ctx, epoch));
+        let tag_of = |k: Kind| if k == Kind::Gather { tg } else { tr };
+        // The order of sends and waits is core's model-checked machine.
+        let mut m = Agree::new(n, me);
+        loop {
+            match m.action() {
+                Action::SendToAll(kind) => {
+                    let mut e = self.engine();
+                    let body = est.encode();
+                    for r in (0..n).filter(|&r| r != me) {
+                        e.send_detached(self.world(r), FT_CTX, tag_of(kind), &body);
+                    }
+                    drop(e);
+                    m.sent();
                 }
-            } else if let Some(v) = self.hear(j, tr, words, &mut w)? {
-                est = v;
-            } else {
-                est.set_failed(j);
+                Action::Await { kind, from } => {
+                    let v = self.hear(from, tag_of(kind), words, &mut w)?;
+                    match (m.heard(v.is_some()), v) {
+                        (Some(Effect::Merge), Some(v)) => est.merge(&v),
+                        (Some(Effect::Adopt), Some(v)) => est = v,
+                        (Some(Effect::MarkFailed(r)), _) => est.set_failed(r),
+                        // Keep, or a message the machine did not ask for.
+                        _ => {}
+                    }
+                }
+                Action::Decide => return Ok(est),
             }
         }
-        Ok(est)
     }
 
     /// The vote rank `r` sent with `tag`, or `None` once `r` is known

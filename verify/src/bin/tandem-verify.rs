@@ -68,6 +68,7 @@ mod real {
             start.elapsed()
         );
         failed += generated();
+        failed += fault_tolerance();
         if mutants {
             // The hand-written specs first, then the generated programs.
             let mut all = specs.clone();
@@ -87,6 +88,29 @@ mod real {
             start.elapsed()
         );
         ExitCode::SUCCESS
+    }
+
+    /// The fault-tolerance protocols' model checks (agreement, revocation;
+    /// ranks crashing at every step); returns the number that failed.
+    fn fault_tolerance() -> usize {
+        use tandem_verify::ft_model;
+        println!("fault tolerance: agreement (tandem_core::agree) and revocation, ranks crashing at every step:");
+        let mut failed = 0;
+        for r in ft_model::all(MAX_STATES) {
+            println!(
+                "  {:<24} {:>9} states {:>7} ends  {}",
+                r.name,
+                r.states,
+                r.terminals,
+                r.violation.as_deref().unwrap_or("ok")
+            );
+            failed += !r.ok() as usize;
+        }
+        println!(
+            "  properties: every survivor decides, all decide the same flags and failed set, \
+             every survivor's flags counted, only crashed ranks failed; a revocation seen by one survivor is seen by all"
+        );
+        failed
     }
 
     /// The value after `--name` on the command line, or `default`.
@@ -164,6 +188,20 @@ mod real {
                 Some((spec, v, states)) => {
                     println!("  {m:?}: CAUGHT by \"{spec}\" after {states} states: {v}")
                 }
+                None => {
+                    survived += 1;
+                    println!("  {m:?}: NOT CAUGHT")
+                }
+            }
+        }
+        for m in tandem_verify::ft_model::AGREE_MUTANTS {
+            match tandem_verify::ft_model::catch(m, MAX_STATES) {
+                Some(r) => println!(
+                    "  {m:?}: CAUGHT by \"{}\" after {} states: {}",
+                    r.name,
+                    r.states,
+                    r.violation.unwrap_or_default().lines().next().unwrap_or("")
+                ),
                 None => {
                     survived += 1;
                     println!("  {m:?}: NOT CAUGHT")
