@@ -64,6 +64,15 @@ pub(crate) fn process_exited(pid: u32, pidfd: &mut Option<OwnedFd>) -> bool {
 
 /// Opens `/proc/<pid>/stat` without allocating (the path is built on the
 /// stack, which `File::open` also uses for short paths).
+/// Sends signal `sig` to process `pid` (a child this process started).
+pub(crate) fn send_signal(pid: u32, sig: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: kill has no memory-safety preconditions.
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub(crate) fn open_stat(pid: u32) -> Option<std::fs::File> {
     use std::io::Write;
     use std::os::unix::ffi::OsStrExt;

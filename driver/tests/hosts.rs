@@ -22,7 +22,7 @@ fn net(n: usize) -> Option<common::netns::Net> {
 
 fn unique_port(k: u16) -> u16 {
     // Below the ephemeral range (32768-60999), in this file's own band.
-    20000 + (std::process::id() % 700) as u16 * 16 + k
+    20000 + (std::process::id() % 600) as u16 * 20 + k
 }
 
 /// `tandem-run` over `hosts` of `net`, running this binary's rank entry
@@ -40,14 +40,31 @@ fn tandem_run_with(
     port: u16,
     envs: &[(&str, &str)],
 ) -> Output {
+    tandem_run_cmd(net, n, hosts, role, port, envs, &[])
+        .output()
+        .unwrap()
+}
+
+/// The `tandem-run` command of [`tandem_run_with`], with `opts` for
+/// `tandem-run` itself, not started.
+fn tandem_run_cmd(
+    net: &Net,
+    n: usize,
+    hosts: &[usize],
+    role: &str,
+    port: u16,
+    envs: &[(&str, &str)],
+    opts: &[&str],
+) -> Command {
     let names: Vec<&str> = hosts
         .iter()
         .map(|&h| net.hosts()[h].name.as_str())
         .collect();
     let root = format!("{}:{port}", net.hosts()[hosts[0]].addr);
     let addrs: Vec<String> = net.hosts().iter().map(|h| h.addr.to_string()).collect();
-    Command::new(env!("CARGO_BIN_EXE_tandem-run"))
-        .args(["-n", &n.to_string(), "--hosts", &names.join(",")])
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tandem-run"));
+    c.args(["-n", &n.to_string(), "--hosts", &names.join(",")])
+        .args(opts)
         .args(["--exec", net.exec_template(), "--root", &root, "--"])
         .arg(std::env::current_exe().unwrap())
         .args([
@@ -62,9 +79,8 @@ fn tandem_run_with(
         .env("TANDEM_SPIN", "2000")
         .env("TANDEM_TIMEOUT", "20")
         .env("TANDEM_KILL_GRACE", "30")
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap()
+        .envs(envs.iter().copied());
+    c
 }
 
 /// One rank started by hand inside host `h`, with `envs` on top of the
@@ -124,6 +140,7 @@ fn rank_entry() {
         "ulfm_cut" => ulfm_body(true),
         "cycle" => cycle_body(),
         "chain" => chain_body(),
+        "report" => report_body(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -372,6 +389,20 @@ fn chain_body() {
         }
     }
     println!("rank {}: done", comm.rank());
+}
+
+/// Each rank in a blocking receive from the next (a cycle over two
+/// hosts, reported only at the 4 s timeout here); meanwhile the test asks
+/// for a report by signal.
+fn report_body() {
+    let comm = join();
+    let (me, n) = (comm.rank(), comm.size());
+    let mut b = [0u8; 1];
+    let r = comm.recv(&mut b, (me + 1) % n, 3);
+    assert!(matches!(r, Err(Error::Deadlock { .. })), "rank {me}: {r:?}");
+    // Stay until the others have seen the cycle too.
+    std::thread::sleep(Duration::from_secs(2));
+    println!("rank {me}: done");
 }
 
 fn ring_body() {
@@ -731,5 +762,59 @@ fn a_chain_of_waits_through_another_host_is_named_at_the_timeout() {
     );
     for r in 0..3 {
         assert!(out.contains(&format!("rank {r}: done")), "{out}");
+    }
+}
+
+#[test]
+fn a_signal_to_tandem_run_prints_every_rank_s_hang_report() {
+    let Some(net) = net(2) else { return };
+    let dir = std::env::temp_dir().join(format!("tandem-report-{}", std::process::id()));
+    let dir_s = dir.to_string_lossy().into_owned();
+    let child = tandem_run_cmd(
+        &net,
+        3,
+        &[0, 1],
+        "report",
+        unique_port(16),
+        &[
+            ("TANDEM_TIMEOUT", "4"),
+            ("TANDEM_DEADLOCK_AFTER", "0"),
+            ("TANDEM_TRACE", &dir_s),
+        ],
+        &["--report-signal"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: a signal to our own child, which handles it.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGUSR1) };
+    assert_eq!(sent, 0);
+    let o = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    println!("{out}");
+    assert!(out.contains("tandem-run: report asked for"), "{out}");
+    for r in 0..3usize {
+        let (a, b) = ((r + 1) % 3, (r + 2) % 3);
+        let want = [
+            format!("tandem[{r}]: hang report (asked by signal)"),
+            format!("this rank waits in recv from rank {a} tag 3"),
+            format!("rank {a}: recv from rank {b} tag 3"),
+            format!(
+                "cycle: rank {r} waits for rank {a}: recv from rank {b} tag 3, which waits for \
+                 rank {b}: recv from rank {r} tag 3, which waits for rank {r}"
+            ),
+            "dead ranks: none".to_string(),
+            "last events (newest last):".to_string(),
+        ];
+        for w in &want {
+            assert!(
+                out.contains(w.as_str()),
+                "rank {r}: missing {w:?} in\n{out}"
+            );
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use tandem_driver::launch::Launcher;
 
-const USAGE: &str = "usage: tandem-run -n N [--hosts H1,H2,... [--exec CMD] [--root HOST:PORT]] [--] program [args...]
+const USAGE: &str = "usage: tandem-run -n N [--hosts H1,H2,... [--exec CMD] [--root HOST:PORT]] [--report-signal] [--] program [args...]
 
 Starts N ranks of `program`. Without --hosts they run on this machine,
 connected by shared memory (TANDEM_TRANSPORT=tcp: by TCP). With --hosts they
@@ -17,7 +17,13 @@ Each rank finds TANDEM_RANK, TANDEM_SIZE, TANDEM_JOB, TANDEM_SECRET (a fresh
 per-job secret) and TANDEM_SHM_FD or TANDEM_ROOT in its environment
 (tandem_driver::Comm::from_env reads them). Output lines are prefixed with
 the rank. The exit code is the first failing rank's; once a rank fails the
-others get TANDEM_KILL_GRACE seconds (default 3) to exit, then are killed.";
+others get TANDEM_KILL_GRACE seconds (default 3) to exit, then are killed.
+
+--report-signal: `kill -USR1 <tandem-run's pid>` asks every rank for its
+hang report (what it and every rank it knows of waits for, the cycle or
+chain, dead ranks, unmatched messages, its last events; its trace is
+written too). The ranks get TANDEM_REPORT_SIGNAL=1, which installs their
+SIGUSR1 handler.";
 
 fn main() {
     let mut args = std::env::args_os().skip(1);
@@ -25,6 +31,7 @@ fn main() {
     let mut hosts: Vec<String> = Vec::new();
     let mut exec: Option<String> = None;
     let mut root: Option<String> = None;
+    let mut report = false;
     let mut rest = Vec::new();
     while let Some(a) = args.next() {
         match a.to_str() {
@@ -66,6 +73,7 @@ fn main() {
                         .unwrap_or_else(|| fail("--root needs HOST:PORT")),
                 );
             }
+            Some("--report-signal") => report = true,
             Some("--") => {
                 rest.extend(args.by_ref());
             }
@@ -83,7 +91,9 @@ fn main() {
     if hosts.is_empty() && (exec.is_some() || root.is_some()) {
         fail("--exec and --root need --hosts");
     }
-    let mut launcher = Launcher::new(n, program).args(rest);
+    let mut launcher = Launcher::new(n, program)
+        .args(rest)
+        .report_on_signal(report);
     if !hosts.is_empty() {
         launcher = launcher.hosts(hosts);
         if let Some(e) = exec {

@@ -314,7 +314,7 @@ impl Comm {
                     return r;
                 }
                 if w.slow_path_due() {
-                    w.answer_signal(&e);
+                    w.answer_signal(&mut e);
                     // A wait past the first polls: receives polled for are
                     // posted, so peer deaths and timeouts see them.
                     st.table.unfast(&mut e);

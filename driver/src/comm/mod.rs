@@ -229,6 +229,11 @@ impl Comm {
     /// As [`from_env`](Self::from_env). The tuning variables `cfg` stands for
     /// are not read: only the job's identity comes from the environment.
     pub fn from_env_with(cfg: Config) -> Result<Self> {
+        // The launcher was asked to pass SIGUSR1 on for hang reports
+        // (`tandem-run --report-signal`): the program's user opted in.
+        if std::env::var("TANDEM_REPORT_SIGNAL").as_deref() == Ok("1") {
+            Self::trace_on_signal(libc::SIGUSR1)?;
+        }
         let j = crate::world::bootstrap::join(&cfg)?;
         Self::start(j, cfg)
     }
@@ -1164,7 +1169,7 @@ impl Comm {
                 }
                 self.drive_collectives(&mut e);
                 if w.slow_path_due() {
-                    w.answer_signal(&e);
+                    w.answer_signal(&mut e);
                     if let Err(err) = w.check(&mut e, id, kind, self.ctx) {
                         e.withdraw(id, &err);
                         break Err(err);
@@ -1341,7 +1346,7 @@ struct Waiter<'a> {
 
 /// Where a chain of waits ends, as [`follow`] found it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum ChainEnd {
+pub(super) enum ChainEnd {
     /// Back at this rank: a cycle.
     Cycle,
     /// At a rank that waits for any rank (this one included).
@@ -1353,7 +1358,7 @@ enum ChainEnd {
 /// The chain of waits from `peer` on, as far as this rank can see them
 /// (the host's wait board, the records of peers on other hosts), with
 /// each wait's sequence number, and where it ends.
-fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, Vec<u32>, ChainEnd) {
+pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, Vec<u32>, ChainEnd) {
     let rank = e.rank();
     let (mut chain, mut seqs) = (Vec::new(), Vec::new());
     let mut seen = vec![rank];
@@ -1521,7 +1526,7 @@ impl<'a> Waiter<'a> {
 
     /// Writes the trace if a signal asked for one since this rank last
     /// looked ([`Comm::trace_on_signal`]).
-    fn answer_signal(&self, e: &Engine) {
+    fn answer_signal(&self, e: &mut Engine) {
         self.sh.answer_signal(e);
     }
 

@@ -121,8 +121,8 @@ impl Shared {
     }
 
     /// From a wait: if a trace signal came since this rank last looked,
-    /// writes the trace and prints this rank's report.
-    pub(super) fn answer_signal(&self, e: &Engine) {
+    /// prints this rank's hang report and writes its trace.
+    pub(super) fn answer_signal(&self, e: &mut Engine) {
         let n = SIGNALS.load(std::sync::atomic::Ordering::Relaxed);
         if self.signals_seen.swap(n, Ordering::Relaxed) == n {
             return;
@@ -132,16 +132,13 @@ impl Shared {
             .trace_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from("tandem-trace"));
-        let r = self.rank;
-        let mut report = format!("tandem[{r}]: asked for a trace; its last events (newest last):");
-        for line in e.rec.last_lines(12) {
-            report.push_str("\n  ");
-            report.push_str(&line);
-        }
+        let mut report = hang_report(e);
         match self.write_trace_of(e, &dir) {
-            Ok(p) => eprintln!("{report}\ntandem[{r}]: trace: {}", p.display()),
-            Err(err) => eprintln!("{report}\ntandem[{r}]: no trace: {err}"),
+            Ok(p) => report.push_str(&format!("\n  trace: {}", p.display())),
+            Err(err) => report.push_str(&format!("\n  no trace: {err}")),
         }
+        // One write, so that ranks' reports do not interleave line by line.
+        eprintln!("{report}");
     }
 
     /// Writes the trace to the configured directory, if any, saying so on
@@ -155,4 +152,79 @@ impl Shared {
             Err(e) => eprintln!("tandem[{}]: no trace {when}: {e}", self.rank),
         }
     }
+}
+
+/// This rank's hang report (world ranks): what it waits for, the waits of
+/// every rank it can see (its host's wait board, the records peers on
+/// other hosts sent), the cycle or chain its own wait leads into, the
+/// ranks it knows dead, the messages that arrived and match no receive,
+/// and its last events.
+fn hang_report(e: &mut Engine) -> String {
+    use std::fmt::Write as _;
+    let (r, n) = (e.rank(), e.nranks());
+    let mut out = format!("tandem[{r}]: hang report (asked by signal)");
+    let mine = e.my_wait();
+    let name = |op, peer, tag| crate::error::Operation(op, peer, tag).to_string();
+    match mine {
+        Some((w, _)) => {
+            let _ = write!(out, "\n  this rank waits in {}", name(w.op, w.peer, w.tag));
+        }
+        None => out.push_str("\n  this rank waits for nothing it published (a short wait)"),
+    }
+    let waits: Vec<String> = (0..n)
+        .filter(|&p| p != r)
+        .map(|p| match e.peer_wait(p) {
+            Some(w) => format!("rank {p}: {}", name(w.op, w.peer, w.tag)),
+            None => format!("rank {p}: not waiting (or not known here)"),
+        })
+        .collect();
+    let _ = write!(out, "\n  others: {}", waits.join("; "));
+    if let Some((w, ctx)) = mine {
+        let (chain, _, end) = super::follow(e, w.peer);
+        let chain_text = crate::error::Chain(&chain).to_string();
+        match end {
+            super::ChainEnd::Cycle => {
+                let _ = write!(
+                    out,
+                    "\n  cycle: rank {r} waits for {chain_text}, which waits for rank {r}"
+                );
+            }
+            _ if !chain.is_empty() => {
+                let _ = write!(out, "\n  chain: rank {r} waits for {chain_text}");
+            }
+            _ => {}
+        }
+        let src = if w.peer == super::ANY_SOURCE {
+            crate::progress::ANY_SOURCE
+        } else {
+            w.peer as u32
+        };
+        let (msgs, k) = e.unmatched(src, ctx, 8);
+        if !msgs.is_empty() {
+            let told: Vec<String> = msgs
+                .iter()
+                .map(|m| format!("rank {} sent tag {} ({} bytes)", m.source, m.tag, m.len))
+                .collect();
+            let _ = write!(out, "\n  unmatched: {} ({k} in all)", told.join(", "));
+        }
+    }
+    let dead: Vec<String> = (0..n)
+        .filter(|&p| e.is_dead(p))
+        .map(|p| p.to_string())
+        .collect();
+    let _ = write!(
+        out,
+        "\n  dead ranks: {}",
+        if dead.is_empty() {
+            "none".into()
+        } else {
+            dead.join(", ")
+        }
+    );
+    out.push_str("\n  last events (newest last):");
+    for line in e.rec.last_lines(12) {
+        out.push_str("\n    ");
+        out.push_str(&line);
+    }
+    out
 }

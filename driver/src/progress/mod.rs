@@ -1178,6 +1178,11 @@ impl Engine {
         self.rank
     }
 
+    /// Number of ranks in the job.
+    pub(crate) fn nranks(&self) -> usize {
+        self.peers.len()
+    }
+
     /// Number of operations in the table.
     pub(crate) fn in_use(&self) -> usize {
         self.proto.in_use()

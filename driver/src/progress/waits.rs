@@ -138,6 +138,11 @@ impl Engine {
         self.waits.mine = rec;
     }
 
+    /// This rank's published wait and its context, if it is in one.
+    pub(crate) fn my_wait(&self) -> Option<(WaitRec, u16)> {
+        self.waits.mine.map(|(r, ctx, _)| (r, ctx))
+    }
+
     /// Tells peers on other hosts of this rank's wait, once it has lasted
     /// [`ANNOUNCE_AFTER`].
     pub(crate) fn announce_wait(&mut self) {

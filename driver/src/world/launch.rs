@@ -220,10 +220,33 @@ impl Children {
     }
 }
 
+/// `SIGUSR1`s this launcher received (with [`Launcher::report_on_signal`]).
+/// The std atomic: a signal handler's counter is outside what loom models.
+#[allow(clippy::disallowed_types)]
+static REPORT_ASKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn note_report_ask(_: libc::c_int) {
+    REPORT_ASKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn supervise(ranks: &mut [Rank], grace: Duration) -> Outcome {
     let mut first: Option<(usize, i32)> = None;
     let mut kill_at: Option<Instant> = None;
+    let mut asks = REPORT_ASKS.load(std::sync::atomic::Ordering::Relaxed);
     loop {
+        // A report asked for: pass the signal on to every rank still
+        // running (they installed a handler: TANDEM_REPORT_SIGNAL).
+        let now = REPORT_ASKS.load(std::sync::atomic::Ordering::Relaxed);
+        if now != asks {
+            asks = now;
+            eprintln!(
+                "tandem-run: report asked for: each rank answers from its next wait in tandem \
+                 (a rank computing outside tandem answers when it next waits)"
+            );
+            for r in ranks.iter().filter(|r| r.status.is_none()) {
+                let _ = crate::sys::send_signal(r.child.id(), libc::SIGUSR1);
+            }
+        }
         let mut running = 0;
         for r in ranks.iter_mut() {
             if r.status.is_some() {
@@ -322,6 +345,7 @@ pub struct Launcher {
     exec: String,
     root: Option<String>,
     secret: String,
+    report: bool,
 }
 
 impl Launcher {
@@ -341,7 +365,23 @@ impl Launcher {
             exec: "ssh {host} env {env}".into(),
             root: None,
             secret: fresh_secret(),
+            report: false,
         }
+    }
+
+    /// With `on`, `SIGUSR1` sent to the launcher asks every rank for its
+    /// hang report: the launcher installs a handler and passes the signal
+    /// on, and the ranks get `TANDEM_REPORT_SIGNAL=1`, which makes
+    /// [`Comm::from_env`](crate::Comm::from_env) install theirs
+    /// ([`Comm::trace_on_signal`](crate::Comm::trace_on_signal)). Each rank
+    /// answers from its next wait in tandem with what it waits for, the
+    /// waits of every rank it knows (its host's wait board, the records
+    /// of other hosts), the cycle or chain they form, the dead ranks, the
+    /// unmatched messages and its last events, and writes its trace.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn report_on_signal(mut self, on: bool) -> Self {
+        self.report = on;
+        self
     }
 
     /// Starts the ranks on these hosts (blocks of consecutive ranks, the
@@ -449,6 +489,11 @@ impl Launcher {
             None => Layout::from_env()?,
         };
         let mut envs = self.envs.clone();
+        if self.report {
+            crate::sys::on_signal(libc::SIGUSR1, note_report_ask)
+                .map_err(|e| Error::io("installing the launcher's SIGUSR1 handler", e))?;
+            envs.push(("TANDEM_REPORT_SIGNAL".into(), "1".into()));
+        }
         if std::env::var_os("TANDEM_SECRET").is_none() && !self.secret.is_empty() {
             envs.push(("TANDEM_SECRET".into(), self.secret.clone().into()));
         }
