@@ -803,7 +803,8 @@ pub struct Config {
     /// a chain that comes back to it, with none of its waits changed or
     /// moved for this long, can never complete, unless another thread of
     /// one of its ranks is about to post what breaks it. Programs that
-    /// break such cycles from a second thread set 0.
+    /// break such cycles from a second thread set 0. A cycle through a
+    /// rank that knew of a failed peer is left to the timeout.
     pub deadlock_after: Duration,
 }
 

@@ -1357,7 +1357,8 @@ pub(super) enum ChainEnd {
 
 /// The chain of waits from `peer` on, as far as this rank can see them
 /// (the host's wait board, the records of peers on other hosts), with
-/// each wait's sequence number, and where it ends.
+/// each wait's sequence number, and where it ends. A sequence number of
+/// `u32::MAX` marks a wait whose rank knew of a failed peer.
 pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, Vec<u32>, ChainEnd) {
     let rank = e.rank();
     let (mut chain, mut seqs) = (Vec::new(), Vec::new());
@@ -1371,7 +1372,7 @@ pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, Vec<u32>, ChainEnd)
             peer: w.peer,
             tag: w.tag,
         });
-        seqs.push(w.seq);
+        seqs.push(if w.failures { u32::MAX } else { w.seq });
         if w.peer == rank {
             return (chain, seqs, ChainEnd::Cycle);
         }
@@ -1498,7 +1499,10 @@ impl<'a> Waiter<'a> {
             return None;
         }
         let (theirs, seqs, end) = follow(e, ours.peer);
-        if end != ChainEnd::Cycle {
+        // A cycle through a rank that knows of a failure (this one too)
+        // may be one whose waits end in errors (a link broken on one side
+        // only): left to the timeout, which names it too.
+        if end != ChainEnd::Cycle || e.knows_failure() || seqs.contains(&u32::MAX) {
             self.cycle = None;
             return None;
         }

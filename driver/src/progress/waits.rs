@@ -24,12 +24,17 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The tag of a wait record on [`FT_CTX`]; its body is [`RECORD_LEN`]
-/// bytes: sequence (u32), kind (u8, 0: the wait ended), a zero byte,
+/// bytes: sequence (u32), kind (u8, 0: the wait ended), failures (u8, 1:
+/// the rank knew of a failed peer),
 /// context (u16), peer (u32, [`ANY_SOURCE`] for any), tag (u32), all
 /// little-endian.
 pub(crate) const WAIT_TAG: u32 = 2;
 
 const RECORD_LEN: usize = 16;
+
+/// The wait board's bit for [`WaitRec::failures`] (word 0; the kind
+/// takes bits 48 to 55).
+const FAILURES_BIT: u32 = 56;
 
 /// How long a wait lasts before peers on other hosts are told of it: short
 /// waits, the common case, cost no message.
@@ -46,6 +51,10 @@ pub(crate) struct WaitRec {
     pub tag: u32,
     /// Changes with every wait the rank publishes.
     pub seq: u32,
+    /// The rank knew of a failed peer when it published this wait: its
+    /// waits may end in an error rather than block (a link that broke on
+    /// one side only, say), so a cycle through it is left to the timeout.
+    pub failures: bool,
 }
 
 /// This rank's own record and what remote peers said.
@@ -105,12 +114,14 @@ impl Engine {
     /// the wait has lasted [`ANNOUNCE_AFTER`] ([`announce_wait`](Self::announce_wait)).
     pub(crate) fn publish_wait(&mut self, what: Option<(OpKind, u16, usize, u32)>) {
         let rec = what.map(|(op, ctx, peer, tag)| {
-            self.waits.seq = self.waits.seq.wrapping_add(1);
+            // (u32::MAX is kept for `follow`'s mark of a troubled wait.)
+            self.waits.seq = self.waits.seq.wrapping_add(1) % u32::MAX;
             let rec = WaitRec {
                 op,
                 peer,
                 tag,
                 seq: self.waits.seq,
+                failures: self.knows_failure(),
             };
             (rec, ctx, Instant::now())
         });
@@ -122,6 +133,7 @@ impl Engine {
                     slot[1].store((r.seq as u64) << 32 | r.tag as u64, Ordering::Relaxed);
                     slot[0].store(
                         WAIT_VALID
+                            | (r.failures as u64) << FAILURES_BIT
                             | (kind_code(r.op) as u64) << 48
                             | (ctx as u64) << 32
                             | (r.peer as u32) as u64,
@@ -136,6 +148,11 @@ impl Engine {
             self.tell_remote(&[0; RECORD_LEN]);
         }
         self.waits.mine = rec;
+    }
+
+    /// Whether this rank knows of a failed peer (a broken link).
+    pub(crate) fn knows_failure(&self) -> bool {
+        self.peers.iter().any(|p| p.broken.is_some())
     }
 
     /// This rank's published wait and its context, if it is in one.
@@ -156,6 +173,7 @@ impl Engine {
         let mut body = [0u8; RECORD_LEN];
         body[0..4].copy_from_slice(&r.seq.to_le_bytes());
         body[4] = kind_code(r.op);
+        body[5] = r.failures as u8;
         body[6..8].copy_from_slice(&ctx.to_le_bytes());
         body[8..12].copy_from_slice(&(r.peer as u32).to_le_bytes());
         body[12..16].copy_from_slice(&r.tag.to_le_bytes());
@@ -202,6 +220,7 @@ impl Engine {
                 peer: peer_of(word(8)),
                 tag: word(12),
                 seq: word(0),
+                failures: body[5] != 0,
             });
             if let Some(slot) = self.waits.remote.get_mut(src) {
                 *slot = rec;
@@ -232,10 +251,11 @@ impl Engine {
             return None;
         }
         Some(WaitRec {
-            op: kind_of((w >> 48) & 0x7fff)?,
+            op: kind_of((w >> 48) & 0xff)?,
             peer: peer_of((w & 0xffff_ffff) as u32),
             tag: t as u32,
             seq: (t >> 32) as u32,
+            failures: (w >> FAILURES_BIT) & 1 != 0,
         })
     }
 }
