@@ -1339,9 +1339,9 @@ struct Waiter<'a> {
     started: Option<Instant>,
     /// When the chain of waits was last followed for a cycle.
     cycle_checked: Option<Instant>,
-    /// The cycle last found: the sequence numbers of its waits, this
+    /// The cycle last found: its fingerprint ([`cycle_key`]), this
     /// wait's progress count then, and since when it has been the same.
-    cycle: Option<(Vec<u32>, usize, Instant)>,
+    cycle: Option<(u64, usize, Instant)>,
 }
 
 /// Where a chain of waits ends, as [`follow`] found it.
@@ -1356,12 +1356,11 @@ pub(super) enum ChainEnd {
 }
 
 /// The chain of waits from `peer` on, as far as this rank can see them
-/// (the host's wait board, the records of peers on other hosts), with
-/// each wait's sequence number, and where it ends. A sequence number of
-/// `u32::MAX` marks a wait whose rank knew of a failed peer.
-pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, Vec<u32>, ChainEnd) {
+/// (the host's wait board, the records of peers on other hosts),
+/// and where it ends.
+pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, ChainEnd) {
     let rank = e.rank();
-    let (mut chain, mut seqs) = (Vec::new(), Vec::new());
+    let mut chain = Vec::new();
     let mut seen = vec![rank];
     let mut cur = peer;
     while cur != ANY_SOURCE && !seen.contains(&cur) {
@@ -1372,17 +1371,43 @@ pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, Vec<u32>, ChainEnd)
             peer: w.peer,
             tag: w.tag,
         });
-        seqs.push(if w.failures { u32::MAX } else { w.seq });
         if w.peer == rank {
-            return (chain, seqs, ChainEnd::Cycle);
+            return (chain, ChainEnd::Cycle);
         }
         if w.peer == ANY_SOURCE {
-            return (chain, seqs, ChainEnd::AnyRank);
+            return (chain, ChainEnd::AnyRank);
         }
         seen.push(cur);
         cur = w.peer;
     }
-    (chain, seqs, ChainEnd::Open)
+    (chain, ChainEnd::Open)
+}
+
+/// Without allocating (it runs every 100 ms of every long wait): if the
+/// waits from `peer` on come back to this rank within 16 ranks, through
+/// no rank that knew of a failure, a fingerprint of that cycle (its ranks
+/// and their waits' sequence numbers); else `None`.
+fn cycle_key(e: &Engine, peer: usize) -> Option<u64> {
+    let rank = e.rank();
+    let mut key: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut cur = peer;
+    for _ in 0..16 {
+        if cur == ANY_SOURCE {
+            return None;
+        }
+        let w = e.peer_wait(cur)?;
+        if w.failures {
+            return None;
+        }
+        for v in [cur as u64, w.seq as u64] {
+            key = (key ^ v).wrapping_mul(0x0100_0000_01b3);
+        }
+        if w.peer == rank {
+            return Some(key);
+        }
+        cur = w.peer;
+    }
+    None
 }
 
 /// Why an operation of this rank (`op` with `peer` and `tag` in context
@@ -1403,7 +1428,7 @@ fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Dura
         peer,
         tag,
     };
-    let (chain, _, end) = follow(e, peer);
+    let (chain, end) = follow(e, peer);
     if end != ChainEnd::Open {
         return Error::Deadlock {
             ours,
@@ -1498,20 +1523,26 @@ impl<'a> Waiter<'a> {
         if after.is_zero() {
             return None;
         }
-        let (theirs, seqs, end) = follow(e, ours.peer);
         // A cycle through a rank that knows of a failure (this one too)
         // may be one whose waits end in errors (a link broken on one side
         // only): left to the timeout, which names it too.
-        if end != ChainEnd::Cycle || e.knows_failure() || seqs.contains(&u32::MAX) {
+        let key = if e.knows_failure() {
+            None
+        } else {
+            cycle_key(e, ours.peer)
+        };
+        let Some(key) = key else {
             self.cycle = None;
             return None;
-        }
-        match &self.cycle {
-            Some((s, m, since)) if *s == seqs && *m == moved => {
-                if now.duration_since(*since) >= after {
+        };
+        match self.cycle {
+            Some((k, m, since)) if k == key && m == moved => {
+                if now.duration_since(since) >= after {
                     let waited = self
                         .started
                         .map_or(Duration::ZERO, |t| now.duration_since(t));
+                    // Named now (this allocates, once).
+                    let (theirs, _) = follow(e, ours.peer);
                     return Some(Error::Deadlock {
                         ours,
                         theirs,
@@ -1519,7 +1550,7 @@ impl<'a> Waiter<'a> {
                     });
                 }
             }
-            _ => self.cycle = Some((seqs, moved, now)),
+            _ => self.cycle = Some((key, moved, now)),
         }
         None
     }

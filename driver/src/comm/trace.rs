@@ -180,7 +180,7 @@ fn hang_report(e: &mut Engine) -> String {
         .collect();
     let _ = write!(out, "\n  others: {}", waits.join("; "));
     if let Some((w, ctx)) = mine {
-        let (chain, _, end) = super::follow(e, w.peer);
+        let (chain, end) = super::follow(e, w.peer);
         let chain_text = crate::error::Chain(&chain).to_string();
         match end {
             super::ChainEnd::Cycle => {

@@ -114,8 +114,7 @@ impl Engine {
     /// the wait has lasted [`ANNOUNCE_AFTER`] ([`announce_wait`](Self::announce_wait)).
     pub(crate) fn publish_wait(&mut self, what: Option<(OpKind, u16, usize, u32)>) {
         let rec = what.map(|(op, ctx, peer, tag)| {
-            // (u32::MAX is kept for `follow`'s mark of a troubled wait.)
-            self.waits.seq = self.waits.seq.wrapping_add(1) % u32::MAX;
+            self.waits.seq = self.waits.seq.wrapping_add(1);
             let rec = WaitRec {
                 op,
                 peer,
