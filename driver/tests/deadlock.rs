@@ -195,3 +195,38 @@ fn timeouts_name_unmatched_messages_and_the_chain_of_waits() {
         .unwrap();
     assert_eq!(o.code(), 0, "exit codes {:?}", o.codes);
 }
+
+/// A send and the receive that matches it, both blocked for longer than
+/// the cycle check's stillness (a 512 MiB message pulled in one piece,
+/// then streamed, with `TANDEM_DEADLOCK_AFTER` at 10 ms): the two ends of
+/// one message under way are not a deadlock.
+#[test]
+fn a_long_transfer_is_not_a_deadlock() {
+    let name = "a_long_transfer_is_not_a_deadlock";
+    if common::is_rank() {
+        let comm = Comm::from_env().unwrap();
+        let me = comm.rank();
+        let len = 512 << 20;
+        for round in 0..2 {
+            if me == 0 {
+                let buf = vec![7u8; len];
+                comm.send(&buf, 1, 5)
+                    .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            } else {
+                let mut buf = vec![0u8; len];
+                comm.recv(&mut buf, 0, 5)
+                    .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                assert!(buf.iter().all(|&b| b == 7));
+            }
+        }
+        return;
+    }
+    for cma in ["1", "0"] {
+        let o = common::launcher(2, name)
+            .env("TANDEM_DEADLOCK_AFTER", "0.01")
+            .env("TANDEM_CMA", cma)
+            .run()
+            .unwrap();
+        assert_eq!(o.code(), 0, "TANDEM_CMA={cma}: exit codes {:?}", o.codes);
+    }
+}

@@ -1383,29 +1383,70 @@ pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, ChainEnd) {
     (chain, ChainEnd::Open)
 }
 
+/// Whether `a`, waiting on `b`'s rank, and `b`, waiting on `a`'s, may be
+/// the two ends of one message under way (a send and the receive that
+/// matches it: a long transfer, not a deadlock). Contexts are not in the
+/// records: same-tag pairs count as matching, so such a cycle is never
+/// reported (conservative).
+fn may_match(a: &Wait, b: &Wait) -> bool {
+    let sends = |w: &Wait| matches!(w.op, OpKind::Send | OpKind::Ssend);
+    let pair = |s: &Wait, r: &Wait| {
+        sends(s)
+            && !sends(r)
+            && s.peer == r.rank
+            && (r.peer == s.rank || r.peer == ANY_SOURCE)
+            && (r.tag == s.tag || r.tag == ANY_TAG)
+    };
+    pair(a, b) || pair(b, a)
+}
+
+/// Whether the cycle `ours`, `theirs[0]`, ..., back to `ours` is a
+/// deadlock: no two neighbours in it may be the two ends of one message.
+fn closed(ours: &Wait, theirs: &[Wait]) -> bool {
+    let mut prev = ours;
+    for w in theirs.iter().chain(std::iter::once(ours)) {
+        if may_match(prev, w) {
+            return false;
+        }
+        prev = w;
+    }
+    true
+}
+
 /// Without allocating (it runs every 100 ms of every long wait): if the
-/// waits from `peer` on come back to this rank within 16 ranks, through
-/// no rank that knew of a failure, a fingerprint of that cycle (its ranks
+/// waits from `ours` on come back to this rank within 16 ranks, through
+/// no rank that knew of a failure and with no two neighbours the two ends
+/// of one message ([`may_match`]), a fingerprint of that cycle (its ranks
 /// and their waits' sequence numbers); else `None`.
-fn cycle_key(e: &Engine, peer: usize) -> Option<u64> {
+fn cycle_key(e: &Engine, ours: &Wait) -> Option<u64> {
     let rank = e.rank();
     let mut key: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut cur = peer;
+    let mut prev = *ours;
     for _ in 0..16 {
-        if cur == ANY_SOURCE {
+        if prev.peer == ANY_SOURCE {
             return None;
         }
+        let cur = prev.peer;
         let w = e.peer_wait(cur)?;
         if w.failures {
+            return None;
+        }
+        let here = Wait {
+            rank: cur,
+            op: w.op,
+            peer: w.peer,
+            tag: w.tag,
+        };
+        if may_match(&prev, &here) {
             return None;
         }
         for v in [cur as u64, w.seq as u64] {
             key = (key ^ v).wrapping_mul(0x0100_0000_01b3);
         }
         if w.peer == rank {
-            return Some(key);
+            return (!may_match(&here, ours)).then_some(key);
         }
-        cur = w.peer;
+        prev = here;
     }
     None
 }
@@ -1429,7 +1470,7 @@ fn explain(e: &Engine, op: OpKind, peer: usize, tag: Tag, ctx: u16, waited: Dura
         tag,
     };
     let (chain, end) = follow(e, peer);
-    if end != ChainEnd::Open {
+    if end == ChainEnd::AnyRank || (end == ChainEnd::Cycle && closed(&ours, &chain)) {
         return Error::Deadlock {
             ours,
             theirs: chain,
@@ -1529,7 +1570,7 @@ impl<'a> Waiter<'a> {
         let key = if e.knows_failure() {
             None
         } else {
-            cycle_key(e, ours.peer)
+            cycle_key(e, &ours)
         };
         let Some(key) = key else {
             self.cycle = None;
