@@ -199,7 +199,8 @@ fn timeouts_name_unmatched_messages_and_the_chain_of_waits() {
 /// A send and the receive that matches it, both blocked for longer than
 /// the cycle check's stillness (a 512 MiB message pulled in one piece,
 /// then streamed, with `TANDEM_DEADLOCK_AFTER` at 10 ms): the two ends of
-/// one message under way are not a deadlock.
+/// one message under way are not a deadlock; nor are two ranks whose
+/// grouped ssends wait while their receives move the data.
 #[test]
 fn a_long_transfer_is_not_a_deadlock() {
     let name = "a_long_transfer_is_not_a_deadlock";
@@ -207,6 +208,18 @@ fn a_long_transfer_is_not_a_deadlock() {
         let comm = Comm::from_env().unwrap();
         let me = comm.rank();
         let len = 512 << 20;
+        // Both ranks ssend and receive in a group: each one's published
+        // wait is its ssend, which looks like a cycle of two ssends while
+        // the receives pull.
+        let mine = vec![me as u8; len];
+        let mut theirs = vec![0u8; len];
+        comm.group(|g| {
+            g.ssend(&mine, 1 - me, 6)?;
+            g.recv(&mut theirs, 1 - me, 6)
+        })
+        .unwrap_or_else(|e| panic!("group: {e}"));
+        assert!(theirs.iter().all(|&b| b as usize == 1 - me));
+        drop((mine, theirs));
         for round in 0..2 {
             if me == 0 {
                 let buf = vec![7u8; len];

@@ -988,7 +988,8 @@ impl Comm {
                         peer: src,
                         tag,
                     };
-                    if let Some(err) = w.early_deadlock(&mut e, ours, 0) {
+                    let activity = e.activity();
+                    if let Some(err) = w.early_deadlock(&mut e, ours, activity) {
                         return Err(err);
                     }
                 }
@@ -1545,8 +1546,8 @@ impl<'a> Waiter<'a> {
     }
 
     /// [`Error::Deadlock`] once the waits this one leads to have closed a
-    /// cycle back to it and stayed the same (the same waits, none of them
-    /// moved, this one included: `moved` is its progress count) for
+    /// cycle back to it and stayed the same (the same waits, and nothing
+    /// moved on this rank: `moved` is its [`Engine::activity`]) for
     /// [`Config::deadlock_after`](crate::Config::deadlock_after). Followed
     /// every 100 ms; also tells peers on other hosts of this wait.
     fn early_deadlock(&mut self, e: &mut Engine, ours: Wait, moved: usize) -> Option<Error> {
@@ -1668,7 +1669,7 @@ impl<'a> Waiter<'a> {
         }
         let moved = e.moved(id);
         if let Some(w) = what {
-            if let Some(err) = self.early_deadlock(e, w, moved) {
+            if let Some(err) = self.early_deadlock(e, w, e.activity()) {
                 return Err(err);
             }
         }

@@ -1108,6 +1108,16 @@ impl Engine {
         self.side[id.index()].moved
     }
 
+    /// A count that changes whenever any operation of this rank moves
+    /// bytes or a slot is reused (the sum of every slot's progress, with
+    /// the rendezvous receives finished): unchanged, nothing happened.
+    pub(crate) fn activity(&self) -> usize {
+        self.side
+            .iter()
+            .fold(0usize, |a, s| a.wrapping_add(s.moved))
+            .wrapping_add((self.pulled + self.streamed) as usize)
+    }
+
     /// What an operation is, for error reports.
     pub(crate) fn info(&self, id: OpId) -> Option<OpInfo> {
         self.proto.info(id)
