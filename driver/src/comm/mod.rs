@@ -1416,7 +1416,8 @@ fn closed(ours: &Wait, theirs: &[Wait]) -> bool {
 
 /// Without allocating (it runs every 100 ms of every long wait): if the
 /// waits from `ours` on come back to this rank within 16 ranks, through
-/// no rank that knew of a failure and with no two neighbours the two ends
+/// no rank that knew of a failure or had other operations pending, and
+/// with no two neighbours the two ends
 /// of one message ([`may_match`]), a fingerprint of that cycle (its ranks
 /// and their waits' sequence numbers); else `None`.
 fn cycle_key(e: &Engine, ours: &Wait) -> Option<u64> {
@@ -1429,7 +1430,7 @@ fn cycle_key(e: &Engine, ours: &Wait) -> Option<u64> {
         }
         let cur = prev.peer;
         let w = e.peer_wait(cur)?;
-        if w.failures {
+        if w.failures || w.several {
             return None;
         }
         let here = Wait {
@@ -1568,7 +1569,7 @@ impl<'a> Waiter<'a> {
         // A cycle through a rank that knows of a failure (this one too)
         // may be one whose waits end in errors (a link broken on one side
         // only): left to the timeout, which names it too.
-        let key = if e.knows_failure() {
+        let key = if e.knows_failure() || e.my_wait().is_none_or(|(w, _)| w.several) {
             None
         } else {
             cycle_key(e, &ours)

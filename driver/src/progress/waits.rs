@@ -24,8 +24,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The tag of a wait record on [`FT_CTX`]; its body is [`RECORD_LEN`]
-/// bytes: sequence (u32), kind (u8, 0: the wait ended), failures (u8, 1:
-/// the rank knew of a failed peer),
+/// bytes: sequence (u32), kind (u8, 0: the wait ended), flags (u8: 1, the
+/// rank knew of a failed peer; 2, it had other operations pending),
 /// context (u16), peer (u32, [`ANY_SOURCE`] for any), tag (u32), all
 /// little-endian.
 pub(crate) const WAIT_TAG: u32 = 2;
@@ -35,6 +35,9 @@ const RECORD_LEN: usize = 16;
 /// The wait board's bit for [`WaitRec::failures`] (word 0; the kind
 /// takes bits 48 to 55).
 const FAILURES_BIT: u32 = 56;
+
+/// The wait board's bit for [`WaitRec::several`].
+const SEVERAL_BIT: u32 = 57;
 
 /// How long a wait lasts before peers on other hosts are told of it: short
 /// waits, the common case, cost no message.
@@ -55,6 +58,10 @@ pub(crate) struct WaitRec {
     /// waits may end in an error rather than block (a link that broke on
     /// one side only, say), so a cycle through it is left to the timeout.
     pub failures: bool,
+    /// The rank had other operations pending besides this one (a group,
+    /// a wait on several requests): this record is not all it waits for,
+    /// so a cycle through it is left to the timeout too.
+    pub several: bool,
 }
 
 /// This rank's own record and what remote peers said.
@@ -121,6 +128,7 @@ impl Engine {
                 tag,
                 seq: self.waits.seq,
                 failures: self.knows_failure(),
+                several: self.proto.in_use() > 1,
             };
             (rec, ctx, Instant::now())
         });
@@ -133,6 +141,7 @@ impl Engine {
                     slot[0].store(
                         WAIT_VALID
                             | (r.failures as u64) << FAILURES_BIT
+                            | (r.several as u64) << SEVERAL_BIT
                             | (kind_code(r.op) as u64) << 48
                             | (ctx as u64) << 32
                             | (r.peer as u32) as u64,
@@ -172,7 +181,7 @@ impl Engine {
         let mut body = [0u8; RECORD_LEN];
         body[0..4].copy_from_slice(&r.seq.to_le_bytes());
         body[4] = kind_code(r.op);
-        body[5] = r.failures as u8;
+        body[5] = r.failures as u8 | (r.several as u8) << 1;
         body[6..8].copy_from_slice(&ctx.to_le_bytes());
         body[8..12].copy_from_slice(&(r.peer as u32).to_le_bytes());
         body[12..16].copy_from_slice(&r.tag.to_le_bytes());
@@ -219,7 +228,8 @@ impl Engine {
                 peer: peer_of(word(8)),
                 tag: word(12),
                 seq: word(0),
-                failures: body[5] != 0,
+                failures: body[5] & 1 != 0,
+                several: body[5] & 2 != 0,
             });
             if let Some(slot) = self.waits.remote.get_mut(src) {
                 *slot = rec;
@@ -255,6 +265,7 @@ impl Engine {
             tag: t as u32,
             seq: (t >> 32) as u32,
             failures: (w >> FAILURES_BIT) & 1 != 0,
+            several: (w >> SEVERAL_BIT) & 1 != 0,
         })
     }
 }
