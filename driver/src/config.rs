@@ -803,8 +803,11 @@ pub struct Config {
     /// a chain that comes back to it, with none of its waits changed or
     /// moved for this long, can never complete, unless another thread of
     /// one of its ranks is about to post what breaks it. Programs that
-    /// break such cycles from a second thread set 0. A cycle through a
-    /// rank that knew of a failed peer is left to the timeout.
+    /// break such cycles from a second thread set 0. Left to the timeout
+    /// (which names them too): cycles in which two neighbours may be the
+    /// two ends of one message (a long transfer), cycles through a rank
+    /// that had other operations pending (a group) or knew of a failed
+    /// peer, and cycles longer than 16 ranks.
     pub deadlock_after: Duration,
 }
 

@@ -27,6 +27,12 @@ pub fn set_last_code(c: c_int) {
 pub(crate) fn agree_contexts(l: &Lib, parent: &CommObj) -> Result<[u16; 2], Fail> {
     let mut mask = l.free_ctx.get();
     coll::allreduce_band(parent, &mut mask)?;
+    take_two(l, mask)
+}
+
+/// Takes the two lowest contexts of `mask` (free on every member of a new
+/// communicator), marking them used here.
+pub(crate) fn take_two(l: &Lib, mut mask: [u64; 8]) -> Result<[u16; 2], Fail> {
     let a = state::lowest(&mask)
         .ok_or_else(|| Fail::new(abi::ERR_OTHER, "no communicator context left".into()))?;
     let w = a as usize / 64;

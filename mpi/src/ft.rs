@@ -5,13 +5,13 @@
 //! agreement ([`tandem_driver::Comm::agree_on`]).
 //!
 //! A failed peer's operations fail with `MPIX_ERR_PROC_FAILED`, those of a
-//! revoked communicator with `MPIX_ERR_REVOKED` (see [`state::class_of`]).
+//! revoked communicator with `MPIX_ERR_REVOKED` (see [`crate::state::class_of`]).
 //! Set `MPI_ERRORS_RETURN` on the communicator to see them: under the
 //! default `MPI_ERRORS_ARE_FATAL` the first failure ends the program.
 
 use crate::abi::{self, Handle};
-use crate::comm::make;
-use crate::state::{self, CommObj, Fail, Lib};
+use crate::comm::{make, take_two};
+use crate::state::{CommObj, Fail, Lib};
 use crate::{export, fail, put, run};
 use std::cell::Ref;
 use std::ffi::c_int;
@@ -34,13 +34,6 @@ fn job_ranks(c: &CommObj, ranks: &[usize]) -> Rc<[u32]> {
     ranks.iter().map(|&r| c.group[r]).collect()
 }
 
-/// The two lowest contexts set in `mask` (below 511, which the
-/// fault-tolerance protocols keep).
-fn two_lowest(mask: &[u64; CONTEXT_WORDS]) -> Option<[u16; 2]> {
-    let mut it = (0..511usize).filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0);
-    Some([it.next()? as u16, it.next()? as u16])
-}
-
 fn shrink(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
     let c = l.comm(comm)?;
     let a = ft_comm(l, &c)?.agree_on(u32::MAX, &l.free_ctx.get())?;
@@ -51,14 +44,9 @@ fn shrink(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
              failure-detection bound)",
         );
     }
-    let Some(ctx) = two_lowest(&a.free) else {
-        return fail(
-            abi::ERR_OTHER,
-            "no communicator context left for the shrunk one",
-        );
-    };
-    state::mark(l, ctx[0], false);
-    state::mark(l, ctx[1], false);
+    // (The library keeps context 511, the fault-tolerance one, out of
+    // every rank's free mask.)
+    let ctx = take_two(l, a.free)?;
     let group: Rc<[u32]> = (0..c.size())
         .filter(|r| !a.failed.contains(r))
         .map(|r| c.group[r])
