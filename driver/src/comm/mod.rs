@@ -684,6 +684,17 @@ impl Comm {
         self.here_slow(r)
     }
 
+    /// A receive's outcome as its caller sees it: truncated or not, the
+    /// source in this communicator's numbering. The common case, whole and
+    /// in the world's numbering, without moving an error through.
+    #[inline(always)]
+    fn delivered_here(&self, st: Status, cap: usize) -> Result<Status> {
+        if st.len > cap || self.members.is_some() {
+            return self.here_slow(delivered(st, cap));
+        }
+        Ok(st)
+    }
+
     #[cold]
     fn here_slow(&self, r: Result<Status>) -> Result<Status> {
         match r {
@@ -841,7 +852,7 @@ impl Comm {
             // Often the message is there already.
             let w = self.world(src);
             if let Fast::Done(st) = self.engine().try_recv_now(buf, w, self.ctx, tag) {
-                return self.here(delivered(st, buf.len()));
+                return self.delivered_here(st, buf.len());
             }
         }
         self.recv_waiting(buf, src, tag)

@@ -476,12 +476,12 @@ impl Engine {
                     .flatten()
             };
             if let Some(owed) = took {
+                self.rec.wire(Code::Arrived, w0, w1, src, len);
                 let len = len as usize;
                 let n = len.min(buf.len());
                 small_copy(&mut buf[..n], &line[HEADER_LEN..HEADER_LEN + n]);
                 let mtag = (w0 >> 32) as u32;
                 l.consume_line();
-                self.rec.wire(Code::Arrived, w0, w1, src, len as u64);
                 if owed {
                     self.return_credit(src);
                 }

@@ -1,9 +1,12 @@
 //! The flight recorder: the last events of one rank, always on.
 //!
 //! A fixed ring of 32-byte events allocated when the engine starts; an
-//! event is four stores and a timestamp (the CPU's time-stamp counter where
-//! it is invariant, else `CLOCK_MONOTONIC`), under the engine lock the
-//! caller already holds: no allocation, no lock, no system call per event.
+//! event is seven stores and a timestamp (the CPU's time-stamp counter
+//! where it is invariant, else `CLOCK_MONOTONIC`), under the engine lock
+//! the caller already holds: no allocation, no lock, no system call per
+//! event. The default ring (4096 events, 128 KiB) is walked by a 16-bit
+//! cursor that wraps by itself; about 11 instructions an event in all
+//! (BENCHMARKS.md).
 //! Every message event carries its peer and the per-peer sequence number
 //! of its header, so the same message can be found on both ranks
 //! (`tandem-trace merge` draws it as an arrow).
@@ -79,7 +82,8 @@ impl Code {
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(32))]
 struct Event {
-    t: u64,
+    /// The time, low half first (written as the counter gives it).
+    t: [u32; 2],
     w0: u64,
     len: u64,
     seq: u16,
@@ -89,12 +93,14 @@ struct Event {
 
 const EVENT: usize = std::mem::size_of::<Event>();
 
-/// Where timestamps come from.
+/// Where timestamps come from, and which cursor walks the ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
+    /// The time-stamp counter, into a ring of [`FAST_EVENTS`]: the hot path.
+    Fast,
     /// Nothing is recorded.
     Off,
-    /// The invariant time-stamp counter.
+    /// The invariant time-stamp counter, a ring of another size.
     Tsc,
     /// `CLOCK_MONOTONIC`.
     Mono,
@@ -107,14 +113,23 @@ pub(crate) fn word(sub: u8, ctx: u16, tag: u32) -> u64 {
     (sub as u64) << 8 | (ctx as u64) << 16 | (tag as u64) << 32
 }
 
+/// Events of the ring whose cursor is a `u16` counting 2-byte units
+/// ([`Mode::Fast`]): 128 KiB, so the cursor wraps around the ring by
+/// itself. The default size ([`crate::config::DEFAULT_EVENTS`]).
+pub(crate) const FAST_EVENTS: usize = (1 << 17) / EVENT;
+
 /// A rank's flight recorder.
 pub(crate) struct Recorder {
-    /// Byte offset in `ev` of the next event to write: always a multiple of
-    /// [`EVENT`] below `ev.len() * EVENT`.
-    pos: usize,
-    /// `ev.len() * EVENT - 1` (`ev.len()` is a power of two).
-    mask: usize,
+    /// The hot path's cursor ([`Mode::Fast`]): where the next event goes
+    /// in the ring, in 2-byte units (a multiple of `EVENT / 2`), wrapping
+    /// by itself.
+    lo: u16,
     mode: Mode,
+    /// The other modes' cursor: byte offset in the ring of the next event
+    /// to write, a multiple of [`EVENT`] below the ring's size.
+    pos: usize,
+    /// The ring's size in bytes, less one (a power of two).
+    mask: usize,
     tsc: bool,
     ev: Box<[Event]>,
     /// The clocks when the recorder started: ticks, monotonic and real ns.
@@ -144,9 +159,10 @@ impl Recorder {
         let n = events.max(1).next_power_of_two();
         let tsc = sys::tsc_usable();
         Self {
+            lo: 0,
+            mode: Self::mode(events > 0, tsc, n),
             pos: 0,
             mask: n * EVENT - 1,
-            mode: Self::mode(events > 0, tsc),
             tsc,
             ev: vec![Event::default(); n].into_boxed_slice(),
             start: {
@@ -158,9 +174,10 @@ impl Recorder {
         }
     }
 
-    fn mode(on: bool, tsc: bool) -> Mode {
+    fn mode(on: bool, tsc: bool, events: usize) -> Mode {
         match (on, tsc) {
             (false, _) => Mode::Off,
+            (true, true) if events == FAST_EVENTS => Mode::Fast,
             (true, true) => Mode::Tsc,
             (true, false) => Mode::Mono,
         }
@@ -172,32 +189,58 @@ impl Recorder {
     }
 
     /// Keeps events from now (`true`) or stops (`false`); a recorder made
-    /// with no room stays off.
+    /// with no room stays off. Switching keeps the events and their order.
     pub(crate) fn set_on(&mut self, on: bool) {
-        self.mode = Self::mode(on && self.ev.len() > 1, self.tsc);
+        let at = self.oldest();
+        let mode = Self::mode(on && self.ev.len() > 1, self.tsc, self.ev.len());
+        self.lo = (at * EVENT / 2) as u16;
+        self.pos = at * EVENT;
+        self.mode = mode;
+    }
+
+    /// Index of the oldest event kept (the next to be overwritten).
+    fn oldest(&self) -> usize {
+        match self.mode {
+            Mode::Fast => self.lo as usize * 2 / EVENT,
+            _ => self.pos / EVENT,
+        }
     }
 
     /// Records an event whose first word is `w0` (a header's, or [`word`]).
     #[inline(always)]
     pub(crate) fn add(&mut self, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
-        if self.mode != Mode::Tsc {
-            if self.mode == Mode::Off {
-                return;
-            }
-            return self.add_untimed(code, w0, seq, peer, len);
+        match self.mode {
+            Mode::Fast => {}
+            Mode::Off => return,
+            _ => return self.add_other(code, w0, seq, peer, len),
         }
-        self.put(sys::ticks(true), code, w0, seq, peer, len);
+        let t = sys::tsc_halves();
+        let at = self.lo;
+        self.lo = at.wrapping_add((EVENT / 2) as u16);
+        let e = Event {
+            t,
+            w0,
+            len,
+            seq,
+            code: code as u16,
+            peer: peer as u32,
+        };
+        // SAFETY: in Mode::Fast the ring holds FAST_EVENTS events, 2^16
+        // units of 2 bytes, and `at`, a u16 that only ever advances by
+        // EVENT / 2 from a multiple of it, is the start of one of them
+        // (every u16 is below 2^16). `&mut self` borrows the ring
+        // exclusively. A 16-bit add that wraps by itself, instead of a
+        // bounds check and a mask, on the hot path.
+        unsafe { self.ev.as_mut_ptr().byte_add(at as usize * 2).write(e) };
     }
 
-    /// [`add`](Self::add) where there is no time-stamp counter.
+    /// [`add`](Self::add) into a ring of another size, or where there is
+    /// no time-stamp counter.
     #[cold]
     #[inline(never)]
-    fn add_untimed(&mut self, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
-        self.put(sys::ticks(false), code, w0, seq, peer, len);
-    }
-
-    #[inline(always)]
-    fn put(&mut self, t: u64, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
+    fn add_other(&mut self, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
+        let t = sys::ticks(self.mode == Mode::Tsc);
+        let t = [t as u32, (t >> 32) as u32];
         let at = self.pos;
         self.pos = (at + EVENT) & self.mask;
         let e = Event {
@@ -208,11 +251,10 @@ impl Recorder {
             code: code as u16,
             peer: peer as u32,
         };
-        // SAFETY: `at` is a multiple of EVENT below ev.len() * EVENT (the
-        // mask keeps `pos` there, ev.len() being a power of two), so it is
-        // the start of one element of `ev`, which `&mut self` borrows
-        // exclusively. Written through the pointer to spare the bounds
-        // check on the hot path.
+        // SAFETY: `at` is a multiple of EVENT below the ring's size (the
+        // mask keeps `pos` there, the size being a power of two), so it is
+        // the start of one of its events; `&mut self` borrows the ring
+        // exclusively.
         unsafe { self.ev.as_mut_ptr().byte_add(at).write(e) };
     }
 
@@ -245,17 +287,19 @@ impl Recorder {
 
     /// [`events`](Self::events) with `scale` ns per tick.
     fn events_at(&self, scale: f64) -> Vec<Decoded> {
-        let n = self.ev.len();
-        let oldest = self.pos / EVENT;
+        let evs = &self.ev[..];
+        let n = evs.len();
+        let oldest = self.oldest();
         let (t0, m0, _) = self.start;
         (0..n)
             .filter_map(|k| {
-                let e = self.ev[(oldest + k) % n];
+                let e = evs[(oldest + k) % n];
                 let code = Code::of(e.code)?;
+                let t = e.t[0] as u64 | (e.t[1] as u64) << 32;
                 let ns = if self.tsc {
-                    m0 as i64 + ((e.t as i64 - t0 as i64) as f64 * scale) as i64
+                    m0 as i64 + ((t as i64 - t0 as i64) as f64 * scale) as i64
                 } else {
-                    e.t as i64
+                    t as i64
                 };
                 Some(Decoded {
                     ns: ns.max(0) as u64,
@@ -635,6 +679,32 @@ mod tests {
             .all(|e| e.code == Code::Sent && e.ctx == 3 && e.peer == 1));
         assert_eq!(e[0].sub, Kind::Eager as u8);
         assert_eq!((e[0].tag, e[0].seq), (12, 12));
+    }
+
+    #[test]
+    fn the_default_ring_wraps_by_its_16_bit_cursor() {
+        let mut r = Recorder::new(FAST_EVENTS);
+        assert_eq!(r.mode == Mode::Fast, sys::tsc_usable());
+        let n = FAST_EVENTS as u64;
+        for i in 0..n + 10 {
+            r.add(Code::Arrived, word(Kind::Eager as u8, 1, 7), i as u16, 2, i);
+            if i == n / 2 {
+                // Off and on again keeps the events and their order.
+                r.set_on(false);
+                r.add(Code::Done, 0, 0, 0, u64::MAX);
+                r.set_on(true);
+            }
+        }
+        let e = r.events();
+        assert_eq!(e.len(), FAST_EVENTS);
+        assert_eq!(
+            e.iter().map(|e| e.len).collect::<Vec<_>>(),
+            (10..n + 10).collect::<Vec<_>>(),
+            "the last {FAST_EVENTS}, oldest first"
+        );
+        assert!(e.windows(2).all(|w| w[0].ns <= w[1].ns), "times in order");
+        let last = e.last().expect("kept");
+        assert_eq!((last.code, last.peer, last.tag), (Code::Arrived, 2, 7));
     }
 
     #[test]
