@@ -22,8 +22,9 @@ others get TANDEM_KILL_GRACE seconds (default 3) to exit, then are killed.
 --report-signal: `kill -USR1 <tandem-run's pid>` asks every rank for its
 hang report (what it and every rank it knows of waits for, the cycle or
 chain, dead ranks, unmatched messages, its last events; its trace is
-written too). The ranks get TANDEM_REPORT_SIGNAL=1, which installs their
-SIGUSR1 handler.";
+written too), and tandem-run prints one report for the job once every rank
+answered or 2 s passed. The ranks get TANDEM_REPORT_SIGNAL=launcher, which
+installs their SIGUSR1 handler.";
 
 fn main() {
     let mut args = std::env::args_os().skip(1);

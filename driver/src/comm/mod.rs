@@ -231,7 +231,10 @@ impl Comm {
     pub fn from_env_with(cfg: Config) -> Result<Self> {
         // The launcher was asked to pass SIGUSR1 on for hang reports
         // (`tandem-run --report-signal`): the program's user opted in.
-        if std::env::var("TANDEM_REPORT_SIGNAL").as_deref() == Ok("1") {
+        if matches!(
+            std::env::var("TANDEM_REPORT_SIGNAL").as_deref(),
+            Ok("1" | "launcher")
+        ) {
             Self::trace_on_signal(libc::SIGUSR1)?;
         }
         let j = crate::world::bootstrap::join(&cfg)?;

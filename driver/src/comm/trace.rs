@@ -133,12 +133,17 @@ impl Shared {
             .clone()
             .unwrap_or_else(|| PathBuf::from("tandem-trace"));
         let mut report = hang_report(e);
-        match self.write_trace_of(e, &dir) {
-            Ok(p) => report.push_str(&format!("\n  trace: {}", p.display())),
-            Err(err) => report.push_str(&format!("\n  no trace: {err}")),
+        report.trace = match self.write_trace_of(e, &dir) {
+            Ok(p) => format!("trace: {}", p.display()),
+            Err(err) => format!("no trace: {err}"),
+        };
+        // One write, so that ranks' reports do not interleave line by line;
+        // to a collecting launcher as one line it takes for itself.
+        if report_to_launcher() {
+            eprintln!("{}{}", crate::world::report::MARK, report.to_json());
+        } else {
+            eprintln!("{}", report.to_text());
         }
-        // One write, so that ranks' reports do not interleave line by line.
-        eprintln!("{report}");
     }
 
     /// Writes the trace to the configured directory, if any, saying so on
@@ -154,43 +159,127 @@ impl Shared {
     }
 }
 
+/// Whether this rank's launcher collects hang reports into one for the
+/// job (`tandem-run --report-signal` sets `TANDEM_REPORT_SIGNAL=launcher`).
+fn report_to_launcher() -> bool {
+    std::env::var("TANDEM_REPORT_SIGNAL").as_deref() == Ok("launcher")
+}
+
+/// One rank's hang report, in parts (world ranks): printed as text, or
+/// handed to a collecting launcher as one line of JSON.
+struct Report {
+    rank: usize,
+    /// The operation this rank waits in, if it published one.
+    wait: Option<String>,
+    /// Every other rank's wait as this rank sees it.
+    others: Vec<(usize, Option<String>)>,
+    /// The cycle or chain this rank's wait leads into, as a sentence.
+    relation: Option<String>,
+    /// The ranks of that cycle, this one first.
+    cycle: Vec<usize>,
+    /// Messages that arrived and match no receive.
+    unmatched: Option<String>,
+    dead: Vec<usize>,
+    /// The last events, newest last.
+    last: Vec<String>,
+    /// Where the trace went.
+    trace: String,
+}
+
+impl Report {
+    fn to_text(&self) -> String {
+        use std::fmt::Write as _;
+        let r = self.rank;
+        let mut out = format!("tandem[{r}]: hang report (asked by signal)");
+        match &self.wait {
+            Some(w) => {
+                let _ = write!(out, "\n  this rank waits in {w}");
+            }
+            None => out.push_str("\n  this rank waits for nothing it published (a short wait)"),
+        }
+        let others: Vec<String> = self
+            .others
+            .iter()
+            .map(|(p, w)| match w {
+                Some(w) => format!("rank {p}: {w}"),
+                None => format!("rank {p}: not waiting (or not known here)"),
+            })
+            .collect();
+        let _ = write!(out, "\n  others: {}", others.join("; "));
+        if let Some(rel) = &self.relation {
+            let _ = write!(out, "\n  {rel}");
+        }
+        if let Some(u) = &self.unmatched {
+            let _ = write!(out, "\n  unmatched: {u}");
+        }
+        let _ = write!(
+            out,
+            "\n  dead ranks: {}",
+            crate::world::report::rank_list(&self.dead)
+        );
+        out.push_str("\n  last events (newest last):");
+        for line in &self.last {
+            out.push_str("\n    ");
+            out.push_str(line);
+        }
+        if !self.trace.is_empty() {
+            let _ = write!(out, "\n  {}", self.trace);
+        }
+        out
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "rank": self.rank,
+            "wait": self.wait,
+            "others": self.others.iter().map(|(p, w)| serde_json::json!([p, w])).collect::<Vec<_>>(),
+            "relation": self.relation,
+            "cycle": self.cycle,
+            "unmatched": self.unmatched,
+            "dead": self.dead,
+            "last": self.last,
+            "trace": self.trace,
+        })
+    }
+}
+
 /// This rank's hang report (world ranks): what it waits for, the waits of
 /// every rank it can see (its host's wait board, the records peers on
 /// other hosts sent), the cycle or chain its own wait leads into, the
 /// ranks it knows dead, the messages that arrived and match no receive,
 /// and its last events.
-fn hang_report(e: &mut Engine) -> String {
-    use std::fmt::Write as _;
+fn hang_report(e: &mut Engine) -> Report {
     let (r, n) = (e.rank(), e.nranks());
-    let mut out = format!("tandem[{r}]: hang report (asked by signal)");
-    let mine = e.my_wait();
     let name = |op, peer, tag| crate::error::Operation(op, peer, tag).to_string();
-    match mine {
-        Some((w, _)) => {
-            let _ = write!(out, "\n  this rank waits in {}", name(w.op, w.peer, w.tag));
-        }
-        None => out.push_str("\n  this rank waits for nothing it published (a short wait)"),
-    }
-    let waits: Vec<String> = (0..n)
-        .filter(|&p| p != r)
-        .map(|p| match e.peer_wait(p) {
-            Some(w) => format!("rank {p}: {}", name(w.op, w.peer, w.tag)),
-            None => format!("rank {p}: not waiting (or not known here)"),
-        })
-        .collect();
-    let _ = write!(out, "\n  others: {}", waits.join("; "));
+    let mine = e.my_wait();
+    let mut rep = Report {
+        rank: r,
+        wait: mine.map(|(w, _)| name(w.op, w.peer, w.tag)),
+        others: (0..n)
+            .filter(|&p| p != r)
+            .map(|p| (p, e.peer_wait(p).map(|w| name(w.op, w.peer, w.tag))))
+            .collect(),
+        relation: None,
+        cycle: Vec::new(),
+        unmatched: None,
+        dead: (0..n).filter(|&p| e.is_dead(p)).collect(),
+        last: e.rec.last_lines(12),
+        trace: String::new(),
+    };
     if let Some((w, ctx)) = mine {
         let (chain, end) = super::follow(e, w.peer);
         let chain_text = crate::error::Chain(&chain).to_string();
         match end {
             super::ChainEnd::Cycle => {
-                let _ = write!(
-                    out,
-                    "\n  cycle: rank {r} waits for {chain_text}, which waits for rank {r}"
-                );
+                rep.relation = Some(format!(
+                    "cycle: rank {r} waits for {chain_text}, which waits for rank {r}"
+                ));
+                rep.cycle = std::iter::once(r)
+                    .chain(chain.iter().map(|c| c.rank))
+                    .collect();
             }
             _ if !chain.is_empty() => {
-                let _ = write!(out, "\n  chain: rank {r} waits for {chain_text}");
+                rep.relation = Some(format!("chain: rank {r} waits for {chain_text}"));
             }
             _ => {}
         }
@@ -205,26 +294,8 @@ fn hang_report(e: &mut Engine) -> String {
                 .iter()
                 .map(|m| format!("rank {} sent tag {} ({} bytes)", m.source, m.tag, m.len))
                 .collect();
-            let _ = write!(out, "\n  unmatched: {} ({k} in all)", told.join(", "));
+            rep.unmatched = Some(format!("{} ({k} in all)", told.join(", ")));
         }
     }
-    let dead: Vec<String> = (0..n)
-        .filter(|&p| e.is_dead(p))
-        .map(|p| p.to_string())
-        .collect();
-    let _ = write!(
-        out,
-        "\n  dead ranks: {}",
-        if dead.is_empty() {
-            "none".into()
-        } else {
-            dead.join(", ")
-        }
-    );
-    out.push_str("\n  last events (newest last):");
-    for line in e.rec.last_lines(12) {
-        out.push_str("\n    ");
-        out.push_str(&line);
-    }
-    out
+    rep
 }

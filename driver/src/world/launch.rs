@@ -10,6 +10,7 @@
 use crate::config::Layout;
 use crate::error::{Error, Result};
 use crate::job::{new_job_id, JobMap};
+use crate::world::report::{Collected, Round};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -42,19 +43,40 @@ struct Rank {
     status: Option<i32>,
 }
 
-fn forward(src: impl Read + Send + 'static, rank: usize, err: bool) -> JoinHandle<()> {
+/// Where a rank's output goes: the launcher's own, each line behind
+/// `[rank] ` with `prefix`; hang-report lines of its standard error
+/// (`err`) into `reports` when the launcher collects them.
+struct Sink {
+    rank: usize,
+    err: bool,
+    prefix: bool,
+    reports: Option<Collected>,
+}
+
+fn forward(src: impl Read + Send + 'static, to: Sink) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::new(src);
         let mut line = Vec::with_capacity(256);
+        let prefix = if to.prefix {
+            format!("[{}] ", to.rank)
+        } else {
+            String::new()
+        };
         while let Ok(n) = r.read_until(b'\n', &mut line) {
             if n == 0 {
                 break;
             }
+            let body = line.strip_suffix(b"\n").unwrap_or(&line);
+            if let Some(c) = to.reports.as_ref().filter(|_| to.err) {
+                if c.take(to.rank, body) {
+                    line.clear();
+                    continue;
+                }
+            }
             if line.last() != Some(&b'\n') {
                 line.push(b'\n');
             }
-            let prefix = format!("[{rank}] ");
-            let _ = if err {
+            let _ = if to.err {
                 let mut o = std::io::stderr().lock();
                 o.write_all(prefix.as_bytes())
                     .and_then(|_| o.write_all(&line))
@@ -123,7 +145,9 @@ fn spawn_ranks(
     args: &[OsString],
     envs: &[(OsString, OsString)],
     prefix: bool,
+    reports: Option<&Collected>,
 ) -> Result<(Vec<Rank>, Vec<JoinHandle<()>>)> {
+    let pipe = prefix || reports.is_some();
     let fd = file.map(|f| f.as_raw_fd());
     let me = std::process::id() as libc::pid_t;
     let mut out = Vec::new();
@@ -144,7 +168,7 @@ fn spawn_ranks(
                 c
             }
         };
-        if prefix {
+        if pipe {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         crate::sys::child_of(&mut cmd, fd, me);
@@ -161,12 +185,18 @@ fn spawn_ranks(
                 ));
             }
         };
-        if prefix {
+        if pipe {
+            let sink = |err| Sink {
+                rank: r,
+                err,
+                prefix,
+                reports: reports.cloned(),
+            };
             if let Some(o) = child.stdout.take() {
-                fwd.push(forward(o, r, false));
+                fwd.push(forward(o, sink(false)));
             }
             if let Some(e) = child.stderr.take() {
-                fwd.push(forward(e, r, true));
+                fwd.push(forward(e, sink(true)));
             }
         }
         out.push(Rank {
@@ -209,7 +239,7 @@ impl Children {
     /// [`Error::RankFailed`] with the first rank seen exiting with a non-zero
     /// code (128 + the signal number if it was killed).
     pub fn wait(mut self) -> Result<()> {
-        let o = supervise(&mut self.ranks, self.grace);
+        let o = supervise(&mut self.ranks, self.grace, None);
         for h in self.fwd.drain(..) {
             let _ = h.join();
         }
@@ -229,10 +259,15 @@ extern "C" fn note_report_ask(_: libc::c_int) {
     REPORT_ASKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn supervise(ranks: &mut [Rank], grace: Duration) -> Outcome {
+/// Waits for every rank of `ranks`, killing the rest `grace` after the
+/// first failure; with `reports`, passes `SIGUSR1`s the launcher gets on
+/// to the running ranks and prints the job's hang report they answer.
+fn supervise(ranks: &mut [Rank], grace: Duration, reports: Option<&Collected>) -> Outcome {
     let mut first: Option<(usize, i32)> = None;
     let mut kill_at: Option<Instant> = None;
     let mut asks = REPORT_ASKS.load(std::sync::atomic::Ordering::Relaxed);
+    let mut round = Round::default();
+    let n = ranks.len();
     loop {
         // A report asked for: pass the signal on to every rank still
         // running (they installed a handler: TANDEM_REPORT_SIGNAL).
@@ -241,10 +276,27 @@ fn supervise(ranks: &mut [Rank], grace: Duration) -> Outcome {
             asks = now;
             eprintln!(
                 "tandem-run: report asked for: each rank answers from its next wait in tandem \
-                 (a rank computing outside tandem answers when it next waits)"
+                 (waiting up to {} s; a rank computing outside tandem answers when it next waits)",
+                crate::world::report::ANSWER_WITHIN.as_secs()
             );
+            let running: Vec<usize> = ranks
+                .iter()
+                .filter(|r| r.status.is_none())
+                .map(|r| r.rank)
+                .collect();
             for r in ranks.iter().filter(|r| r.status.is_none()) {
                 let _ = crate::sys::send_signal(r.child.id(), libc::SIGUSR1);
+            }
+            round.ask(running);
+        }
+        if let Some(c) = reports {
+            let running: Vec<usize> = ranks
+                .iter()
+                .filter(|r| r.status.is_none())
+                .map(|r| r.rank)
+                .collect();
+            if let Some(text) = round.poll(c, n, &running) {
+                eprintln!("{text}");
             }
         }
         let mut running = 0;
@@ -309,6 +361,7 @@ pub(crate) fn spawn_world(
         args,
         &[],
         false,
+        None,
     );
     let _ = std::fs::remove_file(&path);
     let (ranks, fwd) = spawned?;
@@ -371,13 +424,18 @@ impl Launcher {
 
     /// With `on`, `SIGUSR1` sent to the launcher asks every rank for its
     /// hang report: the launcher installs a handler and passes the signal
-    /// on, and the ranks get `TANDEM_REPORT_SIGNAL=1`, which makes
+    /// on, and the ranks get `TANDEM_REPORT_SIGNAL=launcher`, which makes
     /// [`Comm::from_env`](crate::Comm::from_env) install theirs
     /// ([`Comm::trace_on_signal`](crate::Comm::trace_on_signal)). Each rank
     /// answers from its next wait in tandem with what it waits for, the
     /// waits of every rank it knows (its host's wait board, the records
     /// of other hosts), the cycle or chain they form, the dead ranks, the
-    /// unmatched messages and its last events, and writes its trace.
+    /// unmatched messages and its last events, and writes its trace; the
+    /// launcher takes the answers off the ranks' standard error (ranks on
+    /// other hosts included) and prints one report for the job once every
+    /// rank asked has answered or 2 s have passed, naming the ranks that
+    /// did not answer (computing outside tandem, stopped) with what the
+    /// others see them wait in.
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn report_on_signal(mut self, on: bool) -> Self {
         self.report = on;
@@ -489,16 +547,17 @@ impl Launcher {
             None => Layout::from_env()?,
         };
         let mut envs = self.envs.clone();
+        let reports = self.report.then(Collected::default);
         if self.report {
             crate::sys::on_signal(libc::SIGUSR1, note_report_ask)
                 .map_err(|e| Error::io("installing the launcher's SIGUSR1 handler", e))?;
-            envs.push(("TANDEM_REPORT_SIGNAL".into(), "1".into()));
+            envs.push(("TANDEM_REPORT_SIGNAL".into(), "launcher".into()));
         }
         if std::env::var_os("TANDEM_SECRET").is_none() && !self.secret.is_empty() {
             envs.push(("TANDEM_SECRET".into(), self.secret.clone().into()));
         }
         if !self.hosts.is_empty() {
-            return self.run_remote(&layout, envs);
+            return self.run_remote(&layout, envs, reports.as_ref());
         }
         let (file, path) = JobMap::create_file_with(
             self.job,
@@ -516,19 +575,25 @@ impl Launcher {
             &self.args,
             &envs,
             self.prefix,
+            reports.as_ref(),
         );
         // Every rank holds the descriptor now (or none was started).
         let _ = std::fs::remove_file(&path);
         drop(file);
         let (mut ranks, fwd) = spawned?;
-        let o = supervise(&mut ranks, self.grace);
+        let o = supervise(&mut ranks, self.grace, reports.as_ref());
         for h in fwd {
             let _ = h.join();
         }
         Ok(o)
     }
 
-    fn run_remote(&self, layout: &Layout, mut envs: Vec<(OsString, OsString)>) -> Result<Outcome> {
+    fn run_remote(
+        &self,
+        layout: &Layout,
+        mut envs: Vec<(OsString, OsString)>,
+        reports: Option<&Collected>,
+    ) -> Result<Outcome> {
         let h = self.hosts.len();
         let host_of: Vec<String> = (0..self.n)
             .map(|r| self.hosts[r * h / self.n].clone())
@@ -568,8 +633,9 @@ impl Launcher {
             &self.args,
             &envs,
             self.prefix,
+            reports,
         )?;
-        let o = supervise(&mut ranks, self.grace);
+        let o = supervise(&mut ranks, self.grace, reports);
         for h in fwd {
             let _ = h.join();
         }

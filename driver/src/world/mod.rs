@@ -22,3 +22,4 @@ pub(crate) mod bootstrap;
 pub(crate) mod heart;
 pub mod launch;
 pub(crate) mod proxy;
+pub(crate) mod report;
