@@ -74,8 +74,9 @@ mod world;
 pub use bytemuck;
 pub use coll::{reduce_local, Algorithm, Collective, Dtype, Element, ReduceOp};
 pub use comm::{
-    Agreement, CollRequest, Comm, Counters, Group, PersistentRecv, PersistentSend, RawCollRequest,
-    RawRequest, Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG, CONTEXT_WORDS,
+    Agreeing, Agreement, CollRequest, Comm, Counters, Group, PersistentRecv, PersistentSend,
+    RawCollRequest, RawRequest, Registered, Request, Scope, Tag, ANY_SOURCE, ANY_TAG,
+    CONTEXT_WORDS,
 };
 pub use config::{
     CollConfig, Config, Layout, NetConfig, RdmaConfig, Rendezvous, TransportChoice, WaitPolicy,

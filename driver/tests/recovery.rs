@@ -118,6 +118,64 @@ fn a_subset_in_any_order_agrees_on_flags_and_free_contexts() {
 }
 
 #[test]
+fn iagree_stays_pending_while_a_rank_is_late_and_lets_other_traffic_through() {
+    let out = Comm::threads(3, &Layout::default(), cfg(), |c| {
+        let other = c.dup()?;
+        if c.rank() == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut a = c.iagree(if c.rank() == 1 { 0b0110 } else { 0b1111 });
+        if c.rank() != 0 {
+            // Rank 0 has not started: nobody can have decided.
+            assert_eq!(a.test(&c)?, None, "rank {}", c.rank());
+            assert!(a.agreement().is_none());
+        }
+        // Testing on another communicator is refused and changes nothing.
+        assert!(matches!(a.test(&other), Err(Error::InvalidArgument(_))));
+        // Other traffic meanwhile, on the same ranks.
+        let (next, prev) = ((c.rank() + 1) % 3, (c.rank() + 2) % 3);
+        let mut got = [0u8; 1];
+        c.sendrecv(&[c.rank() as u8], next, 3, &mut got, prev, 3)?;
+        assert_eq!(got[0] as usize, prev);
+        let flags = loop {
+            if let Some(f) = a.test(&c)? {
+                break f;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(a.wait(&c)?, flags, "the outcome stays");
+        let whole = a.agreement().expect("decided").clone();
+        assert!(whole.failed.is_empty());
+        // A blocking agreement after it takes the next place.
+        let next_flags = c.agree(1 << c.rank() | 0b1000)?;
+        Ok((flags, next_flags))
+    });
+    for (r, o) in out.into_iter().enumerate() {
+        let (flags, next) = o.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert_eq!((flags, next), (0b0110, 0b1000), "rank {r}");
+    }
+}
+
+#[test]
+fn iagree_decides_without_a_rank_that_dies_before_joining() {
+    let out = Comm::threads_on(3, Links::Tcp, &Layout::default(), cfg(), |comm| {
+        sums(&comm, 0, 5)?;
+        if comm.rank() == 2 {
+            drop(comm);
+            return Ok(None);
+        }
+        let mut a = comm.iagree(0b11);
+        let f = a.wait(&comm)?;
+        Ok(Some((f, a.agreement().expect("decided").failed.clone())))
+    });
+    for (r, o) in out.into_iter().enumerate() {
+        if let Some((f, failed)) = o.unwrap_or_else(|e| panic!("rank {r}: {e}")) {
+            assert_eq!((f, failed), (0b11, vec![2]), "rank {r}");
+        }
+    }
+}
+
+#[test]
 fn a_rank_that_dies_is_left_out_and_the_survivors_go_on_with_three() {
     let out = Comm::threads_on(4, Links::Tcp, &Layout::default(), cfg(), |comm| {
         sums(&comm, 0, 20)?;

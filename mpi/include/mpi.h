@@ -224,6 +224,8 @@ int MPIX_Comm_failure_get_acked(MPI_Comm, MPI_Group *);
 int PMPIX_Comm_failure_get_acked(MPI_Comm, MPI_Group *);
 int MPIX_Comm_get_failed(MPI_Comm, MPI_Group *);
 int PMPIX_Comm_get_failed(MPI_Comm, MPI_Group *);
+int MPIX_Comm_iagree(MPI_Comm, int *, MPI_Request *);
+int PMPIX_Comm_iagree(MPI_Comm, int *, MPI_Request *);
 int MPIX_Comm_revoke(MPI_Comm);
 int PMPIX_Comm_revoke(MPI_Comm);
 int MPIX_Comm_shrink(MPI_Comm, MPI_Comm *);

@@ -11,7 +11,7 @@
 
 use crate::abi::{self, Handle};
 use crate::comm::{make, take_two};
-use crate::state::{CommObj, Fail, Lib};
+use crate::state::{AgreeReq, CommObj, Fail, Lib, Req};
 use crate::{export, fail, put, run};
 use std::cell::Ref;
 use std::ffi::c_int;
@@ -20,7 +20,7 @@ use tandem_driver::{Comm, CONTEXT_WORDS};
 
 /// The driver's communicator of `c`'s members on `c`'s point-to-point
 /// context, made at the first call and kept (its agreements are counted).
-fn ft_comm<'c>(l: &Lib, c: &'c CommObj) -> Result<Ref<'c, Comm>, Fail> {
+pub(crate) fn ft_comm<'c>(l: &Lib, c: &'c CommObj) -> Result<Ref<'c, Comm>, Fail> {
     if c.ft.borrow().is_none() {
         let ranks: Vec<usize> = c.group.iter().map(|&g| g as usize).collect();
         let f = l.job.subset_with_context(&ranks, c.contexts[0])?;
@@ -58,9 +58,24 @@ fn shrink(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
 fn agree(l: &Lib, comm: Handle, flag: c_int) -> Result<(c_int, bool), Fail> {
     let c = l.comm(comm)?;
     let a = ft_comm(l, &c)?.agree_on(flag as u32, &[u64::MAX; CONTEXT_WORDS])?;
+    Ok((a.flags as c_int, unacked(&c, &a.failed)))
+}
+
+/// Whether `failed` (ranks of `c`) holds one `MPIX_Comm_failure_ack` has
+/// not acknowledged.
+pub(crate) fn unacked(c: &CommObj, failed: &[usize]) -> bool {
     let acked = c.acked.borrow();
-    let unacked = a.failed.iter().any(|&r| !acked.contains(&c.group[r]));
-    Ok((a.flags as c_int, unacked))
+    failed.iter().any(|&r| !acked.contains(&c.group[r]))
+}
+
+/// What an agreement that learned of an unacknowledged failure returns:
+/// ULFM's `MPIX_ERR_PROC_FAILED`, the flag agreed all the same.
+pub(crate) fn unacked_failure() -> Fail {
+    Fail::new(
+        abi::X_ERR_PROC_FAILED,
+        "a member failed that MPIX_Comm_failure_ack has not acknowledged (the flag is agreed)"
+            .into(),
+    )
 }
 
 export! {
@@ -95,11 +110,31 @@ export! {
             if unacked {
                 // ULFM: the value is agreed, and the caller learns that a
                 // failure it has not acknowledged happened.
-                return fail(
-                    abi::X_ERR_PROC_FAILED,
-                    "a member failed that MPIX_Comm_failure_ack has not acknowledged (the flag is agreed)",
-                );
+                return Err(unacked_failure());
             }
+            Ok(())
+        })
+    }
+
+    fn MPIX_Comm_iagree, PMPIX_Comm_iagree(comm: Handle, flag: *mut c_int, req: *mut Handle) -> c_int {
+        run(comm, "MPIX_Comm_iagree", |l| {
+            if flag.is_null() {
+                return fail(abi::ERR_ARG, "flag is NULL");
+            }
+            if req.is_null() {
+                return fail(abi::ERR_ARG, "request is NULL");
+            }
+            // SAFETY: not null; the caller's int, as MPI requires (it stays
+            // valid until the request completes).
+            let mine = unsafe { flag.read() };
+            let c = l.comm(comm)?;
+            let op = ft_comm(l, &c)?.iagree(mine as u32);
+            let h = l.add_req(Req::Agree(Box::new(AgreeReq {
+                comm: c.clone(),
+                op: Some(op),
+                flag,
+            })));
+            put(req, h);
             Ok(())
         })
     }

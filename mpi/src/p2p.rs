@@ -505,6 +505,45 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
         .ok_or_else(|| Fail::new(abi::ERR_REQUEST, "invalid request handle".into()))?;
     match r {
         Req::Done(st) => Ok(Outcome::Done(*st, None)),
+        Req::Agree(a) => {
+            let Some(mut op) = a.op.take() else {
+                return Ok(Outcome::Done(empty_status(), None));
+            };
+            let (comm, flag) = (a.comm.clone(), a.flag);
+            drop(reqs);
+            let res = {
+                let ft = crate::ft::ft_comm(l, &comm)?;
+                match mode {
+                    Mode::Wait => op.wait(&ft).map(Some),
+                    Mode::Test | Mode::Look => op.test(&ft),
+                }
+            };
+            match res {
+                Ok(None) => {
+                    if let Some(Req::Agree(a)) = l.reqs.borrow_mut().get_mut(idx) {
+                        a.op = Some(op);
+                    }
+                    Ok(Outcome::Pending)
+                }
+                Ok(Some(flags)) => {
+                    // SAFETY: the program's flag, checked not null by
+                    // MPIX_Comm_iagree and valid until the request completes
+                    // (MPI's rule for a non-blocking call's arguments).
+                    unsafe { put(flag, flags as c_int) };
+                    let failed = op.agreement().map(|a| a.failed.clone()).unwrap_or_default();
+                    let f = crate::ft::unacked(&comm, &failed).then(crate::ft::unacked_failure);
+                    let mut st = empty_status();
+                    st.error = f.as_ref().map_or(abi::SUCCESS, |f| f.class);
+                    Ok(Outcome::Done(st, f))
+                }
+                Err(e) => {
+                    let mut st = empty_status();
+                    let f = Fail::from(e);
+                    st.error = f.class;
+                    Ok(Outcome::Done(st, Some(f)))
+                }
+            }
+        }
         Req::Coll { comm, raw, staged } => {
             let Some(t) = raw.take() else {
                 return Ok(Outcome::Done(empty_status(), None));
@@ -955,12 +994,16 @@ fn testall(
                 p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r))
             }
             Some(Req::Done(_)) => true,
-            Some(Req::Coll { .. }) => false,
+            Some(Req::Coll { .. } | Req::Agree(_)) => false,
             None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
         };
         if !done {
-            // A collective is only known done by testing it: do so.
-            let is_coll = matches!(l.reqs.borrow().get(idx), Some(Req::Coll { .. }));
+            // A collective or an agreement is only known done by testing
+            // it: do so.
+            let is_coll = matches!(
+                l.reqs.borrow().get(idx),
+                Some(Req::Coll { .. } | Req::Agree(_))
+            );
             if is_coll {
                 if let Outcome::Done(s, f) = complete_index(l, idx, Mode::Test)? {
                     // Keep its result for the collection below.
@@ -1358,12 +1401,14 @@ export! {
                     a
                 }
                 Some(Req::Coll { raw, .. }) => raw.is_some(),
+                Some(Req::Agree(a)) => a.op.is_some(),
                 Some(Req::Done(_)) => false,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
             if active {
-                if matches!(l.reqs.borrow().get(idx), Some(Req::Coll { .. })) {
-                    // A collective must finish: complete it now.
+                if matches!(l.reqs.borrow().get(idx), Some(Req::Coll { .. } | Req::Agree(_))) {
+                    // A collective or an agreement must finish (the other
+                    // ranks count on this one's part): complete it now.
                     complete_index(l, idx, Mode::Wait)?;
                     l.reqs.borrow_mut().remove(idx);
                 } else {
@@ -1391,6 +1436,8 @@ export! {
             let done = match l.reqs.borrow().get(idx) {
                 Some(Req::P2p(p)) => p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r)),
                 Some(Req::Done(_)) => true,
+                // Known done only by testing it: the test below.
+                Some(Req::Agree(_)) => true,
                 Some(Req::Coll { .. }) => false,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };

@@ -87,6 +87,18 @@ pub enum Req {
         /// Aligned copies of unaligned buffers, copied back at completion.
         staged: Option<Staged>,
     },
+    /// A fault-tolerant agreement under way (`MPIX_Comm_iagree`).
+    Agree(Box<AgreeReq>),
+}
+
+/// A non-blocking agreement: the driver's, and where its result goes.
+pub struct AgreeReq {
+    /// Its communicator.
+    pub comm: Rc<CommObj>,
+    /// The agreement (`None` once finished).
+    pub op: Option<tandem_driver::Agreeing>,
+    /// The program's flag, written at completion.
+    pub flag: *mut std::ffi::c_int,
 }
 
 /// Aligned copies of a non-blocking collective's buffers (tandem's

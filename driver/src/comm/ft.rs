@@ -114,6 +114,15 @@ impl Vote {
         self.failed[r / 64] |= 1 << (r % 64);
     }
 
+    /// The decision as [`Agreement`] says it, for `n` ranks.
+    fn outcome(&self, n: usize) -> Agreement {
+        Agreement {
+            flags: self.flags,
+            failed: (0..n).filter(|&r| self.is_failed(r)).collect(),
+            free: self.free,
+        }
+    }
+
     fn is_failed(&self, r: usize) -> bool {
         self.failed[r / 64] & (1 << (r % 64)) != 0
     }
@@ -223,11 +232,7 @@ impl Comm {
     /// As [`agree`](Self::agree).
     pub fn agree_on(&self, flags: u32, free: &[u64; CONTEXT_WORDS]) -> Result<Agreement> {
         let v = self.agreement(flags, *free)?;
-        Ok(Agreement {
-            flags: v.flags,
-            failed: (0..self.size).filter(|&r| v.is_failed(r)).collect(),
-            free: v.free,
-        })
+        Ok(v.outcome(self.size))
     }
 
     /// A communicator of some of this one's ranks, with a context the
@@ -345,6 +350,18 @@ impl Comm {
 
     /// Runs one agreement (see the module documentation).
     fn agreement(&self, flags: u32, free: [u64; CONTEXT_WORDS]) -> Result<Vote> {
+        let mut op = self.start_agreement(flags, free);
+        loop {
+            if let Some(v) = op.step(self)? {
+                return Ok(v);
+            }
+            op.pace.pause();
+        }
+    }
+
+    /// Starts an agreement: takes its epoch, sends what the machine sends
+    /// first.
+    fn start_agreement(&self, flags: u32, free: [u64; CONTEXT_WORDS]) -> AgreeOp {
         let epoch = self.epoch.get();
         self.epoch.set(epoch.wrapping_add(1));
         let (n, me) = (self.size, self.rank);
@@ -357,78 +374,215 @@ impl Comm {
         for r in self.failed_ranks() {
             est.set_failed(r);
         }
-        let mut w = Pace::new(self.sh.cfg.timeout);
-        let (tg, tr) = (tag(GATHER, self.ctx, epoch), tag(ROUND, self.ctx, epoch));
-        let tag_of = |k: Kind| if k == Kind::Gather { tg } else { tr };
+        AgreeOp {
+            m: Agree::new(n, me),
+            est,
+            tags: (tag(GATHER, self.ctx, epoch), tag(ROUND, self.ctx, epoch)),
+            words,
+            pace: Pace::new(self.sh.cfg.timeout),
+            ctx: self.ctx,
+        }
+    }
+
+    /// Starts a fault-tolerant agreement on `flags` ([`agree`](Self::agree))
+    /// without waiting for it: the returned [`Agreeing`] completes with
+    /// [`Agreeing::test`] or [`Agreeing::wait`] on this communicator (the
+    /// MPI library's `MPIX_Comm_iagree`). It takes its place among the
+    /// communicator's agreements when started: every rank starts its
+    /// agreements (blocking or not) and shrinks in the same order.
+    ///
+    /// ```
+    /// use tandem_driver::{Comm, Config, Layout};
+    /// let out = Comm::threads(2, &Layout::default(), Config::default(), |c| {
+    ///     let mut a = c.iagree(if c.rank() == 0 { 0b01 } else { 0b11 });
+    ///     // ... other work ...
+    ///     a.wait(c)
+    /// });
+    /// assert!(out.iter().all(|r| *r.as_ref().unwrap() == 0b01));
+    /// ```
+    pub fn iagree(&self, flags: u32) -> Agreeing {
+        Agreeing {
+            op: Some(self.start_agreement(flags, [u64::MAX; CONTEXT_WORDS])),
+            result: None,
+        }
+    }
+
+    /// The vote rank `r` sent with `tag` if it came, [`Heard::Failed`] once
+    /// `r` is known failed with none from it; looks once, without waiting.
+    fn hear_once(&self, r: usize, tag: u32, words: usize, w: &mut Pace) -> Result<Heard> {
+        let src = self.world(r);
+        let mut e = self.engine();
+        e.progress();
+        if let Some(b) = take_ft(&mut e, src, tag)? {
+            w.news();
+            return match Vote::decode(&b, words) {
+                Some(v) => Ok(Heard::Vote(v)),
+                None => Err(Error::Protocol {
+                    peer: src,
+                    detail: format!("an agreement message of {} bytes", b.len()),
+                }),
+            };
+        }
+        if w.due() {
+            e.check_peers();
+            if e.is_dead(src) {
+                // What it sent before failing counts.
+                e.progress();
+                if let Some(b) = take_ft(&mut e, src, tag)? {
+                    if let Some(v) = Vote::decode(&b, words) {
+                        return Ok(Heard::Vote(v));
+                    }
+                }
+                return Ok(Heard::Failed);
+            }
+            if let Some(waited) = w.expired() {
+                return Err(Error::Timeout {
+                    op: crate::error::OpKind::Recv,
+                    peer: r,
+                    tag,
+                    waited,
+                    why: "in an agreement (agree or shrink) that rank has not joined".into(),
+                });
+            }
+        }
+        Ok(Heard::Nothing)
+    }
+}
+
+/// What one look for an agreement message found.
+enum Heard {
+    Vote(Vote),
+    /// The sender failed without it.
+    Failed,
+    Nothing,
+}
+
+/// One agreement under way: core's machine, this rank's estimate, and the
+/// pace of its waits.
+struct AgreeOp {
+    m: Agree,
+    est: Vote,
+    /// The tags of its gather and round messages.
+    tags: (u32, u32),
+    words: usize,
+    pace: Pace,
+    /// The context of the communicator that started it.
+    ctx: u16,
+}
+
+impl AgreeOp {
+    /// Does what can be done now; the decision once there is one.
+    fn step(&mut self, c: &Comm) -> Result<Option<Vote>> {
         // The order of sends and waits is core's model-checked machine.
-        let mut m = Agree::new(n, me);
         loop {
-            match m.action() {
+            let tag_of = |k: Kind| {
+                if k == Kind::Gather {
+                    self.tags.0
+                } else {
+                    self.tags.1
+                }
+            };
+            match self.m.action() {
                 Action::SendToAll(kind) => {
-                    let mut e = self.engine();
-                    let body = est.encode();
-                    for r in (0..n).filter(|&r| r != me) {
-                        e.send_detached(self.world(r), FT_CTX, tag_of(kind), &body);
+                    let mut e = c.engine();
+                    let body = self.est.encode();
+                    for r in (0..c.size).filter(|&r| r != c.rank) {
+                        e.send_detached(c.world(r), FT_CTX, tag_of(kind), &body);
                     }
                     drop(e);
-                    m.sent();
+                    self.m.sent();
                 }
                 Action::Await { kind, from } => {
-                    let v = self.hear(from, tag_of(kind), words, &mut w)?;
-                    match (m.heard(v.is_some()), v) {
-                        (Some(Effect::Merge), Some(v)) => est.merge(&v),
-                        (Some(Effect::Adopt), Some(v)) => est = v,
-                        (Some(Effect::MarkFailed(r)), _) => est.set_failed(r),
+                    let v = match c.hear_once(from, tag_of(kind), self.words, &mut self.pace)? {
+                        Heard::Nothing => return Ok(None),
+                        Heard::Vote(v) => Some(v),
+                        Heard::Failed => None,
+                    };
+                    match (self.m.heard(v.is_some()), v) {
+                        (Some(Effect::Merge), Some(v)) => self.est.merge(&v),
+                        (Some(Effect::Adopt), Some(v)) => self.est = v,
+                        (Some(Effect::MarkFailed(r)), _) => self.est.set_failed(r),
                         // Keep, or a message the machine did not ask for.
                         _ => {}
                     }
                 }
-                Action::Decide => return Ok(est),
+                Action::Decide => return Ok(Some(self.est.clone())),
+            }
+        }
+    }
+}
+
+/// A non-blocking agreement ([`Comm::iagree`]).
+pub struct Agreeing {
+    op: Option<AgreeOp>,
+    result: Option<Agreement>,
+}
+
+impl std::fmt::Debug for Agreeing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agreeing")
+            .field("done", &self.result.is_some())
+            .finish()
+    }
+}
+
+impl Agreeing {
+    /// Moves the agreement on; the agreed flags once every survivor has
+    /// decided (and from then on), `None` while it is under way. `comm` is
+    /// the communicator that started it.
+    ///
+    /// # Errors
+    /// As [`Comm::agree`]; [`Error::InvalidArgument`] for another
+    /// communicator than the one that started it. After an error the
+    /// agreement is over: later calls repeat nothing and say so.
+    pub fn test(&mut self, comm: &Comm) -> Result<Option<u32>> {
+        if let Some(a) = &self.result {
+            return Ok(Some(a.flags));
+        }
+        let Some(op) = self.op.as_mut() else {
+            return Err(Error::InvalidArgument(
+                "this agreement failed already".into(),
+            ));
+        };
+        if op.ctx != comm.ctx {
+            return Err(Error::InvalidArgument(format!(
+                "an agreement started on context {} tested on context {}",
+                op.ctx, comm.ctx
+            )));
+        }
+        match op.step(comm) {
+            Ok(Some(v)) => {
+                self.result = Some(v.outcome(comm.size));
+                self.op = None;
+                Ok(Some(v.flags))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.op = None;
+                Err(e)
             }
         }
     }
 
-    /// The vote rank `r` sent with `tag`, or `None` once `r` is known
-    /// failed with none from it.
-    fn hear(&self, r: usize, tag: u32, words: usize, w: &mut Pace) -> Result<Option<Vote>> {
-        let src = self.world(r);
+    /// The whole outcome once decided (as [`Comm::agree_on`] gives it: the
+    /// flags, and the ranks agreed failed), else `None`.
+    pub fn agreement(&self) -> Option<&Agreement> {
+        self.result.as_ref()
+    }
+
+    /// Waits for the agreement's outcome ([`test`](Self::test) until it
+    /// has one).
+    ///
+    /// # Errors
+    /// As [`test`](Self::test).
+    pub fn wait(&mut self, comm: &Comm) -> Result<u32> {
         loop {
-            {
-                let mut e = self.engine();
-                e.progress();
-                if let Some(b) = take_ft(&mut e, src, tag)? {
-                    w.news();
-                    return match Vote::decode(&b, words) {
-                        Some(v) => Ok(Some(v)),
-                        None => Err(Error::Protocol {
-                            peer: src,
-                            detail: format!("an agreement message of {} bytes", b.len()),
-                        }),
-                    };
-                }
-                if w.due() {
-                    e.check_peers();
-                    if e.is_dead(src) {
-                        // What it sent before failing counts.
-                        e.progress();
-                        if let Some(b) = take_ft(&mut e, src, tag)? {
-                            return Ok(Vote::decode(&b, words));
-                        }
-                        return Ok(None);
-                    }
-                    if let Some(waited) = w.expired() {
-                        return Err(Error::Timeout {
-                            op: crate::error::OpKind::Recv,
-                            peer: r,
-                            tag,
-                            waited,
-                            why: "in an agreement (agree or shrink) that rank has not joined"
-                                .into(),
-                        });
-                    }
-                }
+            if let Some(f) = self.test(comm)? {
+                return Ok(f);
             }
-            w.pause();
+            if let Some(op) = self.op.as_mut() {
+                op.pace.pause();
+            }
         }
     }
 }
@@ -482,7 +636,10 @@ impl Pace {
         }
     }
 
+    /// Whether to look at peers now (every 2 ms, after a first few
+    /// looks); counts the looks.
     fn due(&mut self) -> bool {
+        self.polls = self.polls.saturating_add(1);
         if self.polls < 64 {
             return false;
         }
@@ -505,7 +662,6 @@ impl Pace {
     }
 
     fn pause(&mut self) {
-        self.polls = self.polls.saturating_add(1);
         if self.polls < 64 {
             std::hint::spin_loop();
         } else if self.polls < 1024 {

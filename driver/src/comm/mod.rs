@@ -16,7 +16,7 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 
 mod collective;
 mod ft;
-pub use ft::{Agreement, CONTEXT_WORDS};
+pub use ft::{Agreeing, Agreement, CONTEXT_WORDS};
 mod persistent;
 mod raw;
 mod trace;

@@ -11,7 +11,10 @@
  * agree on a flag (MPIX_ERR_PROC_FAILED until the failure is acknowledged,
  * the agreed AND either way), acknowledge, and find the failed rank in
  * MPIX_Comm_failure_get_acked and MPIX_Comm_get_failed. Operations on the
- * revoked communicator fail with MPIX_ERR_REVOKED.
+ * revoked communicator fail with MPIX_ERR_REVOKED. A non-blocking
+ * agreement (MPIX_Comm_iagree) stays pending while rank 0 is late and the
+ * others test it and exchange messages meanwhile, then completes with the
+ * AND.
  */
 #include "common.h"
 #include <dlfcn.h>
@@ -20,6 +23,9 @@
 /* MPICH 4.1's MPIX_Comm_get_failed: MPICH 4.0, which this is built
  * against, has none, so it is looked up in the library at run time. */
 typedef int (*get_failed_fn)(MPI_Comm, MPI_Group *);
+/* MPIX_Comm_iagree: in MPICH's later releases and Open MPI's ULFM, not in
+ * MPICH 4.0's header: looked up the same way. */
+typedef int (*iagree_fn)(MPI_Comm, int *, MPI_Request *);
 
 static int class_of(int rc)
 {
@@ -98,6 +104,38 @@ int main(int argc, char **argv)
     flag = 1;
     rc = MPIX_Comm_agree(small, &flag);
     CHECK(rc == MPI_SUCCESS && flag == 1, "agree on the survivors: rc %d flag %d", rc, flag);
+
+    iagree_fn iagree = (iagree_fn)dlsym(RTLD_DEFAULT, "MPIX_Comm_iagree");
+    CHECK(iagree != NULL, "the library has no MPIX_Comm_iagree");
+    if (iagree) {
+        /* Rank 0 comes half a second late: nobody can finish before. */
+        if (rank == 0)
+            usleep(500 * 1000);
+        int f = rank == 0 ? 0x9 : 0xb, done = 0;
+        MPI_Request rq = MPI_REQUEST_NULL;
+        rc = iagree(small, &f, &rq);
+        CHECK(rc == MPI_SUCCESS && rq != MPI_REQUEST_NULL, "iagree: rc %d", rc);
+        if (rank != 0) {
+            rc = MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+            CHECK(rc == MPI_SUCCESS && !done, "rank %d: iagree done before rank 0 joined", rank);
+        }
+        /* Other traffic while it is under way: a ring on the survivors. */
+        long to = rank, from = -1;
+        rc = MPI_Sendrecv(&to, 1, MPI_LONG, (srank + 1) % ssize, 5, &from, 1, MPI_LONG,
+                          (srank + ssize - 1) % ssize, 5, small, MPI_STATUS_IGNORE);
+        CHECK(rc == MPI_SUCCESS && from == (srank + ssize - 1) % ssize,
+              "ring during iagree: rc %d from %ld", rc, from);
+        while (!done && rc == MPI_SUCCESS)
+            rc = MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        CHECK(rc == MPI_SUCCESS && f == 0x9, "iagree on the survivors: rc %d flag %#x", rc, f);
+        CHECK(rq == MPI_REQUEST_NULL, "a completed iagree request is freed");
+        /* On the communicator with the (acknowledged) failure, by wait. */
+        f = 0x3;
+        rc = iagree(comm, &f, &rq);
+        CHECK(rc == MPI_SUCCESS, "iagree on comm: rc %d", rc);
+        rc = MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        CHECK(rc == MPI_SUCCESS && f == 0x3, "iagree on comm: rc %d flag %#x", rc, f);
+    }
 
     MPI_Group acked, failed, world_group;
     MPIX_Comm_failure_get_acked(comm, &acked);
