@@ -163,7 +163,8 @@ impl TcpLink {
         }
         self.fill();
         let now = std::time::Instant::now();
-        let waiting = sys::poll_now(self.fd, libc::POLLIN) & libc::POLLIN != 0;
+        // A full buffer may hide more that arrived: not silent.
+        let waiting = self.rx_end == self.rx.len();
         if self.rx_bytes != self.watch.heard_mark || waiting {
             self.watch.heard_mark = self.rx_bytes;
             self.watch.heard_at = now;
@@ -573,12 +574,16 @@ impl Transport for TcpLink {
     }
 
     fn liveness(&mut self) -> Liveness {
-        if self.failed.is_none() {
-            // A closed connection shows up as readable with nothing to read.
+        if self.failed.is_none() && self.watch.bound.is_zero() {
+            // No silence to time: a closed connection shows up as readable
+            // with nothing to read.
             let ev = sys::poll_now(self.fd, libc::POLLIN | libc::POLLRDHUP);
             if ev & (libc::POLLHUP | libc::POLLERR) != 0 && self.buffered() == 0 {
                 self.fill();
             }
+        } else {
+            // Reads what is there (an end of stream included) and times
+            // the silence: one system call. (Nothing once failed.)
             self.silent();
         }
         match &self.failed {

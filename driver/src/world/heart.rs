@@ -7,10 +7,10 @@
 //! (TCP or RDMA) and detection is on
 //! ([`Config::failure_timeout`](crate::Config::failure_timeout)).
 
-use crate::error::{Error, Result};
+use super::helper::Helper;
+use crate::error::Result;
 use crate::progress::Engine;
-use std::sync::{Arc, Mutex, Weak};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tandem_core::lock::SpinLock;
 use tandem_core::sync::{AtomicBool, Ordering};
@@ -21,10 +21,7 @@ const ATTEMPTS: u32 = 200;
 
 /// A rank's heartbeat thread, if it runs.
 #[derive(Default)]
-pub(crate) struct Heart {
-    stop: Arc<AtomicBool>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
+pub(crate) struct Heart(Helper);
 
 impl Heart {
     /// Starts the thread of rank `rank`, beating every `every` on the
@@ -32,7 +29,7 @@ impl Heart {
     /// `owner` is gone. As the proxy, it holds `owner` only for one beat.
     ///
     /// # Errors
-    /// [`Error::Io`] if the thread cannot be spawned.
+    /// [`Error::Io`](crate::Error::Io) if the thread cannot be spawned.
     pub(crate) fn start<T: Send + Sync + 'static>(
         &self,
         owner: Weak<T>,
@@ -40,23 +37,16 @@ impl Heart {
         rank: usize,
         every: Duration,
     ) -> Result<()> {
-        let stop = self.stop.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("tandem-heart-{rank}"))
-            .spawn(move || run(owner, engine, stop, every))
-            .map_err(|e| Error::io(format!("starting rank {rank}'s heartbeat thread"), e))?;
-        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
-        Ok(())
+        self.0.spawn(
+            format!("tandem-heart-{rank}"),
+            &format!("rank {rank}'s heartbeat thread"),
+            move |stop| run(owner, engine, stop, every),
+        )
     }
 
     /// Stops the thread, if one runs, and waits for it.
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(h) = h {
-            h.thread().unpark();
-            let _ = h.join();
-        }
+        self.0.stop();
     }
 }
 

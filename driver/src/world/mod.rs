@@ -20,6 +20,7 @@
 
 pub(crate) mod bootstrap;
 pub(crate) mod heart;
+mod helper;
 pub mod launch;
 pub(crate) mod proxy;
 pub(crate) mod report;

@@ -3,10 +3,10 @@
 //! it (NCCL's proxy, MPICH's progress thread), so transfers move while the
 //! user computes.
 
-use crate::error::{Error, Result};
+use super::helper::Helper;
+use crate::error::Result;
 use crate::progress::Engine;
-use std::sync::{Arc, Mutex, Weak};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Weak};
 use tandem_core::lock::SpinLock;
 use tandem_core::sync::{AtomicBool, Ordering};
 
@@ -15,10 +15,7 @@ const POLLS_PER_ROUND: usize = 1024;
 
 /// A rank's proxy thread, if it runs.
 #[derive(Default)]
-pub(crate) struct Proxy {
-    stop: Arc<AtomicBool>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
+pub(crate) struct Proxy(Helper);
 
 impl Proxy {
     /// Starts the thread of rank `rank` on core `core`: it advances the
@@ -28,7 +25,7 @@ impl Proxy {
     /// whoever stops it, never by the proxy.
     ///
     /// # Errors
-    /// [`Error::Io`] if the thread cannot be spawned.
+    /// [`Error::Io`](crate::Error::Io) if the thread cannot be spawned.
     pub(crate) fn start<T: Send + Sync + 'static>(
         &self,
         owner: Weak<T>,
@@ -36,22 +33,16 @@ impl Proxy {
         rank: usize,
         core: usize,
     ) -> Result<()> {
-        let stop = self.stop.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("tandem-proxy-{rank}"))
-            .spawn(move || run(owner, engine, stop, core))
-            .map_err(|e| Error::io(format!("starting rank {rank}'s proxy thread"), e))?;
-        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
-        Ok(())
+        self.0.spawn(
+            format!("tandem-proxy-{rank}"),
+            &format!("rank {rank}'s proxy thread"),
+            move |stop| run(owner, engine, stop, core),
+        )
     }
 
     /// Stops the thread, if one runs, and waits for it.
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(h) = h {
-            let _ = h.join();
-        }
+        self.0.stop();
     }
 }
 
