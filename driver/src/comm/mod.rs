@@ -2,6 +2,7 @@
 
 use crate::config::{debug_level, Config, DebugLevel, Layout};
 use crate::error::{Error, OpKind, Result, Wait};
+use crate::progress::waits::WaitRec;
 use crate::progress::{
     delivered, Engine, Fast, OpId, Status, ANY_TAG as CORE_ANY_TAG, FT_CTX, TAG_UB,
 };
@@ -1375,27 +1376,43 @@ pub(super) enum ChainEnd {
 /// and where it ends.
 pub(super) fn follow(e: &Engine, peer: usize) -> (Vec<Wait>, ChainEnd) {
     let rank = e.rank();
-    let mut chain = Vec::new();
-    let mut seen = vec![rank];
-    let mut cur = peer;
-    while cur != ANY_SOURCE && !seen.contains(&cur) {
-        let Some(w) = e.peer_wait(cur) else { break };
-        chain.push(Wait {
+    let mut chain: Vec<Wait> = Vec::new();
+    for (here, _) in hops(e, peer, e.nranks()) {
+        if here.rank == rank || chain.iter().any(|c| c.rank == here.rank) {
+            break;
+        }
+        chain.push(here);
+        if here.peer == rank {
+            return (chain, ChainEnd::Cycle);
+        }
+        if here.peer == ANY_SOURCE {
+            return (chain, ChainEnd::AnyRank);
+        }
+    }
+    (chain, ChainEnd::Open)
+}
+
+/// The waits met following who waits on whom from `peer`, at most `most`
+/// of them: each rank's wait with its record. Ends at a rank whose wait
+/// is not known here, or after a wait on any rank.
+fn hops(e: &Engine, peer: usize, most: usize) -> impl Iterator<Item = (Wait, WaitRec)> + '_ {
+    let mut next = peer;
+    std::iter::from_fn(move || {
+        if next == ANY_SOURCE {
+            return None;
+        }
+        let cur = next;
+        let w = e.peer_wait(cur)?;
+        next = w.peer;
+        let here = Wait {
             rank: cur,
             op: w.op,
             peer: w.peer,
             tag: w.tag,
-        });
-        if w.peer == rank {
-            return (chain, ChainEnd::Cycle);
-        }
-        if w.peer == ANY_SOURCE {
-            return (chain, ChainEnd::AnyRank);
-        }
-        seen.push(cur);
-        cur = w.peer;
-    }
-    (chain, ChainEnd::Open)
+        };
+        Some((here, w))
+    })
+    .take(most)
 }
 
 /// Whether `a`, waiting on `b`'s rank, and `b`, waiting on `a`'s, may be
@@ -1438,28 +1455,14 @@ fn cycle_key(e: &Engine, ours: &Wait) -> Option<u64> {
     let rank = e.rank();
     let mut key: u64 = 0xcbf2_9ce4_8422_2325;
     let mut prev = *ours;
-    for _ in 0..16 {
-        if prev.peer == ANY_SOURCE {
+    for (here, w) in hops(e, ours.peer, 16) {
+        if w.failures || w.several || may_match(&prev, &here) {
             return None;
         }
-        let cur = prev.peer;
-        let w = e.peer_wait(cur)?;
-        if w.failures || w.several {
-            return None;
-        }
-        let here = Wait {
-            rank: cur,
-            op: w.op,
-            peer: w.peer,
-            tag: w.tag,
-        };
-        if may_match(&prev, &here) {
-            return None;
-        }
-        for v in [cur as u64, w.seq as u64] {
+        for v in [here.rank as u64, w.seq as u64] {
             key = (key ^ v).wrapping_mul(0x0100_0000_01b3);
         }
-        if w.peer == rank {
+        if here.peer == rank {
             return (!may_match(&here, ours)).then_some(key);
         }
         prev = here;
