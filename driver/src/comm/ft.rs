@@ -396,7 +396,7 @@ impl Comm {
     /// let out = Comm::threads(2, &Layout::default(), Config::default(), |c| {
     ///     let mut a = c.iagree(if c.rank() == 0 { 0b01 } else { 0b11 });
     ///     // ... other work ...
-    ///     a.wait(c)
+    ///     a.wait(&c)
     /// });
     /// assert!(out.iter().all(|r| *r.as_ref().unwrap() == 0b01));
     /// ```
