@@ -58,6 +58,11 @@ cargo run --release -q -p tandem-driver --example rnr
 step "criterion handshake bench, one pass each (--test)"
 cargo bench -q -p tandem-benches --bench handshake -- --test
 
+step "the GPU check: both halves build and run; without a GPU every check says it skipped and why"
+./scripts/gpu-check.sh --build
+./scripts/gpu-check.sh --run | tee target/gpu-check/run.log
+grep -Eq '^0 passed, 0 failed, [0-9]+ skipped$|^[0-9]+ passed, 0 failed' target/gpu-check/run.log
+
 step "the MPI library: C programs, mpi4py (bench and test suite), NetPIPE (scripts/test-mpi.sh)"
 ./scripts/test-mpi.sh
 

@@ -149,7 +149,7 @@ fn the_unsafe_inventory_matches_the_code() {
         }
     }
     let mut found = BTreeMap::new();
-    for krate in ["core/src", "fabric/src", "driver/src"] {
+    for krate in ["core/src", "fabric/src", "driver/src", "gpu/src"] {
         let mut files = Vec::new();
         rust_files(&root().join(krate), &mut files);
         for f in files {

@@ -1,0 +1,371 @@
+//! `tandem-gpu-check`: the checks `scripts/gpu-check.sh --run` runs on a
+//! machine with an NVIDIA GPU, from release binaries alone (no Rust
+//! toolchain there). One line per check, then `N passed, N failed, N
+//! skipped`; exit status 1 on any failure. Each check runs in a process of
+//! its own under a time limit. Without a GPU every check says it skipped
+//! and why.
+//!
+//! `tandem-gpu-check` runs them all; `tandem-gpu-check list` names them;
+//! `tandem-gpu-check one NAME` runs one (what the runner starts).
+
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+use tandem_driver::{Comm, ANY_SOURCE, ANY_TAG};
+use tandem_gpu::{probe, recv, send, Gpu, GpuError};
+
+/// The checks: name, time limit, what it shows.
+const CHECKS: &[(&str, u64, &str)] = &[
+    ("probe", 30, "the driver, its version, the devices, NVRTC"),
+    (
+        "device-roundtrip",
+        30,
+        "a buffer up to the device and back, every size class",
+    ),
+    (
+        "p2p-sizes",
+        120,
+        "two processes on one GPU exchange device buffers, 0 B to 16 MiB, data checked",
+    ),
+    (
+        "p2p-wildcard",
+        60,
+        "receives from any source with any tag into device memory",
+    ),
+    (
+        "p2p-truncated",
+        60,
+        "a message longer than the device buffer is an error, the next one arrives whole",
+    ),
+    (
+        "pingpong",
+        120,
+        "half round trip of device buffers between two processes, beside the device's own copy",
+    ),
+];
+
+/// Sections of issue 24 that are not built yet: reported as skipped, with
+/// the reason, so the summary says what the GPU did not check.
+const NOT_BUILT: &[&str] = &[
+    "ipc-rendezvous (device to device over CUDA IPC between processes)",
+    "stream-ordered group send/recv (cuStreamWaitValue32 / cuStreamWriteValue32)",
+    "collectives on device buffers (NVRTC reduction kernels)",
+    "rank killed mid-transfer of a device buffer",
+    "zero allocations per device message in steady state",
+    "gpu-flags (GPU<->CPU and GPU<->GPU flag polling)",
+    "reduction kernel bandwidth against the device copy",
+];
+
+/// What one check ended with.
+enum Outcome {
+    Pass(String),
+    Skip(String),
+    Fail(String),
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("list") => {
+            for (n, _, what) in CHECKS {
+                println!("{n}: {what}");
+            }
+            ExitCode::SUCCESS
+        }
+        Some("one") => {
+            let name = args.get(1).map(String::as_str).unwrap_or("");
+            let out = match run_one(name) {
+                Ok(o) => o,
+                Err(e) => Outcome::Fail(e),
+            };
+            // The runner reads this line.
+            match out {
+                Outcome::Pass(s) => println!("RESULT pass {s}"),
+                Outcome::Skip(s) => println!("RESULT skip {s}"),
+                Outcome::Fail(s) => println!("RESULT fail {s}"),
+            }
+            ExitCode::SUCCESS
+        }
+        None => run_all(),
+        Some(other) => {
+            eprintln!("usage: tandem-gpu-check [list | one NAME] (not {other:?})");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_all() -> ExitCode {
+    let me = std::env::current_exe().expect("the running program's path");
+    let (mut pass, mut fail, mut skip) = (0, 0, 0);
+    for (name, limit, _) in CHECKS {
+        let t = Instant::now();
+        let line = match run_child(&me, name, Duration::from_secs(*limit)) {
+            Outcome::Pass(s) => {
+                pass += 1;
+                format!("PASS {name} ({:.1} s): {s}", t.elapsed().as_secs_f64())
+            }
+            Outcome::Skip(s) => {
+                skip += 1;
+                format!("SKIP {name}: {s}")
+            }
+            Outcome::Fail(s) => {
+                fail += 1;
+                format!("FAIL {name} ({:.1} s): {s}", t.elapsed().as_secs_f64())
+            }
+        };
+        println!("{line}");
+    }
+    for what in NOT_BUILT {
+        skip += 1;
+        println!("SKIP {what}: not built yet");
+    }
+    println!("{pass} passed, {fail} failed, {skip} skipped");
+    if fail > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Runs check `name` in a child process, killed after `limit`.
+fn run_child(me: &std::path::Path, name: &str, limit: Duration) -> Outcome {
+    let mut child = match Command::new(me)
+        .args(["one", name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return Outcome::Fail(format!("could not start the check: {e}")),
+    };
+    let end = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() >= end => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Outcome::Fail(format!("over its {} s limit", limit.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Outcome::Fail(format!("waiting for the check: {e}")),
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&out);
+    let Some(r) = text.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
+        return Outcome::Fail(format!("no result (output: {})", text.trim()));
+    };
+    match r.split_once(' ') {
+        Some(("pass", s)) => Outcome::Pass(s.into()),
+        Some(("skip", s)) => Outcome::Skip(s.into()),
+        Some((_, s)) => Outcome::Fail(s.into()),
+        None => Outcome::Fail(r.into()),
+    }
+}
+
+/// Every rank's pattern for a message of `len` bytes from `from`.
+fn pattern(len: usize, from: usize, salt: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i.wrapping_mul(31) ^ from.wrapping_mul(7) ^ salt) as u8)
+        .collect()
+}
+
+const SIZES: [usize; 9] = [
+    0,
+    1,
+    8,
+    4096,
+    65536,
+    65537,
+    1 << 20,
+    (1 << 20) + 3,
+    16 << 20,
+];
+
+fn run_one(name: &str) -> Result<Outcome, String> {
+    // Only the first process probes: the ranks Comm::local starts are its
+    // copies and find the same.
+    if std::env::var_os("TANDEM_RANK").is_none() {
+        if let Err(e) = probe() {
+            return Ok(match e {
+                GpuError::NoGpu { missing } => Outcome::Skip(format!("no GPU: {missing}")),
+                e => Outcome::Fail(e.to_string()),
+            });
+        }
+    }
+    let s = |e: GpuError| e.to_string();
+    match name {
+        "probe" => {
+            let f = probe().map_err(s)?;
+            let g = Gpu::open(0).map_err(s)?;
+            Ok(Outcome::Pass(format!(
+                "{} device(s), CUDA {} driver ({}), device 0: {}, NVRTC: {}",
+                f.devices,
+                f.driver_version,
+                f.driver_lib,
+                g.name().map_err(s)?,
+                f.nvrtc_lib.as_deref().unwrap_or("not found")
+            )))
+        }
+        "device-roundtrip" => {
+            let g = Gpu::open(0).map_err(s)?;
+            for len in SIZES {
+                let want = pattern(len, 0, 1);
+                let d = g.upload(&want).map_err(s)?;
+                let got = g.download(&d).map_err(s)?;
+                if got != want {
+                    return Ok(Outcome::Fail(format!("{len} B came back different")));
+                }
+            }
+            Ok(Outcome::Pass(format!("{} sizes", SIZES.len())))
+        }
+        "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "pingpong" => two_ranks(name),
+        other => Err(format!("no check named {other:?}")),
+    }
+}
+
+/// A check of two processes on GPU 0.
+fn two_ranks(name: &str) -> Result<Outcome, String> {
+    let comm = Comm::local(2).map_err(|e| e.to_string())?;
+    let g = Gpu::open(0).map_err(|e| e.to_string())?;
+    let (me, peer) = (comm.rank(), 1 - comm.rank());
+    let s = |e: GpuError| e.to_string();
+    let out = match name {
+        "p2p-sizes" => {
+            for (i, len) in SIZES.into_iter().enumerate() {
+                let mine = g.upload(&pattern(len, me, i)).map_err(s)?;
+                let mut into = g.alloc(len).map_err(s)?;
+                // Rank 0 sends first, rank 1 receives first.
+                let st = if me == 0 {
+                    send(&comm, &g, &mine, peer, i as u32).map_err(s)?;
+                    recv(&comm, &g, &mut into, peer, i as u32).map_err(s)?
+                } else {
+                    let st = recv(&comm, &g, &mut into, peer, i as u32).map_err(s)?;
+                    send(&comm, &g, &mine, peer, i as u32).map_err(s)?;
+                    st
+                };
+                let got = g.download(&into).map_err(s)?;
+                if st.len != len || got != pattern(len, peer, i) {
+                    return Err(format!(
+                        "{len} B: got {} B, data equal: {}",
+                        st.len,
+                        got == pattern(len, peer, i)
+                    ));
+                }
+            }
+            format!("{} sizes both ways", SIZES.len())
+        }
+        "p2p-wildcard" => {
+            let len = (1 << 20) + 5;
+            if me == 0 {
+                let d = g.upload(&pattern(len, 0, 9)).map_err(s)?;
+                send(&comm, &g, &d, 1, 77).map_err(s)?;
+            } else {
+                let mut into = g.alloc(len + 100).map_err(s)?;
+                let st = recv(&comm, &g, &mut into, ANY_SOURCE, ANY_TAG).map_err(s)?;
+                let got = g.download(&into).map_err(s)?;
+                if (st.source, st.tag, st.len) != (0, 77, len)
+                    || got[..len] != pattern(len, 0, 9)[..]
+                {
+                    return Err(format!(
+                        "status {st:?}, data equal: {}",
+                        got[..len] == pattern(len, 0, 9)[..]
+                    ));
+                }
+            }
+            "any source, any tag, 1 MiB + 5 into a larger buffer".into()
+        }
+        "p2p-truncated" => {
+            let len = 3 << 20;
+            if me == 0 {
+                let d = g.upload(&pattern(len, 0, 2)).map_err(s)?;
+                send(&comm, &g, &d, 1, 5).map_err(s)?;
+                let d = g.upload(&pattern(100, 0, 3)).map_err(s)?;
+                send(&comm, &g, &d, 1, 6).map_err(s)?;
+            } else {
+                let mut small = g.alloc(1 << 20).map_err(s)?;
+                match recv(&comm, &g, &mut small, 0, 5) {
+                    Err(GpuError::Tandem(tandem_driver::Error::Truncated {
+                        needed, got, ..
+                    })) if needed == len && got == 1 << 20 => {}
+                    other => return Err(format!("expected a truncation, got {other:?}")),
+                }
+                let mut next = g.alloc(100).map_err(s)?;
+                recv(&comm, &g, &mut next, 0, 6).map_err(s)?;
+                if g.download(&next).map_err(s)? != pattern(100, 0, 3) {
+                    return Err("the message after the truncated one arrived damaged".into());
+                }
+            }
+            "truncation reported, the stream of messages intact".into()
+        }
+        "pingpong" => {
+            let mut line = Vec::new();
+            for len in [8usize, 65536, 1 << 20, 16 << 20, 64 << 20] {
+                let a = g.alloc(len).map_err(s)?;
+                let mut b = g.alloc(len).map_err(s)?;
+                let iters = if len >= 16 << 20 { 5 } else { 50 };
+                comm.barrier().map_err(|e| e.to_string())?;
+                let t = Instant::now();
+                for _ in 0..iters {
+                    if me == 0 {
+                        send(&comm, &g, &a, 1, 1).map_err(s)?;
+                        recv(&comm, &g, &mut b, 1, 1).map_err(s)?;
+                    } else {
+                        recv(&comm, &g, &mut b, 0, 1).map_err(s)?;
+                        send(&comm, &g, &a, 0, 1).map_err(s)?;
+                    }
+                }
+                let half = t.elapsed().as_secs_f64() / (2 * iters) as f64;
+                line.push(format!(
+                    "{len} B {:.1} us ({:.2} GB/s)",
+                    half * 1e6,
+                    len as f64 / half / 1e9
+                ));
+            }
+            line.push(format!(
+                "device copy {:.1} GB/s",
+                device_copy_gbps(&g).map_err(s)?
+            ));
+            line.join(", ")
+        }
+        _ => unreachable!(),
+    };
+    comm.barrier().map_err(|e| e.to_string())?;
+    if me == 0 {
+        comm.finish().map_err(|e| e.to_string())?;
+        Ok(Outcome::Pass(out))
+    } else {
+        // Rank 1's line is not read; its exit code is.
+        std::process::exit(0)
+    }
+}
+
+/// The device's own copy bandwidth, device to device, 256 MiB (bytes read
+/// plus bytes written, per second, as nccl-tests' bus bandwidth counts a
+/// copy).
+fn device_copy_gbps(g: &Gpu) -> tandem_gpu::Result<f64> {
+    let n = 256 << 20;
+    let a = g.alloc(n)?;
+    let mut b = g.alloc(n)?;
+    let run = |b: &mut tandem_gpu::DeviceBuf| -> tandem_gpu::Result<()> {
+        g.stream()
+            .memcpy_dtod(a.slice(), b.slice_mut())
+            .map_err(|e| GpuError::Cuda {
+                what: "copying on the device".into(),
+                error: format!("{e:?}"),
+            })?;
+        g.stream().synchronize().map_err(|e| GpuError::Cuda {
+            what: "waiting for the device copy".into(),
+            error: format!("{e:?}"),
+        })
+    };
+    run(&mut b)?;
+    let t = Instant::now();
+    for _ in 0..5 {
+        run(&mut b)?;
+    }
+    Ok(2.0 * n as f64 * 5.0 / t.elapsed().as_secs_f64() / 1e9)
+}

@@ -1,0 +1,269 @@
+//! A GPU of this process, its device buffers, and the pinned host buffers
+//! tandem stages them through.
+
+use crate::{cuda_err, probe, Found, GpuError, Result};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use std::sync::{Arc, Mutex};
+
+/// One GPU as this process uses it: its context, the stream tandem's
+/// copies run on, and a pool of pinned staging buffers (allocated at the
+/// first transfer, reused after: no allocation per message).
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    found: Found,
+    pool: Mutex<Vec<Staging>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.ctx.ordinal())
+            .field("found", &self.found)
+            .finish()
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, after [`probe()`] found the driver and a
+    /// device.
+    ///
+    /// # Errors
+    /// [`GpuError::NoGpu`] as [`probe()`] says, or for an ordinal past the
+    /// devices; [`GpuError::Cuda`] if the context or stream cannot be made.
+    pub fn open(ordinal: usize) -> Result<Self> {
+        let found = probe()?;
+        if ordinal >= found.devices {
+            return Err(GpuError::NoGpu {
+                missing: format!("device {ordinal} (the driver sees {})", found.devices),
+            });
+        }
+        let ctx =
+            CudaContext::new(ordinal).map_err(cuda_err(format!("opening device {ordinal}")))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(cuda_err("making tandem's copy stream"))?;
+        Ok(Self {
+            ctx,
+            stream,
+            found,
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// What [`probe()`] found.
+    pub fn found(&self) -> &Found {
+        &self.found
+    }
+
+    /// The device's name.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] if the driver cannot say.
+    pub fn name(&self) -> Result<String> {
+        self.ctx
+            .name()
+            .map_err(cuda_err("reading the device's name"))
+    }
+
+    /// The stream tandem's copies run on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// A device buffer of `len` zero bytes.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] if the device is out of memory.
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuf> {
+        let mem = self
+            .stream
+            .alloc_zeros::<u8>(len)
+            .map_err(cuda_err(format!("allocating {len} bytes")))?;
+        Ok(DeviceBuf { mem })
+    }
+
+    /// A device buffer holding `data`.
+    ///
+    /// # Errors
+    /// As [`alloc`](Self::alloc).
+    pub fn upload(&self, data: &[u8]) -> Result<DeviceBuf> {
+        let mem = self.stream.clone_htod(data).map_err(cuda_err(format!(
+            "copying {} bytes to the device",
+            data.len()
+        )))?;
+        Ok(DeviceBuf { mem })
+    }
+
+    /// The bytes of `buf`, once every copy before on tandem's stream is
+    /// done.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] if the copy fails.
+    pub fn download(&self, buf: &DeviceBuf) -> Result<Vec<u8>> {
+        let v = self
+            .stream
+            .clone_dtoh(&buf.mem)
+            .map_err(cuda_err("copying a buffer from the device"))?;
+        self.stream
+            .synchronize()
+            .map_err(cuda_err("waiting for the copy from the device"))?;
+        Ok(v)
+    }
+
+    /// Two staging buffers of at least `len` bytes each, from the pool.
+    pub(crate) fn staging_pair(&self, len: usize) -> Result<[Staging; 2]> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let mut take = || -> Result<Staging> {
+            match pool.iter().position(|s| s.len >= len) {
+                Some(i) => Ok(pool.swap_remove(i)),
+                None => Staging::new(&self.ctx, len),
+            }
+        };
+        Ok([take()?, take()?])
+    }
+
+    /// Puts staging buffers back into the pool.
+    pub(crate) fn give_back(&self, s: [Staging; 2]) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        pool.extend(s);
+    }
+
+    /// The device address of byte `at` of `buf`, for a copy on tandem's
+    /// stream (which then waits for the buffer's earlier writers).
+    pub(crate) fn addr(&self, buf: &DeviceBuf, at: usize) -> u64 {
+        let (p, _record) = buf.mem.device_ptr(&self.stream);
+        p + at as u64
+    }
+}
+
+/// Memory on a GPU, usable in tandem's calls ([`crate::send`],
+/// [`crate::recv`]).
+pub struct DeviceBuf {
+    pub(crate) mem: CudaSlice<u8>,
+}
+
+impl std::fmt::Debug for DeviceBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuf")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl DeviceBuf {
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// cudarc's slice, for kernels of the program's own.
+    pub fn slice(&self) -> &CudaSlice<u8> {
+        &self.mem
+    }
+
+    /// The same, mutable.
+    pub fn slice_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.mem
+    }
+}
+
+/// A pinned host buffer (page-locked, cached: the CPU reads it to send,
+/// which write-combined memory would make slow) and the event of the last
+/// copy into or out of it.
+pub(crate) struct Staging {
+    ptr: *mut u8,
+    pub(crate) len: usize,
+    done: CudaEvent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is owned memory; it is touched by one thread at a
+// time (the caller of send or recv), and by copies that `done` tracks.
+unsafe impl Send for Staging {}
+
+impl Staging {
+    fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self> {
+        ctx.bind_to_thread()
+            .map_err(cuda_err("binding the context"))?;
+        // SAFETY: a plain page-locked allocation of len bytes (flags 0: not
+        // write-combined), freed in Drop.
+        let raw = unsafe { result::malloc_host(len.max(1), 0) }
+            .map_err(cuda_err(format!("pinning {len} bytes of host memory")))?;
+        let ptr = raw.cast::<u8>();
+        // SAFETY: `ptr` holds len bytes just allocated, used by no copy yet:
+        // zeroed so that reading it never sees uninitialised memory.
+        unsafe { std::ptr::write_bytes(ptr, 0, len.max(1)) };
+        let done = ctx
+            .new_event(None)
+            .map_err(cuda_err("making a staging event"))?;
+        Ok(Self {
+            ptr,
+            len,
+            done,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Waits for the last copy into or out of this buffer.
+    pub(crate) fn wait(&self) -> Result<()> {
+        self.done
+            .synchronize()
+            .map_err(cuda_err("waiting for a staging copy"))
+    }
+
+    /// The first `n` bytes, for the CPU: waits for the copies first.
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&mut [u8]> {
+        self.wait()?;
+        // SAFETY: `ptr` holds `len >= n` initialised bytes (checked by the
+        // slice below), no copy is in flight (waited for), and `&mut self`
+        // keeps the CPU's use exclusive.
+        let all = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        Ok(&mut all[..n])
+    }
+
+    /// Starts copying `n` bytes from device address `src` into this buffer
+    /// on `stream`.
+    pub(crate) fn start_download(&mut self, stream: &CudaStream, src: u64, n: usize) -> Result<()> {
+        self.wait()?;
+        // SAFETY: as in `bytes`; the slice stays valid until the copy is
+        // waited for (`done`, checked before any other use of the buffer
+        // and in Drop), and `src` is `n` bytes of a live device buffer the
+        // caller borrows for the transfer.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr, n.min(self.len)) };
+        // SAFETY: see above; stream ordered.
+        unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
+            .map_err(cuda_err(format!("copying {n} bytes from the device")))?;
+        self.done
+            .record(stream)
+            .map_err(cuda_err("recording a staging event"))
+    }
+
+    /// Starts copying the first `n` bytes of this buffer to device address
+    /// `dst` on `stream`.
+    pub(crate) fn start_upload(&mut self, stream: &CudaStream, dst: u64, n: usize) -> Result<()> {
+        // SAFETY: as in `start_download`, the other way.
+        let src = unsafe { std::slice::from_raw_parts(self.ptr, n.min(self.len)) };
+        // SAFETY: see above; stream ordered.
+        unsafe { result::memcpy_htod_async(dst, src, stream.cu_stream()) }
+            .map_err(cuda_err(format!("copying {n} bytes to the device")))?;
+        self.done
+            .record(stream)
+            .map_err(cuda_err("recording a staging event"))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = self.done.synchronize();
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by malloc_host in `new`, no copy in flight
+        // (waited for above), freed once.
+        let _ = unsafe { result::free_host(self.ptr.cast()) };
+    }
+}
