@@ -111,20 +111,33 @@ impl Gpu {
         Ok(v)
     }
 
+    /// A staging buffer of at least `len` bytes, from the pool (made the
+    /// first time one that large is needed).
+    pub(crate) fn staging(&self, len: usize) -> Result<Staging> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        match pool.iter().position(|s| s.len >= len) {
+            Some(i) => Ok(pool.swap_remove(i)),
+            None => {
+                drop(pool);
+                Staging::new(&self.ctx, len)
+            }
+        }
+    }
+
     /// Two staging buffers of at least `len` bytes each, from the pool.
     pub(crate) fn staging_pair(&self, len: usize) -> Result<[Staging; 2]> {
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        let mut take = || -> Result<Staging> {
-            match pool.iter().position(|s| s.len >= len) {
-                Some(i) => Ok(pool.swap_remove(i)),
-                None => Staging::new(&self.ctx, len),
+        let a = self.staging(len)?;
+        match self.staging(len) {
+            Ok(b) => Ok([a, b]),
+            Err(e) => {
+                self.give_back([a]);
+                Err(e)
             }
-        };
-        Ok([take()?, take()?])
+        }
     }
 
     /// Puts staging buffers back into the pool.
-    pub(crate) fn give_back(&self, s: [Staging; 2]) {
+    pub(crate) fn give_back<const N: usize>(&self, s: [Staging; N]) {
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         pool.extend(s);
     }

@@ -15,11 +15,13 @@
 //! - [`stream`]: the protocol of stream-ordered operations (the stream
 //!   held at a flag until tandem has moved the data), as a state machine.
 //!
-//! What needs a GPU ([`Gpu`], [`DeviceBuf`], [`send`], [`recv`]): device
-//! buffers sent and received through pinned host staging, pipelined by
-//! chunks. Built and tested without a GPU so far: see README, "GPU
+//! What needs a GPU ([`Gpu`], [`DeviceBuf`], [`send`], [`recv`],
+//! [`coll`]): device buffers sent and received through pinned host
+//! staging, pipelined by chunks, and collectives on device buffers staged
+//! through host memory. Built and tested without a GPU so far: see README, "GPU
 //! buffers", for what has run where.
 
+pub mod coll;
 pub mod ipc;
 pub mod path;
 pub mod pipeline;

@@ -48,7 +48,7 @@ const CHECKS: &[(&str, u64, &str)] = &[
 const NOT_BUILT: &[&str] = &[
     "ipc-rendezvous (device to device over CUDA IPC between processes)",
     "stream-ordered group send/recv (cuStreamWaitValue32 / cuStreamWriteValue32)",
-    "collectives on device buffers (NVRTC reduction kernels)",
+    "reduction on the device (NVRTC kernels; collectives now reduce in staged host memory)",
     "rank killed mid-transfer of a device buffer",
     "zero allocations per device message in steady state",
     "gpu-flags (GPU<->CPU and GPU<->GPU flag polling)",
@@ -222,7 +222,9 @@ fn run_one(name: &str) -> Result<Outcome, String> {
             }
             Ok(Outcome::Pass(format!("{} sizes", SIZES.len())))
         }
-        "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "pingpong" => two_ranks(name),
+        "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "collectives" | "pingpong" => {
+            two_ranks(name)
+        }
         other => Err(format!("no check named {other:?}")),
     }
 }
@@ -301,6 +303,7 @@ fn two_ranks(name: &str) -> Result<Outcome, String> {
             }
             "truncation reported, the stream of messages intact".into()
         }
+        "collectives" => collectives(&comm, &g, me)?,
         "pingpong" => {
             let mut line = Vec::new();
             for len in [8usize, 65536, 1 << 20, 16 << 20, 64 << 20] {
@@ -368,4 +371,98 @@ fn device_copy_gbps(g: &Gpu) -> tandem_gpu::Result<f64> {
         run(&mut b)?;
     }
     Ok(2.0 * n as f64 * 5.0 / t.elapsed().as_secs_f64() / 1e9)
+}
+
+/// Each collective on device buffers against the host collective on the
+/// same data (the same algorithms and CPU kernels: equal bit for bit).
+fn collectives(comm: &Comm, g: &Gpu, me: usize) -> Result<String, String> {
+    use tandem_driver::{bytemuck, ReduceOp};
+    use tandem_gpu::coll;
+    let s = |e: GpuError| e.to_string();
+    let t = |e: tandem_driver::Error| e.to_string();
+    let p = comm.size();
+    let n = 3000usize;
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i * (me + 3)) % 97) as f32 * 0.25 - 7.0)
+        .collect();
+    let xi: Vec<u64> = (0..n)
+        .map(|i| (i as u64).wrapping_mul(0x9e37 + me as u64))
+        .collect();
+    let up = |v: &[u8]| g.upload(v).map_err(s);
+    let down_f32 = |d: &tandem_gpu::DeviceBuf| -> Result<Vec<f32>, String> {
+        Ok(from_bytes(&g.download(d).map_err(s)?))
+    };
+    let mut done = Vec::new();
+    let mut check = |name: &str, ok: bool| -> Result<(), String> {
+        if ok {
+            done.push(name.to_string());
+            Ok(())
+        } else {
+            Err(format!("{name}: the device result differs from the host's"))
+        }
+    };
+
+    let d = up(bytemuck::cast_slice(&x))?;
+    let mut r = g.alloc(n * 4).map_err(s)?;
+    coll::allreduce::<f32>(comm, g, &d, &mut r, ReduceOp::Sum).map_err(s)?;
+    let mut want = vec![0f32; n];
+    comm.allreduce(&x, &mut want, ReduceOp::Sum).map_err(t)?;
+    check("allreduce f32 sum", down_f32(&r)? == want)?;
+
+    let di = up(bytemuck::cast_slice(&xi))?;
+    let mut ri = g.alloc(n * 8).map_err(s)?;
+    coll::allreduce::<u64>(comm, g, &di, &mut ri, ReduceOp::BitXor).map_err(s)?;
+    let mut wanti = vec![0u64; n];
+    comm.allreduce(&xi, &mut wanti, ReduceOp::BitXor)
+        .map_err(t)?;
+    let goti: Vec<u64> = from_bytes(&g.download(&ri).map_err(s)?);
+    check("allreduce u64 bxor", goti == wanti)?;
+
+    let mut inplace = up(bytemuck::cast_slice(&x))?;
+    coll::allreduce_in_place::<f32>(comm, g, &mut inplace, ReduceOp::Max).map_err(s)?;
+    let mut w = x.clone();
+    comm.allreduce_in_place(&mut w, ReduceOp::Max).map_err(t)?;
+    check("allreduce in place f32 max", down_f32(&inplace)? == w)?;
+
+    let mut rr = g.alloc(if me == 0 { n * 4 } else { 0 }).map_err(s)?;
+    coll::reduce::<f32>(comm, g, &d, &mut rr, ReduceOp::Min, 0).map_err(s)?;
+    let mut w = vec![0f32; if me == 0 { n } else { 0 }];
+    comm.reduce(&x, &mut w, ReduceOp::Min, 0).map_err(t)?;
+    check("reduce f32 min to 0", down_f32(&rr)? == w)?;
+
+    let mut b = up(bytemuck::cast_slice(&x))?;
+    coll::broadcast::<f32>(comm, g, &mut b, p - 1).map_err(s)?;
+    let mut w = x.clone();
+    comm.broadcast(&mut w, p - 1).map_err(t)?;
+    check("broadcast f32 from the last rank", down_f32(&b)? == w)?;
+
+    let mut ag = g.alloc(n * 4 * p).map_err(s)?;
+    coll::allgather::<f32>(comm, g, &d, &mut ag).map_err(s)?;
+    let mut w = vec![0f32; n * p];
+    comm.allgather(&x, &mut w).map_err(t)?;
+    check("allgather f32", down_f32(&ag)? == w)?;
+
+    let m = n / p * p;
+    let dm = up(bytemuck::cast_slice(&x[..m]))?;
+    let mut rs = g.alloc(m / p * 4).map_err(s)?;
+    coll::reduce_scatter::<f32>(comm, g, &dm, &mut rs, ReduceOp::Sum).map_err(s)?;
+    let mut w = vec![0f32; m / p];
+    comm.reduce_scatter(&x[..m], &mut w, ReduceOp::Sum)
+        .map_err(t)?;
+    check("reduce_scatter f32 sum", down_f32(&rs)? == w)?;
+
+    let mut a2a = g.alloc(m * 4).map_err(s)?;
+    coll::alltoall::<f32>(comm, g, &dm, &mut a2a).map_err(s)?;
+    let mut w = vec![0f32; m];
+    comm.alltoall(&x[..m], &mut w).map_err(t)?;
+    check("alltoall f32", down_f32(&a2a)? == w)?;
+
+    Ok(done.join(", "))
+}
+
+/// `b` read as `T`s (any alignment).
+fn from_bytes<T: tandem_driver::bytemuck::Pod>(b: &[u8]) -> Vec<T> {
+    b.chunks_exact(std::mem::size_of::<T>())
+        .map(tandem_driver::bytemuck::pod_read_unaligned)
+        .collect()
 }
