@@ -37,6 +37,11 @@ const CHECKS: &[(&str, u64, &str)] = &[
         "a message longer than the device buffer is an error, the next one arrives whole",
     ),
     (
+        "collectives",
+        120,
+        "every collective on device buffers, against the host collective on the same data",
+    ),
+    (
         "pingpong",
         120,
         "half round trip of device buffers between two processes, beside the device's own copy",
