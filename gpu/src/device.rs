@@ -2,8 +2,12 @@
 //! tandem stages them through.
 
 use crate::{cuda_err, probe, Found, GpuError, Result};
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use std::sync::{Arc, Mutex};
+use cudarc::driver::{
+    result, CudaContext, CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    PushKernelArg,
+};
+use std::sync::{Arc, Mutex, OnceLock};
+use tandem_driver::{Dtype, ReduceOp};
 
 /// One GPU as this process uses it: its context, the stream tandem's
 /// copies run on, and a pool of pinned staging buffers (allocated at the
@@ -13,6 +17,9 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     found: Found,
     pool: Mutex<Vec<Staging>>,
+    /// The reduction kernels, compiled by NVRTC at the first reduction
+    /// (or why they could not be).
+    kernels: OnceLock<std::result::Result<Arc<CudaModule>, String>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -48,6 +55,7 @@ impl Gpu {
             stream,
             found,
             pool: Mutex::new(Vec::new()),
+            kernels: OnceLock::new(),
         })
     }
 
@@ -109,6 +117,97 @@ impl Gpu {
             .synchronize()
             .map_err(cuda_err("waiting for the copy from the device"))?;
         Ok(v)
+    }
+
+    /// The reduction kernels' module, compiled at the first call.
+    fn kernels(&self) -> Result<&Arc<CudaModule>> {
+        let m = self.kernels.get_or_init(|| {
+            let Some(lib) = self.found.nvrtc_lib.as_deref() else {
+                return Err(format!(
+                    "NVRTC, which compiles the reduction kernels (none of {} loads)",
+                    crate::probe::candidates("nvrtc").join(", ")
+                ));
+            };
+            let opts = cudarc::nvrtc::CompileOptions {
+                ftz: Some(false),
+                prec_div: Some(true),
+                prec_sqrt: Some(true),
+                fmad: Some(false),
+                name: Some("tandem_kernels.cu".into()),
+                ..Default::default()
+            };
+            let src = crate::kernels::source();
+            let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(src, opts))
+                .map_err(|_| format!("NVRTC that works ({lib} loaded, and compiling panicked)"))?
+                .map_err(|e| format!("NVRTC to compile the kernels ({lib}: {e:?})"))?;
+            self.ctx
+                .load_module(ptx)
+                .map_err(|e| format!("the kernels' module to load ({e:?})"))
+        });
+        m.as_ref().map_err(|missing| GpuError::NoGpu {
+            missing: missing.clone(),
+        })
+    }
+
+    /// `acc = op(acc, b)` element by element on the device, `d` the
+    /// element type: the step of a reduction (the kernels of
+    /// [`crate::kernels`], compiled by NVRTC at the first call). Queued on
+    /// tandem's stream; copies on that stream see its result.
+    ///
+    /// # Errors
+    /// [`GpuError::InvalidArgument`] for an operator that does not apply
+    /// to `d` (bitwise on floating point), buffers of different lengths or
+    /// not whole elements; [`GpuError::NoGpu`] without NVRTC (or when it
+    /// fails to compile them); [`GpuError::Cuda`] if the launch fails.
+    pub fn reduce(&self, d: Dtype, op: ReduceOp, acc: &mut DeviceBuf, b: &DeviceBuf) -> Result<()> {
+        let Some(name) = crate::kernels::name(d, op) else {
+            return Err(GpuError::InvalidArgument(format!(
+                "{op} does not apply to {d}"
+            )));
+        };
+        if acc.len() != b.len() || acc.len() % d.size() != 0 {
+            return Err(GpuError::InvalidArgument(format!(
+                "a reduction of {} bytes into {} bytes of {}-byte elements",
+                b.len(),
+                acc.len(),
+                d.size()
+            )));
+        }
+        let n = (acc.len() / d.size()) as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let f = self
+            .kernels()?
+            .load_function(&name)
+            .map_err(cuda_err(format!("finding kernel {name}")))?;
+        let (out, other) = (self.addr(acc, 0), self.addr(b, 0));
+        let blocks = n.div_ceil(256).min(1 << 16) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream.launch_builder(&f);
+        launch.arg(&out).arg(&out).arg(&other).arg(&n);
+        // SAFETY: the kernel's parameters are (T *out, const T *a, const T
+        // *b, unsigned long long n): `out` and `a` are `acc`'s `n`
+        // elements (the kernel reads each element before writing it, in
+        // the same thread), `b` is `b`'s `n` elements; both buffers are
+        // borrowed by this call and the launch is ordered on tandem's
+        // stream before any later copy of them there.
+        unsafe { launch.launch(cfg) }.map_err(cuda_err(format!("launching {name}")))?;
+        Ok(())
+    }
+
+    /// Waits until everything queued on tandem's stream is done.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] if the stream failed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(cuda_err("waiting for tandem's stream"))
     }
 
     /// A staging buffer of at least `len` bytes, from the pool (made the

@@ -23,6 +23,7 @@
 
 pub mod coll;
 pub mod ipc;
+pub mod kernels;
 pub mod path;
 pub mod pipeline;
 mod probe;

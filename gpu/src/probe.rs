@@ -22,7 +22,7 @@ pub struct Found {
 
 /// cudarc's candidate names for library `name` (`cuda`, `nvrtc`), each
 /// once, the versioned ones (what a driver installs) first.
-fn candidates(name: &str) -> Vec<String> {
+pub(crate) fn candidates(name: &str) -> Vec<String> {
     let mut c: Vec<String> = Vec::new();
     for n in cudarc::get_lib_name_candidates(name) {
         if !c.contains(&n) {

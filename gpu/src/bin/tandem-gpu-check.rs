@@ -42,6 +42,16 @@ const CHECKS: &[(&str, u64, &str)] = &[
         "every collective on device buffers, against the host collective on the same data",
     ),
     (
+        "kernels",
+        90,
+        "every reduction kernel (NVRTC) on the device, against the CPU's on the same data",
+    ),
+    (
+        "kernel-bandwidth",
+        60,
+        "the f32 sum kernel on 256 MiB against the device's own copy, bytes read plus written",
+    ),
+    (
         "pingpong",
         120,
         "half round trip of device buffers between two processes, beside the device's own copy",
@@ -53,11 +63,10 @@ const CHECKS: &[(&str, u64, &str)] = &[
 const NOT_BUILT: &[&str] = &[
     "ipc-rendezvous (device to device over CUDA IPC between processes)",
     "stream-ordered group send/recv (cuStreamWaitValue32 / cuStreamWriteValue32)",
-    "reduction on the device (NVRTC kernels; collectives now reduce in staged host memory)",
+    "collectives reducing on the device (they reduce in staged host memory; the kernels exist and are checked above)",
     "rank killed mid-transfer of a device buffer",
     "zero allocations per device message in steady state",
     "gpu-flags (GPU<->CPU and GPU<->GPU flag polling)",
-    "reduction kernel bandwidth against the device copy",
 ];
 
 /// What one check ended with.
@@ -226,6 +235,33 @@ fn run_one(name: &str) -> Result<Outcome, String> {
                 }
             }
             Ok(Outcome::Pass(format!("{} sizes", SIZES.len())))
+        }
+        "kernels" => kernels_check(),
+        "kernel-bandwidth" => {
+            let g = Gpu::open(0).map_err(s)?;
+            let n = 64usize << 20; // f32 elements: 256 MiB
+            let mut acc = g.alloc(n * 4).map_err(s)?;
+            let b = g.alloc(n * 4).map_err(s)?;
+            let sum = |acc: &mut tandem_gpu::DeviceBuf| {
+                g.reduce(
+                    tandem_driver::Dtype::F32,
+                    tandem_driver::ReduceOp::Sum,
+                    acc,
+                    &b,
+                )
+                .and_then(|_| g.synchronize())
+            };
+            sum(&mut acc).map_err(s)?;
+            let t = Instant::now();
+            for _ in 0..5 {
+                sum(&mut acc).map_err(s)?;
+            }
+            let kernel = 3.0 * (n * 4) as f64 * 5.0 / t.elapsed().as_secs_f64() / 1e9;
+            let copy = device_copy_gbps(&g).map_err(s)?;
+            Ok(Outcome::Pass(format!(
+                "f32 sum {kernel:.0} GB/s (3 bytes moved per output byte), device copy {copy:.0} GB/s, ratio {:.2}",
+                kernel / copy
+            )))
         }
         "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "collectives" | "pingpong" => {
             two_ranks(name)
@@ -470,4 +506,55 @@ fn from_bytes<T: tandem_driver::bytemuck::Pod>(b: &[u8]) -> Vec<T> {
     b.chunks_exact(std::mem::size_of::<T>())
         .map(tandem_driver::bytemuck::pod_read_unaligned)
         .collect()
+}
+
+/// Every kernel on the device against `reduce_local` on the host, on the
+/// same 1 Mi + 3 elements.
+fn kernels_check() -> Result<Outcome, String> {
+    use tandem_driver::{bf16, bytemuck, f16, reduce_local, Element, ReduceOp};
+    let g = Gpu::open(0).map_err(|e| e.to_string())?;
+    let n = (1 << 20) + 3;
+    fn one<T: Element>(g: &Gpu, n: usize, make: impl Fn(u64) -> T) -> Result<usize, String> {
+        let s = |e: GpuError| e.to_string();
+        let a: Vec<T> = (0..n as u64)
+            .map(|i| make(i.wrapping_mul(0x9e37_79b9) ^ 5))
+            .collect();
+        let b: Vec<T> = (0..n as u64)
+            .map(|i| make(i.wrapping_mul(0x85eb_ca6b) ^ 9))
+            .collect();
+        let mut k = 0;
+        for op in ReduceOp::ALL {
+            if tandem_gpu::kernels::name(T::DTYPE, op).is_none() {
+                continue;
+            }
+            let mut acc = g.upload(bytemuck::cast_slice(&a)).map_err(s)?;
+            let db = g.upload(bytemuck::cast_slice(&b)).map_err(s)?;
+            g.reduce(T::DTYPE, op, &mut acc, &db).map_err(s)?;
+            let got = g.download(&acc).map_err(s)?;
+            let mut want = a.clone();
+            reduce_local(&mut want, &b, op).map_err(|e| e.to_string())?;
+            if got[..] != *bytemuck::cast_slice::<T, u8>(&want) {
+                return Err(format!(
+                    "{:?} {op}: the device differs from the CPU",
+                    T::DTYPE
+                ));
+            }
+            k += 1;
+        }
+        Ok(k)
+    }
+    let f = |x: u64| ((x % 2001) as f64 - 1000.0) * 0.37;
+    let k = one::<u8>(&g, n, |x| x as u8)?
+        + one::<i8>(&g, n, |x| x as i8)?
+        + one::<i32>(&g, n, |x| x as i32)?
+        + one::<u32>(&g, n, |x| x as u32)?
+        + one::<i64>(&g, n, |x| x as i64)?
+        + one::<u64>(&g, n, |x| x)?
+        + one::<f16>(&g, n, |x| f16::from_f64(f(x) / 10.0))?
+        + one::<bf16>(&g, n, |x| bf16::from_f64(f(x)))?
+        + one::<f32>(&g, n, |x| f(x) as f32)?
+        + one::<f64>(&g, n, f)?;
+    Ok(Outcome::Pass(format!(
+        "{k} kernels equal the CPU's on {n} elements"
+    )))
 }
