@@ -3,10 +3,10 @@
 
 use crate::{cuda_err, probe, Found, GpuError, Result};
 use cudarc::driver::{
-    result, CudaContext, CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
-    PushKernelArg,
+    result, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+    LaunchConfig, PushKernelArg,
 };
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use tandem_driver::{Dtype, ReduceOp};
 
 /// One GPU as this process uses it: its context, the stream tandem's
@@ -17,10 +17,14 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     found: Found,
     pool: Mutex<Vec<Staging>>,
-    /// The reduction kernels, compiled by NVRTC at the first reduction
-    /// (or why they could not be).
-    kernels: OnceLock<std::result::Result<Arc<CudaModule>, String>>,
+    /// Modules compiled by NVRTC, by their source's address (each source
+    /// is a `'static` string, compiled at its first use), or why one could
+    /// not be.
+    modules: Mutex<Vec<(usize, Compiled)>>,
 }
+
+/// A module NVRTC compiled, or what was missing to compile it.
+type Compiled = std::result::Result<Arc<CudaModule>, String>;
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -55,7 +59,7 @@ impl Gpu {
             stream,
             found,
             pool: Mutex::new(Vec::new()),
-            kernels: OnceLock::new(),
+            modules: Mutex::new(Vec::new()),
         })
     }
 
@@ -119,12 +123,18 @@ impl Gpu {
         Ok(v)
     }
 
-    /// The reduction kernels' module, compiled at the first call.
-    fn kernels(&self) -> Result<&Arc<CudaModule>> {
-        let m = self.kernels.get_or_init(|| {
+    /// The module of `src`, compiled by NVRTC at its first use (no fused
+    /// multiply-add, no flush to zero, IEEE division and square root).
+    fn module(&self, src: &'static str) -> Result<Arc<CudaModule>> {
+        let key = src.as_ptr() as usize;
+        let mut mods = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, m)) = mods.iter().find(|(k, _)| *k == key) {
+            return m.clone().map_err(|missing| GpuError::NoGpu { missing });
+        }
+        let m = (|| {
             let Some(lib) = self.found.nvrtc_lib.as_deref() else {
                 return Err(format!(
-                    "NVRTC, which compiles the reduction kernels (none of {} loads)",
+                    "NVRTC, which compiles tandem's kernels (none of {} loads)",
                     crate::probe::candidates("nvrtc").join(", ")
                 ));
             };
@@ -136,17 +146,31 @@ impl Gpu {
                 name: Some("tandem_kernels.cu".into()),
                 ..Default::default()
             };
-            let src = crate::kernels::source();
             let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(src, opts))
                 .map_err(|_| format!("NVRTC that works ({lib} loaded, and compiling panicked)"))?
-                .map_err(|e| format!("NVRTC to compile the kernels ({lib}: {e:?})"))?;
+                .map_err(|e| format!("NVRTC to compile tandem's kernels ({lib}: {e:?})"))?;
             self.ctx
                 .load_module(ptx)
-                .map_err(|e| format!("the kernels' module to load ({e:?})"))
-        });
-        m.as_ref().map_err(|missing| GpuError::NoGpu {
-            missing: missing.clone(),
-        })
+                .map_err(|e| format!("tandem's kernels to load ({e:?})"))
+        })();
+        mods.push((key, m.clone()));
+        m.map_err(|missing| GpuError::NoGpu { missing })
+    }
+
+    /// Kernel `name` of the module of `src` (compiled at its first use).
+    ///
+    /// # Errors
+    /// [`GpuError::NoGpu`] without NVRTC or when it fails to compile;
+    /// [`GpuError::Cuda`] if the module has no such kernel.
+    pub(crate) fn function(&self, src: &'static str, name: &str) -> Result<CudaFunction> {
+        self.module(src)?
+            .load_function(name)
+            .map_err(cuda_err(format!("finding kernel {name}")))
+    }
+
+    /// The device's context.
+    pub(crate) fn ctx(&self) -> &Arc<CudaContext> {
+        &self.ctx
     }
 
     /// `acc = op(acc, b)` element by element on the device, `d` the
@@ -177,10 +201,7 @@ impl Gpu {
         if n == 0 {
             return Ok(());
         }
-        let f = self
-            .kernels()?
-            .load_function(&name)
-            .map_err(cuda_err(format!("finding kernel {name}")))?;
+        let f = self.function(crate::kernels::source_static(), &name)?;
         let (out, other) = (self.addr(acc, 0), self.addr(b, 0));
         let blocks = n.div_ceil(256).min(1 << 16) as u32;
         let cfg = LaunchConfig {

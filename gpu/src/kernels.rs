@@ -147,6 +147,12 @@ __device__ static unsigned short f2b(float x) {
 }
 "#;
 
+/// [`source`], made once for the process (the key of its compiled module).
+pub fn source_static() -> &'static str {
+    static SRC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SRC.get_or_init(source)
+}
+
 /// The whole module: every kernel of every type and operator.
 pub fn source() -> String {
     let mut s = String::from(

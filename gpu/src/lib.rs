@@ -22,6 +22,7 @@
 //! buffers", for what has run where.
 
 pub mod coll;
+pub mod flags;
 pub mod ipc;
 pub mod kernels;
 pub mod path;

@@ -417,4 +417,34 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    #[test]
+    fn a_receiver_that_dies_mid_transfer_is_an_error_not_a_hang() {
+        const CHUNK: usize = 64 << 10;
+        let out = Comm::threads_on(
+            2,
+            tandem_driver::Links::Tcp,
+            &Layout::default(),
+            Config::default(),
+            |c| {
+                if c.rank() == 1 {
+                    // Takes the first chunk by hand, then its process
+                    // "dies": the connection closes.
+                    let mut first = vec![0u8; CHUNK];
+                    c.recv(&mut first, 0, 2)?;
+                    drop(c);
+                    return Ok(None);
+                }
+                let t = std::time::Instant::now();
+                let h = Host::sending(data(4 * CHUNK + 5, 3));
+                let r = send_chunks(&c, &h, 4 * CHUNK + 5, CHUNK, 1, 2);
+                Ok(Some((r.map_err(|e| e.to_string()), t.elapsed())))
+            },
+        );
+        let mut out = out.into_iter();
+        let (r, took) = out.next().unwrap().unwrap().expect("rank 0 reports");
+        let e = r.expect_err("the receiver is gone");
+        assert!(e.contains("rank 1"), "{e}");
+        assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    }
 }

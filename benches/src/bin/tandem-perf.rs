@@ -33,7 +33,7 @@ use tandem_benches::stats::{fmt_size, parse_size, percentile, sweep};
 use tandem_benches::tcp_floor::{self, TcpFloor};
 use tandem_driver::{Collective, Comm, Config, Dtype, ReduceOp};
 
-const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c|COLLECTIVE> [options]
+const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c|gpu-flags|COLLECTIVE> [options]
 
   pingpong   two ranks: half round trip and bandwidth (over shared memory
              when tandem-perf starts them itself; run it under a launcher,
@@ -43,6 +43,11 @@ const USAGE: &str = "usage: tandem-perf <pingpong|bw|c2c|COLLECTIVE> [options]
   bw         two ranks: windows of up to 64 non-blocking sends, then one
              acknowledgement (like osu_bw): streaming bandwidth
   c2c        the machine's cross-process cache-line round trip and memcpy
+  gpu-flags  flag-polling handshakes in ns (p50, p99): a kernel and a CPU
+             thread through host-mapped memory, two kernels on one GPU,
+             each with flag and data apart and in one word (LL), beside
+             this run's cache-line floors; --iters round trips (at most
+             100000); says why it skipped where there is no GPU
   plot       runs nothing: draws the --compare files into --plot, with
              reference lines from --ref-lat LABEL=US and --ref-bw
              LABEL=GBPS (repeatable), titled by --title, the bandwidth
@@ -1054,6 +1059,7 @@ fn main() {
             write_plot(&o, fig);
         }
         c if Collective::parse(c).is_some_and(|c| c != Collective::Barrier) => sweep_collective(&o),
+        "gpu-flags" => gpu_flags(&o),
         "c2c" => {
             if o.plot.plot.is_some() {
                 eprintln!("tandem-perf: c2c draws no plot (--plot is for sweeps)\n\n{USAGE}");
@@ -1085,4 +1091,83 @@ fn main() {
             std::process::exit(2)
         }
     }
+}
+
+/// `tandem-perf gpu-flags`: the GPU handshakes beside the CPU's floors of
+/// the same run.
+fn gpu_flags(o: &Opts) {
+    use tandem_gpu::flags::{cpu_floor, gpu_cpu, gpu_gpu, OneWay};
+    let iters = o.iters.clamp(100, 100_000) as u32;
+    let l = measure_limits(cores(o.pin));
+    let threads = cpu_floor(iters);
+    let gpu = match tandem_gpu::Gpu::open(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("# gpu-flags: skipped: {e}");
+            println!(
+                "# CPU floors of this run: one line {:.1} ns, two lines {:.1} ns, two threads of this process {threads}",
+                l.c2c.one_line_ns, l.c2c.one_way_ns
+            );
+            return;
+        }
+    };
+    let rows: Vec<(&str, tandem_gpu::Result<OneWay>)> = vec![
+        (
+            "GPU<->CPU, flag and data apart",
+            gpu_cpu(&gpu, iters, false),
+        ),
+        ("GPU<->CPU, one word (LL)", gpu_cpu(&gpu, iters, true)),
+        (
+            "GPU<->GPU, flag and data apart",
+            gpu_gpu(&gpu, iters, false),
+        ),
+        ("GPU<->GPU, one word (LL)", gpu_gpu(&gpu, iters, true)),
+    ];
+    let name = gpu.name().unwrap_or_else(|_| "GPU 0".into());
+    if o.json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|(what, r)| match r {
+                Ok(w) => format!(
+                    "{{\"what\": \"{what}\", \"p50_ns\": {:.1}, \"p99_ns\": {:.1}}}",
+                    w.p50_ns, w.p99_ns
+                ),
+                Err(e) => format!(
+                    "{{\"what\": \"{what}\", \"error\": \"{}\"}}",
+                    e.to_string().replace('"', "'")
+                ),
+            })
+            .collect();
+        println!(
+            "{{\"device\": \"{name}\", \"one_line_ns\": {:.1}, \"two_line_ns\": {:.1}, \"threads_p50_ns\": {:.1}, \"rows\": [{}]}}",
+            l.c2c.one_line_ns,
+            l.c2c.one_way_ns,
+            threads.p50_ns,
+            items.join(", ")
+        );
+        return;
+    }
+    println!("# tandem-perf gpu-flags: {name}, {iters} round trips each, one-way times");
+    println!(
+        "# CPU floors of this run: one line {:.1} ns, two lines {:.1} ns (processes); two threads: {threads}",
+        l.c2c.one_line_ns, l.c2c.one_way_ns
+    );
+    println!(
+        "{:<34} {:>10} {:>10} {:>12}",
+        "handshake", "p50 ns", "p99 ns", "x one line"
+    );
+    for (what, r) in rows {
+        match r {
+            Ok(w) => println!(
+                "{what:<34} {:>10.0} {:>10.0} {:>12.2}",
+                w.p50_ns,
+                w.p99_ns,
+                w.p50_ns / l.c2c.one_line_ns
+            ),
+            Err(e) => println!("{what:<34} failed: {e}"),
+        }
+    }
+    println!(
+        "# two processes on one GPU: not measured (without MPS their contexts take turns on the GPU: that would time the scheduler)"
+    );
 }

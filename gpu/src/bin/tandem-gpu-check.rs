@@ -13,47 +13,58 @@ use std::time::{Duration, Instant};
 use tandem_driver::{Comm, ANY_SOURCE, ANY_TAG};
 use tandem_gpu::{probe, recv, send, Gpu, GpuError};
 
-/// The checks: name, time limit, what it shows.
+/// The checks: name, time limit in seconds (together under 5 minutes),
+/// what it shows.
 const CHECKS: &[(&str, u64, &str)] = &[
-    ("probe", 30, "the driver, its version, the devices, NVRTC"),
+    ("probe", 15, "the driver, its version, the devices, NVRTC"),
     (
         "device-roundtrip",
-        30,
+        15,
         "a buffer up to the device and back, every size class",
     ),
     (
         "p2p-sizes",
-        120,
+        40,
         "two processes on one GPU exchange device buffers, 0 B to 16 MiB, data checked",
     ),
     (
         "p2p-wildcard",
-        60,
+        20,
         "receives from any source with any tag into device memory",
     ),
     (
         "p2p-truncated",
-        60,
+        20,
         "a message longer than the device buffer is an error, the next one arrives whole",
     ),
     (
+        "p2p-peer-killed",
+        30,
+        "a receiver that ends mid-transfer of a device buffer: the sender gets an error, not a hang",
+    ),
+    (
         "collectives",
-        120,
+        30,
         "every collective on device buffers, against the host collective on the same data",
     ),
     (
         "kernels",
-        90,
+        30,
         "every reduction kernel (NVRTC) on the device, against the CPU's on the same data",
     ),
     (
         "kernel-bandwidth",
-        60,
+        20,
         "the f32 sum kernel on 256 MiB against the device's own copy, bytes read plus written",
     ),
     (
+        "gpu-flags",
+        20,
+        "flag-polling handshakes: kernel<->CPU through host-mapped memory, two kernels on one GPU; apart and LL",
+    ),
+    (
         "pingpong",
-        120,
+        40,
         "half round trip of device buffers between two processes, beside the device's own copy",
     ),
 ];
@@ -64,9 +75,7 @@ const NOT_BUILT: &[&str] = &[
     "ipc-rendezvous (device to device over CUDA IPC between processes)",
     "stream-ordered group send/recv (cuStreamWaitValue32 / cuStreamWriteValue32)",
     "collectives reducing on the device (they reduce in staged host memory; the kernels exist and are checked above)",
-    "rank killed mid-transfer of a device buffer",
     "zero allocations per device message in steady state",
-    "gpu-flags (GPU<->CPU and GPU<->GPU flag polling)",
 ];
 
 /// What one check ended with.
@@ -237,6 +246,23 @@ fn run_one(name: &str) -> Result<Outcome, String> {
             Ok(Outcome::Pass(format!("{} sizes", SIZES.len())))
         }
         "kernels" => kernels_check(),
+        "gpu-flags" => {
+            use tandem_gpu::flags::{cpu_floor, gpu_cpu, gpu_gpu};
+            let g = Gpu::open(0).map_err(s)?;
+            let n = 20_000;
+            let parts = [
+                ("GPU<->CPU apart", gpu_cpu(&g, n, false).map_err(s)?),
+                ("GPU<->CPU LL", gpu_cpu(&g, n, true).map_err(s)?),
+                ("GPU<->GPU apart", gpu_gpu(&g, n, false).map_err(s)?),
+                ("GPU<->GPU LL", gpu_gpu(&g, n, true).map_err(s)?),
+                ("CPU threads, one line", cpu_floor(n)),
+            ];
+            let text: Vec<String> = parts
+                .iter()
+                .map(|(w, o)| format!("{w} p50 {:.0} / p99 {:.0} ns", o.p50_ns, o.p99_ns))
+                .collect();
+            Ok(Outcome::Pass(text.join("; ")))
+        }
         "kernel-bandwidth" => {
             let g = Gpu::open(0).map_err(s)?;
             let n = 64usize << 20; // f32 elements: 256 MiB
@@ -263,9 +289,8 @@ fn run_one(name: &str) -> Result<Outcome, String> {
                 kernel / copy
             )))
         }
-        "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "collectives" | "pingpong" => {
-            two_ranks(name)
-        }
+        "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "p2p-peer-killed" | "collectives"
+        | "pingpong" => two_ranks(name),
         other => Err(format!("no check named {other:?}")),
     }
 }
@@ -345,6 +370,28 @@ fn two_ranks(name: &str) -> Result<Outcome, String> {
             "truncation reported, the stream of messages intact".into()
         }
         "collectives" => collectives(&comm, &g, me)?,
+        "p2p-peer-killed" => {
+            let len = 64 << 20;
+            if me == 1 {
+                // Takes the first 1 MiB chunk by hand, then ends abruptly.
+                let mut first = vec![0u8; 1 << 20];
+                comm.recv(&mut first, 0, 8).map_err(|e| e.to_string())?;
+                std::process::exit(3);
+            }
+            let d = g.alloc(len).map_err(s)?;
+            let t = Instant::now();
+            match send(&comm, &g, &d, 1, 8) {
+                Err(e) => {
+                    // Rank 1's exit is expected: the job's end says so.
+                    let _ = comm.finish();
+                    return Ok(Outcome::Pass(format!(
+                        "the send failed after {:.2} s: {e}",
+                        t.elapsed().as_secs_f64()
+                    )));
+                }
+                Ok(()) => return Err("a 64 MiB send to a dead rank succeeded".into()),
+            }
+        }
         "pingpong" => {
             let mut line = Vec::new();
             for len in [8usize, 65536, 1 << 20, 16 << 20, 64 << 20] {
