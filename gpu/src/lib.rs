@@ -22,6 +22,10 @@
 //! buffers", for what has run where.
 
 pub mod coll;
+/// Counting allocations in the tests (the same file serves
+/// `tandem-gpu-check`).
+#[cfg(test)]
+mod counting;
 pub mod flags;
 pub mod ipc;
 pub mod kernels;

@@ -447,4 +447,76 @@ mod tests {
         assert!(e.contains("rank 1"), "{e}");
         assert!(took < std::time::Duration::from_secs(20), "{took:?}");
     }
+
+    use crate::counting;
+
+    /// [`Copies`] over buffers made once, as the GPU's pool serves them.
+    struct Pooled {
+        from: Vec<u8>,
+        into: Vec<u8>,
+        spare: std::cell::RefCell<Option<[Vec<u8>; 2]>>,
+    }
+
+    impl Copies for Pooled {
+        type Buf = Vec<u8>;
+        fn pair(&self, _: usize) -> Result<[Vec<u8>; 2]> {
+            Ok(self
+                .spare
+                .borrow_mut()
+                .take()
+                .expect("one transfer at a time"))
+        }
+        fn put_back(&self, b: [Vec<u8>; 2]) {
+            *self.spare.borrow_mut() = Some(b);
+        }
+        fn down(&self, b: &mut Vec<u8>, at: usize, n: usize) -> Result<()> {
+            b[..n].copy_from_slice(&self.from[at..at + n]);
+            Ok(())
+        }
+        fn up(&mut self, b: &mut Vec<u8>, at: usize, n: usize) -> Result<()> {
+            self.into[at..at + n].copy_from_slice(&b[..n]);
+            Ok(())
+        }
+        fn wait(&self, _: &Vec<u8>) -> Result<()> {
+            Ok(())
+        }
+        fn bytes<'b>(&self, b: &'b mut Vec<u8>, n: usize) -> Result<&'b mut [u8]> {
+            Ok(&mut b[..n])
+        }
+    }
+
+    #[test]
+    fn transfers_in_steady_state_allocate_nothing() {
+        const CHUNK: usize = 8 << 10;
+        let len = 5 * CHUNK + 100;
+        ranks(2, |c| {
+            let peer = 1 - c.rank();
+            let mut p = Pooled {
+                from: data(len, c.rank() as u8),
+                into: vec![0; len],
+                spare: std::cell::RefCell::new(Some([vec![0; CHUNK], vec![0; CHUNK]])),
+            };
+            let round = |p: &mut Pooled| -> Result<()> {
+                if c.rank() == 0 {
+                    send_chunks(c, p, len, CHUNK, peer, 7)?;
+                    recv_chunks(c, p, len, CHUNK, peer, 7)?;
+                } else {
+                    recv_chunks(c, p, len, CHUNK, peer, 7)?;
+                    send_chunks(c, p, len, CHUNK, peer, 7)?;
+                }
+                Ok(())
+            };
+            for _ in 0..20 {
+                round(&mut p)?;
+            }
+            let before = counting::mine();
+            for _ in 0..200 {
+                round(&mut p)?;
+            }
+            let n = counting::mine() - before;
+            assert_eq!(n, 0, "rank {}: {n} allocations in 200 rounds", c.rank());
+            assert_eq!(p.into, data(len, peer as u8));
+            Ok(())
+        });
+    }
 }
