@@ -45,8 +45,10 @@ impl<'g> Host<'g> {
     fn of(gpu: &'g Gpu, buf: &DeviceBuf) -> Result<Self> {
         let mut h = Self::new(gpu, buf.len())?;
         if !buf.is_empty() {
-            let src = gpu.addr(buf, 0);
-            h.staging().start_download(gpu.stream(), src, buf.len())?;
+            let st = h.staging();
+            gpu.reading(buf, 0, |src| {
+                st.start_download(gpu.stream(), src, buf.len())
+            })?;
         }
         Ok(h)
     }
@@ -67,9 +69,9 @@ impl<'g> Host<'g> {
     fn to(&mut self, buf: &mut DeviceBuf) -> Result<()> {
         let n = self.len.min(buf.len());
         if n > 0 {
-            let dst = self.gpu.addr(buf, 0);
-            let stream = self.gpu.stream().clone();
-            self.staging().start_upload(&stream, dst, n)?;
+            let gpu = self.gpu;
+            let st = self.staging();
+            gpu.writing(buf, 0, |dst| st.start_upload(gpu.stream(), dst, n))?;
         }
         self.staging().wait()
     }

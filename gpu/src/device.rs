@@ -4,7 +4,7 @@
 use crate::{cuda_err, probe, Found, GpuError, Result};
 use cudarc::driver::{
     result, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
-    LaunchConfig, PushKernelArg,
+    DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use std::sync::{Arc, Mutex};
 use tandem_driver::{Dtype, ReduceOp};
@@ -202,22 +202,26 @@ impl Gpu {
             return Ok(());
         }
         let f = self.function(crate::kernels::source_static(), &name)?;
-        let (out, other) = (self.addr(acc, 0), self.addr(b, 0));
         let blocks = n.div_ceil(256).min(1 << 16) as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = self.stream.launch_builder(&f);
-        launch.arg(&out).arg(&out).arg(&other).arg(&n);
-        // SAFETY: the kernel's parameters are (T *out, const T *a, const T
-        // *b, unsigned long long n): `out` and `a` are `acc`'s `n`
-        // elements (the kernel reads each element before writing it, in
-        // the same thread), `b` is `b`'s `n` elements; both buffers are
-        // borrowed by this call and the launch is ordered on tandem's
-        // stream before any later copy of them there.
-        unsafe { launch.launch(cfg) }.map_err(cuda_err(format!("launching {name}")))?;
+        self.writing(acc, 0, |out| {
+            self.reading(b, 0, |other| {
+                let mut launch = self.stream.launch_builder(&f);
+                launch.arg(&out).arg(&out).arg(&other).arg(&n);
+                // SAFETY: the kernel's parameters are (T *out, const T *a,
+                // const T *b, unsigned long long n): `out` and `a` are
+                // `acc`'s `n` elements (the kernel reads each element
+                // before writing it, in the same thread), `b` is `b`'s `n`
+                // elements; both buffers are borrowed by this call, and
+                // the launch is ordered with their other users on every
+                // stream (the guards of `writing` and `reading`).
+                unsafe { launch.launch(cfg) }.map_err(cuda_err(format!("launching {name}")))
+            })
+        })?;
         Ok(())
     }
 
@@ -262,11 +266,26 @@ impl Gpu {
         pool.extend(s);
     }
 
-    /// The device address of byte `at` of `buf`, for a copy on tandem's
-    /// stream (which then waits for the buffer's earlier writers).
-    pub(crate) fn addr(&self, buf: &DeviceBuf, at: usize) -> u64 {
+    /// Runs `f` with the device address of byte `at` of `buf` for work
+    /// that `f` queues on tandem's stream and that reads `buf`: the stream
+    /// first waits for `buf`'s earlier writers, and `buf`'s later writers
+    /// on other streams wait for this work (its read is recorded when `f`
+    /// returns).
+    pub(crate) fn reading<R>(&self, buf: &DeviceBuf, at: usize, f: impl FnOnce(u64) -> R) -> R {
         let (p, _record) = buf.mem.device_ptr(&self.stream);
-        p + at as u64
+        f(p + at as u64)
+    }
+
+    /// [`reading`](Self::reading) for work that writes `buf`.
+    pub(crate) fn writing<R>(&self, buf: &mut DeviceBuf, at: usize, f: impl FnOnce(u64) -> R) -> R {
+        let (p, _record) = buf.mem.device_ptr_mut(&self.stream);
+        f(p + at as u64)
+    }
+
+    /// The device address of `buf`, with no ordering: for kernels on
+    /// streams of their own that the caller synchronizes itself.
+    pub(crate) fn raw_addr(&self, buf: &DeviceBuf) -> u64 {
+        self.reading(buf, 0, |p| p)
     }
 }
 

@@ -269,7 +269,7 @@ pub fn gpu_gpu(gpu: &Gpu, iters: u32, ll: bool) -> Result<OneWay> {
         block_dim: (1, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (f, t) = (gpu.addr(&flags, 0), gpu.addr(&times, 0));
+    let (f, t) = (gpu.raw_addr(&flags), gpu.raw_addr(&times));
     let (llw, spin) = (ll as i32, SPIN_MAX);
     let mut a = s2.launch_builder(&pong);
     a.arg(&f).arg(&iters).arg(&llw).arg(&spin);

@@ -178,12 +178,15 @@ impl Copies for Device<'_> {
 
     fn down(&self, b: &mut Staging, at: usize, n: usize) -> Result<()> {
         let buf = self.from.expect("a sending transfer");
-        b.start_download(self.gpu.stream(), self.gpu.addr(buf, at), n)
+        let stream = self.gpu.stream();
+        self.gpu
+            .reading(buf, at, |src| b.start_download(stream, src, n))
     }
 
     fn up(&mut self, b: &mut Staging, at: usize, n: usize) -> Result<()> {
-        let buf = self.into.as_deref().expect("a receiving transfer");
-        b.start_upload(self.gpu.stream(), self.gpu.addr(buf, at), n)
+        let gpu = self.gpu;
+        let buf = self.into.as_deref_mut().expect("a receiving transfer");
+        gpu.writing(buf, at, |dst| b.start_upload(gpu.stream(), dst, n))
     }
 
     fn wait(&self, b: &Staging) -> Result<()> {
