@@ -225,6 +225,30 @@ impl Gpu {
         Ok(())
     }
 
+    /// The device's own copy bandwidth, device to device over `bytes`
+    /// bytes, counting bytes read plus bytes written per second (as
+    /// nccl-tests' bus bandwidth counts a copy): the reference line of
+    /// every device benchmark.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] if the allocation or a copy fails.
+    pub fn copy_gbps(&self, bytes: usize) -> Result<f64> {
+        let a = self.alloc(bytes)?;
+        let mut b = self.alloc(bytes)?;
+        let mut run = || -> Result<()> {
+            self.stream
+                .memcpy_dtod(&a.mem, &mut b.mem)
+                .map_err(cuda_err("copying on the device"))?;
+            self.synchronize()
+        };
+        run()?;
+        let t = std::time::Instant::now();
+        for _ in 0..5 {
+            run()?;
+        }
+        Ok(2.0 * bytes as f64 * 5.0 / t.elapsed().as_secs_f64() / 1e9)
+    }
+
     /// Waits until everything queued on tandem's stream is done.
     ///
     /// # Errors

@@ -74,6 +74,11 @@ options:
   --persistent    pingpong: through persistent requests (Scope::send_init,
                   recv_init), bound once per size, blocking send / recv
                   (always from one buffer into another)
+  --device gpu    pingpong: device buffers on GPU 0 (rank r on device
+                  r % devices), sent with tandem-gpu, beside the device's
+                  own copy bandwidth measured in the same run; says why it
+                  skipped where there is no GPU (bw and the collectives do
+                  not take it yet)
   --separate      pingpong: send from one buffer, receive into another
                   (osu_latency's pattern: the sent data stays clean in the
                   sender's cache) instead of one buffer both ways
@@ -121,6 +126,8 @@ struct Opts {
     /// `pingpong`: send from one buffer, receive into another (osu's
     /// pattern; persistent requests always do).
     separate: bool,
+    /// `--device gpu`: buffers in device memory (tandem-gpu).
+    gpu: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -149,6 +156,7 @@ fn parse() -> Result<Opts, String> {
         bw_axis: None,
         persistent: false,
         separate: false,
+        gpu: false,
     };
     // `--compare A.json B.json`: bare arguments after a --compare value
     // are more files to compare.
@@ -200,6 +208,13 @@ fn parse() -> Result<Opts, String> {
             "--no-pin" => o.pin = false,
             "--persistent" => o.persistent = true,
             "--separate" => o.separate = true,
+            "--device" => {
+                o.gpu = match val("--device")?.as_str() {
+                    "gpu" => true,
+                    "cpu" => false,
+                    other => return Err(format!("--device {other}: cpu or gpu")),
+                }
+            }
             other => {
                 if !o.plot.take(other, &mut val)? {
                     return Err(format!("unknown option {other}"));
@@ -221,6 +236,12 @@ fn parse() -> Result<Opts, String> {
     }
     if o.iters == 0 {
         return Err("--iters must be positive".into());
+    }
+    if o.gpu && o.cmd != "pingpong" {
+        return Err(format!(
+            "--device gpu takes pingpong only ({}: not built yet for device buffers)",
+            o.cmd
+        ));
     }
     if o.persistent && o.cmd != "pingpong" {
         return Err("--persistent applies to pingpong only".into());
@@ -378,6 +399,9 @@ fn network_mode() -> bool {
 
 /// `pingpong` and `bw`: start two ranks, sweep the sizes, report.
 fn sweep_sizes(o: &Opts) {
+    if o.gpu {
+        return sweep_device(o);
+    }
     if network_mode() {
         return sweep_network(o);
     }
@@ -1170,4 +1194,85 @@ fn gpu_flags(o: &Opts) {
     println!(
         "# two processes on one GPU: not measured (without MPS their contexts take turns on the GPU: that would time the scheduler)"
     );
+}
+
+/// `pingpong --device gpu`: device buffers both ways, each size's p50 and
+/// p99 half round trip and bandwidth, beside the device's own copy.
+fn sweep_device(o: &Opts) {
+    if o.cmd != "pingpong" {
+        eprintln!(
+            "tandem-perf: --device gpu takes pingpong only (bw and the collectives: not built yet)"
+        );
+        std::process::exit(2)
+    }
+    let found = match tandem_gpu::probe() {
+        Ok(f) => f,
+        Err(e) => {
+            println!("# tandem-perf pingpong --device gpu: skipped: {e}");
+            return;
+        }
+    };
+    let comm = Comm::local(2).unwrap_or_else(|e| fail(&e.to_string()));
+    let me = comm.rank();
+    let peer = 1 - me;
+    let gpu = tandem_gpu::Gpu::open(me % found.devices).unwrap_or_else(|e| fail(&e.to_string()));
+    let copy = gpu
+        .copy_gbps(256 << 20)
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    let mut rows = Vec::new();
+    for size in sweep(o.min, o.max) {
+        let a = gpu.alloc(size).unwrap_or_else(|e| fail(&e.to_string()));
+        let mut b = gpu.alloc(size).unwrap_or_else(|e| fail(&e.to_string()));
+        let iters = iters_for(size, o.iters.min(2000));
+        let mut samples = Vec::with_capacity(iters as usize);
+        for i in 0..iters + 10 {
+            let t = Instant::now();
+            let r = if me == 0 {
+                tandem_gpu::send(&comm, &gpu, &a, peer, 1)
+                    .and_then(|_| tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1).map(|_| ()))
+            } else {
+                tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1)
+                    .and_then(|_| tandem_gpu::send(&comm, &gpu, &a, peer, 1))
+            };
+            r.unwrap_or_else(|e| fail(&e.to_string()));
+            if i >= 10 {
+                samples.push(t.elapsed().as_nanos() as f64 / 2.0);
+            }
+        }
+        if me == 0 {
+            let p50 = percentile(&mut samples, 50.0);
+            let p99 = percentile(&mut samples, 99.0);
+            rows.push((size, p50 / 1e3, p99 / 1e3, size as f64 / p50));
+        }
+    }
+    if me != 0 {
+        std::process::exit(0);
+    }
+    let name = gpu.name().unwrap_or_else(|_| "GPU".into());
+    if o.json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|(s, p50, p99, g)| {
+                format!("{{\"size\": {s}, \"p50_us\": {p50:.3}, \"p99_us\": {p99:.3}, \"gbps\": {g:.3}, \"device_copy_gbps\": {copy:.1}}}")
+            })
+            .collect();
+        println!("[\n  {}\n]", items.join(",\n  "));
+    } else {
+        println!("# tandem-perf pingpong --device gpu: {name}, 2 ranks, device buffers staged through pinned host memory");
+        println!(
+            "# the device's own copy in this run: {copy:.1} GB/s (bytes read plus bytes written)"
+        );
+        println!(
+            "{:>10} {:>12} {:>12} {:>10} {:>10}",
+            "size", "p50 us", "p99 us", "GB/s", "x copy"
+        );
+        for (s, p50, p99, g) in &rows {
+            println!(
+                "{:>10} {p50:>12.2} {p99:>12.2} {g:>10.2} {:>10.3}",
+                fmt_size(*s),
+                g / copy
+            );
+        }
+    }
+    comm.finish().unwrap_or_else(|e| fail(&e.to_string()));
 }

@@ -287,7 +287,7 @@ fn run_one(name: &str) -> Result<Outcome, String> {
                 sum(&mut acc).map_err(s)?;
             }
             let kernel = 3.0 * (n * 4) as f64 * 5.0 / t.elapsed().as_secs_f64() / 1e9;
-            let copy = device_copy_gbps(&g).map_err(s)?;
+            let copy = g.copy_gbps(256 << 20).map_err(s)?;
             Ok(Outcome::Pass(format!(
                 "f32 sum {kernel:.0} GB/s (3 bytes moved per output byte), device copy {copy:.0} GB/s, ratio {:.2}",
                 kernel / copy
@@ -454,7 +454,7 @@ fn two_ranks(name: &str) -> Result<Outcome, String> {
             }
             line.push(format!(
                 "device copy {:.1} GB/s",
-                device_copy_gbps(&g).map_err(s)?
+                g.copy_gbps(256 << 20).map_err(s)?
             ));
             line.join(", ")
         }
@@ -468,33 +468,6 @@ fn two_ranks(name: &str) -> Result<Outcome, String> {
         // Rank 1's line is not read; its exit code is.
         std::process::exit(0)
     }
-}
-
-/// The device's own copy bandwidth, device to device, 256 MiB (bytes read
-/// plus bytes written, per second, as nccl-tests' bus bandwidth counts a
-/// copy).
-fn device_copy_gbps(g: &Gpu) -> tandem_gpu::Result<f64> {
-    let n = 256 << 20;
-    let a = g.alloc(n)?;
-    let mut b = g.alloc(n)?;
-    let run = |b: &mut tandem_gpu::DeviceBuf| -> tandem_gpu::Result<()> {
-        g.stream()
-            .memcpy_dtod(a.slice(), b.slice_mut())
-            .map_err(|e| GpuError::Cuda {
-                what: "copying on the device".into(),
-                error: format!("{e:?}"),
-            })?;
-        g.stream().synchronize().map_err(|e| GpuError::Cuda {
-            what: "waiting for the device copy".into(),
-            error: format!("{e:?}"),
-        })
-    };
-    run(&mut b)?;
-    let t = Instant::now();
-    for _ in 0..5 {
-        run(&mut b)?;
-    }
-    Ok(2.0 * n as f64 * 5.0 / t.elapsed().as_secs_f64() / 1e9)
 }
 
 /// Each collective on device buffers against the host collective on the
