@@ -61,6 +61,8 @@ cargo bench -q -p tandem-benches --bench handshake -- --test
 step "the GPU check: both halves build and run; without a GPU every check says it skipped and why"
 ./scripts/gpu-check.sh --build
 ./scripts/gpu-check.sh --run | tee target/gpu-check/run.log
+cargo run --release -q -p tandem-benches --bin tandem-perf -- gpu-flags --iters 1000
+cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --device gpu --max-size 64K
 grep -Eq '^0 passed, 0 failed, [0-9]+ skipped$|^[0-9]+ passed, 0 failed' target/gpu-check/run.log
 
 step "the MPI library: C programs, mpi4py (bench and test suite), NetPIPE (scripts/test-mpi.sh)"
