@@ -13,13 +13,18 @@
 //! - [`ipc`]: the cache of CUDA IPC handles, invalidated when a buffer is
 //!   freed;
 //! - [`stream`]: the protocol of stream-ordered operations (the stream
-//!   held at a flag until tandem has moved the data), as a state machine.
+//!   held at a flag until tandem has moved the data), as a state machine;
+//! - [`kernels`]: the reduction kernels' CUDA C source, which the tests
+//!   build with the host's C compiler and check against tandem's CPU
+//!   kernels; and the message protocol of [`send`] and [`recv`], run
+//!   between real ranks with plain memory in place of the device copies.
 //!
 //! What needs a GPU ([`Gpu`], [`DeviceBuf`], [`send`], [`recv`],
-//! [`coll`]): device buffers sent and received through pinned host
-//! staging, pipelined by chunks, and collectives on device buffers staged
-//! through host memory. Built and tested without a GPU so far: see README, "GPU
-//! buffers", for what has run where.
+//! [`coll`], [`Gpu::reduce`], [`flags`]): device buffers sent and received
+//! through pinned host staging, pipelined by chunks; collectives on device
+//! buffers staged through host memory; the kernels compiled by NVRTC; the
+//! flag-polling handshakes. Built and tested without a GPU so far: see
+//! README, "GPU buffers", for what has run where.
 
 pub mod coll;
 /// Counting allocations in the tests (the same file serves
