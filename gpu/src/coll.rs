@@ -85,6 +85,23 @@ impl Drop for Host<'_> {
     }
 }
 
+/// The shape most collectives share: `send` and `recv` of whole `T`s
+/// staged down, `f` run on the host copies, the result staged up.
+fn staged<T: Element>(
+    what: &str,
+    gpu: &Gpu,
+    send: &DeviceBuf,
+    recv: &mut DeviceBuf,
+    f: impl FnOnce(&[T], &mut [T]) -> tandem_driver::Result<()>,
+) -> Result<()> {
+    elements::<T>(what, send)?;
+    elements::<T>(what, recv)?;
+    let mut s = Host::of(gpu, send)?;
+    let mut r = Host::new(gpu, recv.len())?;
+    f(s.elems()?, r.elems()?)?;
+    r.to(recv)
+}
+
 /// Every rank's `send` combined element by element with `op` into every rank's
 /// `recv` (device buffers of `T`s; [`Comm::allreduce`]).
 ///
@@ -98,12 +115,9 @@ pub fn allreduce<T: Element>(
     recv: &mut DeviceBuf,
     op: ReduceOp,
 ) -> Result<()> {
-    elements::<T>("allreduce", send)?;
-    elements::<T>("allreduce", recv)?;
-    let mut s = Host::of(gpu, send)?;
-    let mut r = Host::new(gpu, recv.len())?;
-    comm.allreduce::<T>(s.elems()?, r.elems()?, op)?;
-    r.to(recv)
+    staged::<T>("allreduce", gpu, send, recv, |s, r| {
+        comm.allreduce(s, r, op)
+    })
 }
 
 /// [`allreduce`] in place.
@@ -180,12 +194,7 @@ pub fn allgather<T: Element>(
     send: &DeviceBuf,
     recv: &mut DeviceBuf,
 ) -> Result<()> {
-    elements::<T>("allgather", send)?;
-    elements::<T>("allgather", recv)?;
-    let mut s = Host::of(gpu, send)?;
-    let mut r = Host::new(gpu, recv.len())?;
-    comm.allgather::<T>(s.elems()?, r.elems()?)?;
-    r.to(recv)
+    staged::<T>("allgather", gpu, send, recv, |s, r| comm.allgather(s, r))
 }
 
 /// `send`'s blocks combined with `op`, block `rank` into `recv`
@@ -200,12 +209,9 @@ pub fn reduce_scatter<T: Element>(
     recv: &mut DeviceBuf,
     op: ReduceOp,
 ) -> Result<()> {
-    elements::<T>("reduce_scatter", send)?;
-    elements::<T>("reduce_scatter", recv)?;
-    let mut s = Host::of(gpu, send)?;
-    let mut r = Host::new(gpu, recv.len())?;
-    comm.reduce_scatter::<T>(s.elems()?, r.elems()?, op)?;
-    r.to(recv)
+    staged::<T>("reduce_scatter", gpu, send, recv, |s, r| {
+        comm.reduce_scatter(s, r, op)
+    })
 }
 
 /// Block `j` of `send` to rank `j`, into block `i` of its `recv` from rank
@@ -219,10 +225,5 @@ pub fn alltoall<T: Element>(
     send: &DeviceBuf,
     recv: &mut DeviceBuf,
 ) -> Result<()> {
-    elements::<T>("alltoall", send)?;
-    elements::<T>("alltoall", recv)?;
-    let mut s = Host::of(gpu, send)?;
-    let mut r = Host::new(gpu, recv.len())?;
-    comm.alltoall::<T>(s.elems()?, r.elems()?)?;
-    r.to(recv)
+    staged::<T>("alltoall", gpu, send, recv, |s, r| comm.alltoall(s, r))
 }

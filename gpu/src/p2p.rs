@@ -254,36 +254,42 @@ mod tests {
     use super::*;
     use tandem_driver::{Config, Layout, ANY_SOURCE, ANY_TAG};
 
-    /// [`Copies`] in plain memory, counting the copies.
+    /// [`Copies`] in plain memory, counting the copies; its staging
+    /// buffers are made at the first transfer and reused after, as the
+    /// GPU's pool does.
     struct Host {
         from: Vec<u8>,
         into: Vec<u8>,
         downs: std::cell::Cell<usize>,
+        spare: std::cell::RefCell<Option<[Vec<u8>; 2]>>,
     }
 
     impl Host {
-        fn sending(from: Vec<u8>) -> Self {
+        fn new(from: Vec<u8>, cap: usize) -> Self {
             Self {
                 from,
-                into: Vec::new(),
-                downs: Default::default(),
-            }
-        }
-        fn receiving(cap: usize) -> Self {
-            Self {
-                from: Vec::new(),
                 into: vec![0; cap],
                 downs: Default::default(),
+                spare: Default::default(),
             }
+        }
+        fn sending(from: Vec<u8>) -> Self {
+            Self::new(from, 0)
+        }
+        fn receiving(cap: usize) -> Self {
+            Self::new(Vec::new(), cap)
         }
     }
 
     impl Copies for Host {
         type Buf = Vec<u8>;
         fn pair(&self, chunk: usize) -> Result<[Vec<u8>; 2]> {
-            Ok([vec![0; chunk], vec![0; chunk]])
+            let spare = self.spare.borrow_mut().take();
+            Ok(spare.unwrap_or_else(|| [vec![0; chunk], vec![0; chunk]]))
         }
-        fn put_back(&self, _: [Vec<u8>; 2]) {}
+        fn put_back(&self, b: [Vec<u8>; 2]) {
+            *self.spare.borrow_mut() = Some(b);
+        }
         fn down(&self, b: &mut Vec<u8>, at: usize, n: usize) -> Result<()> {
             self.downs.set(self.downs.get() + 1);
             b[..n].copy_from_slice(&self.from[at..at + n]);
@@ -453,53 +459,14 @@ mod tests {
 
     use crate::counting;
 
-    /// [`Copies`] over buffers made once, as the GPU's pool serves them.
-    struct Pooled {
-        from: Vec<u8>,
-        into: Vec<u8>,
-        spare: std::cell::RefCell<Option<[Vec<u8>; 2]>>,
-    }
-
-    impl Copies for Pooled {
-        type Buf = Vec<u8>;
-        fn pair(&self, _: usize) -> Result<[Vec<u8>; 2]> {
-            Ok(self
-                .spare
-                .borrow_mut()
-                .take()
-                .expect("one transfer at a time"))
-        }
-        fn put_back(&self, b: [Vec<u8>; 2]) {
-            *self.spare.borrow_mut() = Some(b);
-        }
-        fn down(&self, b: &mut Vec<u8>, at: usize, n: usize) -> Result<()> {
-            b[..n].copy_from_slice(&self.from[at..at + n]);
-            Ok(())
-        }
-        fn up(&mut self, b: &mut Vec<u8>, at: usize, n: usize) -> Result<()> {
-            self.into[at..at + n].copy_from_slice(&b[..n]);
-            Ok(())
-        }
-        fn wait(&self, _: &Vec<u8>) -> Result<()> {
-            Ok(())
-        }
-        fn bytes<'b>(&self, b: &'b mut Vec<u8>, n: usize) -> Result<&'b mut [u8]> {
-            Ok(&mut b[..n])
-        }
-    }
-
     #[test]
     fn transfers_in_steady_state_allocate_nothing() {
         const CHUNK: usize = 8 << 10;
         let len = 5 * CHUNK + 100;
         ranks(2, |c| {
             let peer = 1 - c.rank();
-            let mut p = Pooled {
-                from: data(len, c.rank() as u8),
-                into: vec![0; len],
-                spare: std::cell::RefCell::new(Some([vec![0; CHUNK], vec![0; CHUNK]])),
-            };
-            let round = |p: &mut Pooled| -> Result<()> {
+            let mut p = Host::new(data(len, c.rank() as u8), len);
+            let round = |p: &mut Host| -> Result<()> {
                 if c.rank() == 0 {
                     send_chunks(c, p, len, CHUNK, peer, 7)?;
                     recv_chunks(c, p, len, CHUNK, peer, 7)?;
