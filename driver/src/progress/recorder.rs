@@ -5,8 +5,8 @@
 //! where it is invariant, else `CLOCK_MONOTONIC`), under the engine lock
 //! the caller already holds: no allocation, no lock, no system call per
 //! event. The default ring (4096 events, 128 KiB) is walked by a 16-bit
-//! cursor that wraps by itself; about 11 instructions an event in all
-//! (BENCHMARKS.md).
+//! cursor that wraps by itself; about 12 instructions an event beyond
+//! the recorder-off check (BENCHMARKS.md, "Issue 23, fourth part").
 //! Every message event carries its peer and the per-peer sequence number
 //! of its header, so the same message can be found on both ranks
 //! (`tandem-trace merge` draws it as an arrow).

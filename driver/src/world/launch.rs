@@ -290,12 +290,8 @@ fn supervise(ranks: &mut [Rank], grace: Duration, reports: Option<&Collected>) -
             round.ask(running);
         }
         if let Some(c) = reports {
-            let running: Vec<usize> = ranks
-                .iter()
-                .filter(|r| r.status.is_none())
-                .map(|r| r.rank)
-                .collect();
-            if let Some(text) = round.poll(c, n, &running) {
+            let running = |k: usize| ranks.iter().any(|r| r.rank == k && r.status.is_none());
+            if let Some(text) = round.poll(c, n, running) {
                 eprintln!("{text}");
             }
         }
