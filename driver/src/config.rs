@@ -776,7 +776,7 @@ pub struct Config {
     /// RDMA links: device, port, GID, rendezvous, retries.
     pub rdma: RdmaConfig,
     /// Events the flight recorder keeps, the last ones (`TANDEM_RECORDER`;
-    /// default 4096, rounded up to a power of two; 0 switches it off).
+    /// default 2048, rounded up to a power of two; 0 switches it off).
     pub recorder: usize,
     /// Where each rank writes its flight recorder as a trace
     /// (`dir/rank-<r>.json`, Chrome / Perfetto trace-event JSON) when its
@@ -818,7 +818,7 @@ pub const DEFAULT_DEADLOCK_AFTER: Duration = Duration::from_millis(500);
 pub const DEFAULT_FAILURE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Events a rank's flight recorder keeps by default (`TANDEM_RECORDER`).
-pub const DEFAULT_EVENTS: usize = 4096;
+pub const DEFAULT_EVENTS: usize = 2048;
 
 impl Default for Config {
     fn default() -> Self {

@@ -4,9 +4,10 @@
 //! event is seven stores and a timestamp (the CPU's time-stamp counter
 //! where it is invariant, else `CLOCK_MONOTONIC`), under the engine lock
 //! the caller already holds: no allocation, no lock, no system call per
-//! event. The default ring (4096 events, 128 KiB) is walked by a 16-bit
-//! cursor that wraps by itself; about 12 instructions an event beyond
-//! the recorder-off check (BENCHMARKS.md, "Issue 23, fourth part").
+//! event. The default ring (2048 events, 64 KiB, aligned to its size) is
+//! walked by adding to the low 16 bits of the next event's address, which
+//! wrap around the ring by themselves; about 10 instructions an event
+//! beyond the recorder-off check (BENCHMARKS.md, "Issue 23, last part").
 //! Every message event carries its peer and the per-peer sequence number
 //! of its header, so the same message can be found on both ranks
 //! (`tandem-trace merge` draws it as an arrow).
@@ -94,6 +95,16 @@ struct Event {
 const EVENT: usize = std::mem::size_of::<Event>();
 
 impl Event {
+    /// An empty slot.
+    const EMPTY: Event = Event {
+        t: [0; 2],
+        w0: 0,
+        len: 0,
+        seq: 0,
+        code: 0,
+        peer: 0,
+    };
+
     #[inline(always)]
     fn new(t: [u32; 2], code: Code, w0: u64, seq: u16, peer: usize, len: u64) -> Self {
         Self {
@@ -109,9 +120,10 @@ impl Event {
 
 /// Where timestamps come from, and which cursor walks the ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
 enum Mode {
     /// The time-stamp counter, into a ring of [`FAST_EVENTS`]: the hot path.
-    Fast,
+    Fast = 0,
     /// Nothing is recorded.
     Off,
     /// The invariant time-stamp counter, a ring of another size.
@@ -127,17 +139,98 @@ pub(crate) fn word(sub: u8, ctx: u16, tag: u32) -> u64 {
     (sub as u64) << 8 | (ctx as u64) << 16 | (tag as u64) << 32
 }
 
-/// Events of the ring whose cursor is a `u16` counting 2-byte units
-/// ([`Mode::Fast`]): 128 KiB, so the cursor wraps around the ring by
-/// itself. The default size ([`crate::config::DEFAULT_EVENTS`]).
-pub(crate) const FAST_EVENTS: usize = (1 << 17) / EVENT;
+/// Events of the default ring ([`Mode::Fast`]): 64 KiB, aligned to its
+/// size, so that a 16-bit add to the low half of the next event's address
+/// wraps around the ring by itself. The default size
+/// ([`crate::config::DEFAULT_EVENTS`]).
+pub(crate) const FAST_EVENTS: usize = (1 << 16) / EVENT;
+
+/// The default ring's memory.
+#[repr(C, align(65536))]
+struct FastRing([Event; FAST_EVENTS]);
+
+/// The default ring, owned through a raw pointer: the hot path writes
+/// through the address in [`Recorder::next`], which a `Box` held beside it
+/// would claim to own alone.
+struct Fast(std::ptr::NonNull<FastRing>);
+
+// SAFETY: `Fast` owns its ring like a `Box` would, and a `Box<FastRing>`
+// (plain integers) is `Send`.
+unsafe impl Send for Fast {}
+
+impl Fast {
+    const LAYOUT: std::alloc::Layout = std::alloc::Layout::new::<FastRing>();
+
+    fn new() -> Self {
+        // SAFETY: the layout has a non-zero size; every field of every
+        // event is an integer, so all-zero bytes are a valid `FastRing`
+        // (the empty events).
+        let p = unsafe { std::alloc::alloc_zeroed(Self::LAYOUT) };
+        match std::ptr::NonNull::new(p.cast::<FastRing>()) {
+            Some(p) => Self(p),
+            None => std::alloc::handle_alloc_error(Self::LAYOUT),
+        }
+    }
+
+    fn events(&self) -> &[Event] {
+        // SAFETY: the ring was allocated and zeroed in `new` and is freed
+        // only by `drop`;
+        // writes go through `&mut Recorder`, so none runs while this
+        // shared borrow of the recorder lasts.
+        unsafe { &self.0.as_ref().0 }
+    }
+
+    /// The address of event `i` (below [`FAST_EVENTS`]), its provenance
+    /// exposed for the hot path's write.
+    fn addr(&self, i: usize) -> usize {
+        // `as usize` exposes the pointer's provenance (std's
+        // `expose_provenance`, which is newer than the crate's MSRV).
+        self.0.as_ptr().cast::<Event>().wrapping_add(i) as usize
+    }
+}
+
+impl Drop for Fast {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed only here,
+        // once.
+        unsafe { std::alloc::dealloc(self.0.as_ptr().cast(), Self::LAYOUT) };
+    }
+}
+
+/// Marks the branch that calls it as rarely taken (std's `cold_path` is
+/// newer than the crate's MSRV).
+#[cold]
+#[inline]
+fn cold() {}
+
+/// Where the next event goes in [`Mode::Fast`], as an address (0 in every
+/// other mode), kept as four 16-bit halves so that the hot path can
+/// advance the low one alone: one 64-bit load is the mode check and the
+/// cursor together, and one 16-bit store moves it on.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(8))]
+struct Next([u16; 4]);
+
+/// Which of [`Next`]'s halves holds the low 16 bits of the address.
+const LOW: usize = if cfg!(target_endian = "little") { 0 } else { 3 };
+
+impl Next {
+    const NONE: Next = Next([0; 4]);
+
+    fn at(addr: usize) -> Self {
+        Self(bytemuck::cast::<u64, [u16; 4]>(addr as u64))
+    }
+
+    #[inline(always)]
+    fn addr(self) -> usize {
+        bytemuck::cast::<[u16; 4], u64>(self.0) as usize
+    }
+}
 
 /// A rank's flight recorder.
 pub(crate) struct Recorder {
-    /// The hot path's cursor ([`Mode::Fast`]): where the next event goes
-    /// in the ring, in 2-byte units (a multiple of `EVENT / 2`), wrapping
-    /// by itself.
-    lo: u16,
+    /// The hot path's cursor ([`Next`]).
+    next: Next,
     mode: Mode,
     /// The other modes' cursor: byte offset in the ring of the next event
     /// to write, a multiple of [`EVENT`] below the ring's size.
@@ -145,6 +238,9 @@ pub(crate) struct Recorder {
     /// The ring's size in bytes, less one (a power of two).
     mask: usize,
     tsc: bool,
+    /// The default ring ([`FAST_EVENTS`] events), where it is that size.
+    fast: Option<Fast>,
+    /// A ring of another size; empty where `fast` is the ring.
     ev: Box<[Event]>,
     /// The clocks when the recorder started: ticks, monotonic and real ns.
     start: (u64, u64, u64),
@@ -172,19 +268,34 @@ impl Recorder {
     pub(crate) fn new(events: usize) -> Self {
         let n = events.max(1).next_power_of_two();
         let tsc = sys::tsc_usable();
-        Self {
-            lo: 0,
-            mode: Self::mode(events > 0, tsc, n),
+        let fast = (n == FAST_EVENTS).then(Fast::new);
+        let mut r = Self {
+            next: Next::NONE,
+            mode: Mode::Off,
             pos: 0,
             mask: n * EVENT - 1,
             tsc,
-            ev: vec![Event::default(); n].into_boxed_slice(),
+            ev: match fast {
+                Some(_) => Box::new([]),
+                None => vec![Event::EMPTY; n].into_boxed_slice(),
+            },
+            fast,
             start: {
                 let (t, m) = anchor(tsc);
                 (t, m, sys::clock_ns(libc::CLOCK_REALTIME))
             },
             marks: vec![[0u8; MARK_LEN]; MARKS].into_boxed_slice(),
             mark_next: 0,
+        };
+        r.set_on(events > 0);
+        r
+    }
+
+    /// The ring.
+    fn ring(&self) -> &[Event] {
+        match &self.fast {
+            Some(f) => f.events(),
+            None => &self.ev,
         }
     }
 
@@ -206,16 +317,19 @@ impl Recorder {
     /// with no room stays off. Switching keeps the events and their order.
     pub(crate) fn set_on(&mut self, on: bool) {
         let at = self.oldest();
-        let mode = Self::mode(on && self.ev.len() > 1, self.tsc, self.ev.len());
-        self.lo = (at * EVENT / 2) as u16;
+        let n = self.ring().len();
+        self.mode = Self::mode(on && n > 1, self.tsc, n);
+        self.next = match (&self.fast, self.mode) {
+            (Some(f), Mode::Fast) => Next::at(f.addr(at)),
+            _ => Next::NONE,
+        };
         self.pos = at * EVENT;
-        self.mode = mode;
     }
 
     /// Index of the oldest event kept (the next to be overwritten).
     fn oldest(&self) -> usize {
-        match self.mode {
-            Mode::Fast => self.lo as usize * 2 / EVENT,
+        match (&self.fast, self.mode) {
+            (Some(f), Mode::Fast) => (self.next.addr() - f.addr(0)) / EVENT,
             _ => self.pos / EVENT,
         }
     }
@@ -223,25 +337,32 @@ impl Recorder {
     /// Records an event whose first word is `w0` (a header's, or [`word`]).
     #[inline(always)]
     pub(crate) fn add(&mut self, code: Code, w0: u64, seq: u16, peer: usize, len: u64) {
-        match self.mode {
-            Mode::Fast => {}
-            Mode::Off => return,
-            _ => return self.add_other(code, w0, seq, peer, len),
+        // One load and one test for the mode and the cursor together.
+        let p = self.next.addr();
+        if p == 0 {
+            // Laid out after the hot path, which then falls through
+            // without a jump.
+            cold();
+            if self.mode == Mode::Off {
+                return;
+            }
+            return self.add_other(code, w0, seq, peer, len);
         }
         let t = sys::tsc_halves();
-        let at = self.lo;
-        self.lo = at.wrapping_add((EVENT / 2) as u16);
+        self.next.0[LOW] = (p as u16).wrapping_add(EVENT as u16);
         // Built after the cursor moved: built before, the compiler joined
         // the counter's halves into one store again (4 instructions more
         // per send + receive, measured with callgrind).
         let e = Event::new(t, code, w0, seq, peer, len);
-        // SAFETY: in Mode::Fast the ring holds FAST_EVENTS events, 2^16
-        // units of 2 bytes, and `at`, a u16 that only ever advances by
-        // EVENT / 2 from a multiple of it, is the start of one of them
-        // (every u16 is below 2^16). `&mut self` borrows the ring
-        // exclusively. A 16-bit add that wraps by itself, instead of a
-        // bounds check and a mask, on the hot path.
-        unsafe { self.ev.as_mut_ptr().byte_add(at as usize * 2).write(e) };
+        // SAFETY: `p` is non-zero only in Mode::Fast, where it is the
+        // address of an event of the fast ring (exposed by `Fast::addr`):
+        // the ring is 64 KiB aligned to 64 KiB, and each event is advanced
+        // from the previous by adding EVENT to the address's low 16 bits,
+        // which wraps inside the ring by itself (EVENT divides 2^16). The
+        // ring lives as long as `self`, which `&mut self` borrows
+        // exclusively. A 16-bit add instead of a bounds check and a mask,
+        // and no load of the ring's address, on the hot path.
+        unsafe { (p as *mut Event).write(e) };
     }
 
     /// [`add`](Self::add) into a ring of another size, or where there is
@@ -254,7 +375,15 @@ impl Recorder {
         let at = self.pos;
         // The mask keeps `pos` a multiple of EVENT inside the ring.
         self.pos = (at + EVENT) & self.mask;
-        self.ev[at / EVENT] = e;
+        match &mut self.fast {
+            // Mode::Mono with the default size.
+            Some(f) => {
+                let a = f.addr(at / EVENT);
+                // SAFETY: as in `add`: an event of the ring `self` owns.
+                unsafe { (a as *mut Event).write(e) }
+            }
+            None => self.ev[at / EVENT] = e,
+        }
     }
 
     /// Records a header sent to or taken from `peer`: `h0` and `h1` its
@@ -286,7 +415,7 @@ impl Recorder {
 
     /// [`events`](Self::events) with `scale` ns per tick.
     fn events_at(&self, scale: f64) -> Vec<Decoded> {
-        let evs = &self.ev[..];
+        let evs = self.ring();
         let n = evs.len();
         let oldest = self.oldest();
         let (t0, m0, _) = self.start;
@@ -681,11 +810,13 @@ mod tests {
     }
 
     #[test]
-    fn the_default_ring_wraps_by_its_16_bit_cursor() {
+    fn the_default_ring_wraps_by_its_16_bit_address_half() {
         let mut r = Recorder::new(FAST_EVENTS);
         assert_eq!(r.mode == Mode::Fast, sys::tsc_usable());
+        let base = r.fast.as_ref().expect("the default size").addr(0);
+        assert_eq!(base % (1 << 16), 0, "aligned to its size");
         let n = FAST_EVENTS as u64;
-        for i in 0..n + 10 {
+        for i in 0..3 * n + 10 {
             r.add(Code::Arrived, word(Kind::Eager as u8, 1, 7), i as u16, 2, i);
             if i == n / 2 {
                 // Off and on again keeps the events and their order.
@@ -698,9 +829,13 @@ mod tests {
         assert_eq!(e.len(), FAST_EVENTS);
         assert_eq!(
             e.iter().map(|e| e.len).collect::<Vec<_>>(),
-            (10..n + 10).collect::<Vec<_>>(),
-            "the last {FAST_EVENTS}, oldest first"
+            (2 * n + 10..3 * n + 10).collect::<Vec<_>>(),
+            "the last {FAST_EVENTS}, oldest first, after three laps"
         );
+        if r.mode == Mode::Fast {
+            let at = r.next.addr();
+            assert!((base..base + (1 << 16)).contains(&at), "inside the ring");
+        }
         assert!(e.windows(2).all(|w| w[0].ns <= w[1].ns), "times in order");
         let last = e.last().expect("kept");
         assert_eq!((last.code, last.peer, last.tag), (Code::Arrived, 2, 7));
