@@ -63,6 +63,8 @@ step "the GPU check: both halves build and run; without a GPU every check says i
 ./scripts/gpu-check.sh --run | tee target/gpu-check/run.log
 cargo run --release -q -p tandem-benches --bin tandem-perf -- gpu-flags --iters 1000
 cargo run --release -q -p tandem-benches --bin tandem-perf -- pingpong --device gpu --max-size 64K
+cargo run --release -q -p tandem-benches --bin tandem-perf -- bw --device gpu --max-size 4M
+cargo run --release -q -p tandem-benches --bin tandem-perf -- allreduce --device gpu --max-size 4M
 grep -Eq '^0 passed, 0 failed, [0-9]+ skipped$|^[0-9]+ passed, 0 failed' target/gpu-check/run.log
 
 step "the MPI library: C programs, mpi4py (bench and test suite), NetPIPE (scripts/test-mpi.sh)"

@@ -14,7 +14,8 @@
 
 use crate::stats::{fmt_size, percentile};
 use std::time::{Duration, Instant};
-use tandem_driver::{bf16, f16, Collective, Comm, Dtype, Element, ReduceOp, Result};
+use tandem_driver::{bf16, bytemuck, f16, Collective, Comm, Dtype, Element, ReduceOp, Result};
+use tandem_gpu::{coll, DeviceBuf, Gpu, GpuError};
 
 /// A sweep's settings.
 #[derive(Debug, Clone)]
@@ -113,6 +114,72 @@ fn lens(c: Collective, n: usize, count: usize) -> (usize, usize) {
     }
 }
 
+/// Where a sweep's buffers live and how the collective is called on them.
+trait Bufs {
+    /// What a call can fail with.
+    type Err: From<tandem_driver::Error>;
+    /// Makes room for buffers of `count` elements (before the timed calls).
+    fn prepare(
+        &mut self,
+        comm: &Comm,
+        o: &CollOpts,
+        count: usize,
+    ) -> std::result::Result<(), Self::Err>;
+    /// One call of the collective on `count` elements.
+    fn call(
+        &mut self,
+        comm: &Comm,
+        o: &CollOpts,
+        count: usize,
+    ) -> std::result::Result<(), Self::Err>;
+    /// Fills the inputs, runs once, counts wrong elements on this rank.
+    fn check(
+        &mut self,
+        comm: &Comm,
+        o: &CollOpts,
+        count: usize,
+    ) -> std::result::Result<u64, Self::Err>;
+}
+
+/// The inputs of a checked call: this rank's send values, and its receive
+/// buffer's (the root's data where broadcast reads it, zeros elsewhere).
+fn fill<T: Num>(comm: &Comm, o: &CollOpts, send: &mut [T], recv: &mut [T]) {
+    let me = comm.rank();
+    for (i, x) in send.iter_mut().enumerate() {
+        *x = T::of(val(me, i));
+    }
+    for (i, x) in recv.iter_mut().enumerate() {
+        *x = if o.coll == Collective::Broadcast && me == o.root {
+            T::of(val(me, i))
+        } else {
+            T::of(0)
+        };
+    }
+}
+
+/// The elements of `got` (this rank's result of a call on `count`
+/// elements) that differ from what the collective must give.
+fn wrong<T: Num>(comm: &Comm, o: &CollOpts, count: usize, got: &[T]) -> u64 {
+    let (n, me) = (comm.size(), comm.rank());
+    let m = count / n;
+    let want = |i: usize| -> Option<u64> {
+        Some(match o.coll {
+            Collective::Allreduce => expect(o.op, n, i),
+            Collective::Reduce if me == o.root => expect(o.op, n, i),
+            Collective::Reduce => return None,
+            Collective::Broadcast => val(o.root, i),
+            Collective::Allgather => val(i / m.max(1), i % m.max(1)),
+            Collective::ReduceScatter => expect(o.op, n, me * m + i),
+            Collective::Alltoall => val(i / m.max(1), me * m + i % m.max(1)),
+            Collective::Barrier => return None,
+        })
+    };
+    (0..got.len())
+        .filter(|&i| want(i).is_some_and(|w| got[i] != T::of(w)))
+        .count() as u64
+}
+
+/// Host buffers, allocated once at the largest size.
 struct Bench<T> {
     send: Vec<T>,
     recv: Vec<T>,
@@ -124,6 +191,14 @@ impl<T: Num> Bench<T> {
             send: vec![T::of(0); max_count],
             recv: vec![T::of(0); max_count],
         }
+    }
+}
+
+impl<T: Num> Bufs for Bench<T> {
+    type Err = tandem_driver::Error;
+
+    fn prepare(&mut self, _: &Comm, _: &CollOpts, _: usize) -> Result<()> {
+        Ok(())
     }
 
     fn call(&mut self, comm: &Comm, o: &CollOpts, count: usize) -> Result<()> {
@@ -140,39 +215,90 @@ impl<T: Num> Bench<T> {
         }
     }
 
-    /// Fills the inputs, runs once, counts wrong elements on this rank.
     fn check(&mut self, comm: &Comm, o: &CollOpts, count: usize) -> Result<u64> {
-        let (n, me) = (comm.size(), comm.rank());
-        let (s, r) = lens(o.coll, n, count);
-        for (i, x) in self.send[..s].iter_mut().enumerate() {
-            *x = T::of(val(me, i));
-        }
-        for (i, x) in self.recv[..r].iter_mut().enumerate() {
-            *x = if o.coll == Collective::Broadcast && me == o.root {
-                T::of(val(me, i))
-            } else {
-                T::of(0)
-            };
-        }
+        let (s, r) = lens(o.coll, comm.size(), count);
+        fill(comm, o, &mut self.send[..s], &mut self.recv[..r]);
         self.call(comm, o, count)?;
-        let got = &self.recv[..r];
-        let m = count / n;
-        let want = |i: usize| -> Option<u64> {
-            Some(match o.coll {
-                Collective::Allreduce => expect(o.op, n, i),
-                Collective::Reduce if me == o.root => expect(o.op, n, i),
-                Collective::Reduce => return None,
-                Collective::Broadcast => val(o.root, i),
-                Collective::Allgather => val(i / m.max(1), i % m.max(1)),
-                Collective::ReduceScatter => expect(o.op, n, me * m + i),
-                Collective::Alltoall => val(i / m.max(1), me * m + i % m.max(1)),
-                Collective::Barrier => return None,
-            })
-        };
-        Ok((0..r)
-            .filter(|&i| want(i).is_some_and(|w| got[i] != T::of(w)))
-            .count() as u64)
+        Ok(wrong(comm, o, count, &self.recv[..r]))
     }
+}
+
+/// Device buffers of one GPU, allocated for each size before its timed
+/// calls (tandem-gpu's collectives take whole buffers).
+struct DevBench<'g, T> {
+    gpu: &'g Gpu,
+    send: DeviceBuf,
+    recv: DeviceBuf,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Num> Bufs for DevBench<'_, T> {
+    type Err = GpuError;
+
+    fn prepare(
+        &mut self,
+        comm: &Comm,
+        o: &CollOpts,
+        count: usize,
+    ) -> std::result::Result<(), GpuError> {
+        let (s, r) = lens(o.coll, comm.size(), count);
+        let es = std::mem::size_of::<T>();
+        self.send = self.gpu.alloc(s * es)?;
+        self.recv = self.gpu.alloc(r * es)?;
+        Ok(())
+    }
+
+    fn call(&mut self, comm: &Comm, o: &CollOpts, _: usize) -> std::result::Result<(), GpuError> {
+        let (g, send, recv) = (self.gpu, &self.send, &mut self.recv);
+        match o.coll {
+            Collective::Allreduce => coll::allreduce::<T>(comm, g, send, recv, o.op),
+            Collective::Reduce => coll::reduce::<T>(comm, g, send, recv, o.op, o.root),
+            Collective::Broadcast => coll::broadcast::<T>(comm, g, recv, o.root),
+            Collective::Allgather => coll::allgather::<T>(comm, g, send, recv),
+            Collective::ReduceScatter => coll::reduce_scatter::<T>(comm, g, send, recv, o.op),
+            Collective::Alltoall => coll::alltoall::<T>(comm, g, send, recv),
+            Collective::Barrier => Ok(comm.barrier()?),
+        }
+    }
+
+    fn check(
+        &mut self,
+        comm: &Comm,
+        o: &CollOpts,
+        count: usize,
+    ) -> std::result::Result<u64, GpuError> {
+        let (s, r) = lens(o.coll, comm.size(), count);
+        let (mut send, mut recv) = (vec![T::of(0); s], vec![T::of(0); r]);
+        fill(comm, o, &mut send, &mut recv);
+        self.send = self.gpu.upload(bytemuck::cast_slice(&send))?;
+        self.recv = self.gpu.upload(bytemuck::cast_slice(&recv))?;
+        self.call(comm, o, count)?;
+        let got = self.gpu.download(&self.recv)?;
+        // Downloaded bytes need not be aligned for `T`: read them one by one.
+        let got: Vec<T> = got
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        Ok(wrong(comm, o, count, &got))
+    }
+}
+
+/// `$m!(T)` for the element type `T` that the [`Dtype`] `$d` names.
+macro_rules! by_dtype {
+    ($d:expr, $m:ident) => {
+        match $d {
+            Dtype::U8 => $m!(u8),
+            Dtype::I8 => $m!(i8),
+            Dtype::I32 => $m!(i32),
+            Dtype::U32 => $m!(u32),
+            Dtype::I64 => $m!(i64),
+            Dtype::U64 => $m!(u64),
+            Dtype::F16 => $m!(f16),
+            Dtype::Bf16 => $m!(bf16),
+            Dtype::F32 => $m!(f32),
+            Dtype::F64 => $m!(f64),
+        }
+    };
 }
 
 /// Iterations for `bytes`: `base` for small sizes, about 1 GiB of traffic
@@ -191,18 +317,39 @@ fn iters_for(bytes: usize, base: u64) -> u64 {
 /// The first error of a collective ([`Comm::allreduce`] lists them): every
 /// rank must run the same sweep, with `o` alike.
 pub fn sweep(comm: &Comm, o: &CollOpts, sizes: &[usize]) -> Result<Vec<CollRow>> {
-    match o.dtype {
-        Dtype::U8 => sweep_t::<u8>(comm, o, sizes),
-        Dtype::I8 => sweep_t::<i8>(comm, o, sizes),
-        Dtype::I32 => sweep_t::<i32>(comm, o, sizes),
-        Dtype::U32 => sweep_t::<u32>(comm, o, sizes),
-        Dtype::I64 => sweep_t::<i64>(comm, o, sizes),
-        Dtype::U64 => sweep_t::<u64>(comm, o, sizes),
-        Dtype::F16 => sweep_t::<f16>(comm, o, sizes),
-        Dtype::Bf16 => sweep_t::<bf16>(comm, o, sizes),
-        Dtype::F32 => sweep_t::<f32>(comm, o, sizes),
-        Dtype::F64 => sweep_t::<f64>(comm, o, sizes),
+    macro_rules! host {
+        ($t:ty) => {
+            sweep_t::<$t, _>(comm, o, sizes, |m| Ok(Bench::<$t>::new(m)))
+        };
     }
+    by_dtype!(o.dtype, host)
+}
+
+/// [`sweep`] with device buffers on `gpu` (tandem-gpu's collectives,
+/// staged through pinned host memory).
+///
+/// # Errors
+/// As [`sweep`], and [`GpuError`] where a device allocation or copy
+/// fails.
+pub fn sweep_device(
+    comm: &Comm,
+    gpu: &Gpu,
+    o: &CollOpts,
+    sizes: &[usize],
+) -> std::result::Result<Vec<CollRow>, GpuError> {
+    macro_rules! device {
+        ($t:ty) => {
+            sweep_t::<$t, _>(comm, o, sizes, |_| {
+                Ok(DevBench::<$t> {
+                    gpu,
+                    send: gpu.alloc(0)?,
+                    recv: gpu.alloc(0)?,
+                    _t: std::marker::PhantomData,
+                })
+            })
+        };
+    }
+    by_dtype!(o.dtype, device)
 }
 
 /// The element count for `size` bytes: whole elements, divisible by the
@@ -215,7 +362,14 @@ pub fn count_for(c: Collective, n: usize, es: usize, size: usize) -> usize {
     }
 }
 
-fn sweep_t<T: Num>(comm: &Comm, o: &CollOpts, sizes: &[usize]) -> Result<Vec<CollRow>> {
+/// The sweep over buffers of `T`s that `make` provides (given the largest
+/// element count).
+fn sweep_t<T: Num, B: Bufs>(
+    comm: &Comm,
+    o: &CollOpts,
+    sizes: &[usize],
+    make: impl FnOnce(usize) -> std::result::Result<B, B::Err>,
+) -> std::result::Result<Vec<CollRow>, B::Err> {
     let n = comm.size();
     let es = std::mem::size_of::<T>();
     let max_count = sizes
@@ -223,7 +377,7 @@ fn sweep_t<T: Num>(comm: &Comm, o: &CollOpts, sizes: &[usize]) -> Result<Vec<Col
         .map(|&s| count_for(o.coll, n, es, s))
         .max()
         .unwrap_or(0);
-    let mut b = Bench::<T>::new(max_count);
+    let mut b = make(max_count)?;
     let mut rows = Vec::new();
     let mut seen = Vec::new();
     for &size in sizes {
@@ -233,6 +387,7 @@ fn sweep_t<T: Num>(comm: &Comm, o: &CollOpts, sizes: &[usize]) -> Result<Vec<Col
         }
         seen.push(count);
         let bytes = count * es;
+        b.prepare(comm, o, count)?;
         let iters = iters_for(bytes, o.iters);
         let batch = if bytes <= 64 << 10 { 8 } else { 1 };
         let samples_n = iters.div_ceil(batch) as usize;
@@ -350,18 +505,12 @@ pub fn kernel_vs_memcpy(
         })?;
         Ok((k, m))
     }
-    match dtype {
-        Dtype::U8 => run::<u8>(op, bytes, budget),
-        Dtype::I8 => run::<i8>(op, bytes, budget),
-        Dtype::I32 => run::<i32>(op, bytes, budget),
-        Dtype::U32 => run::<u32>(op, bytes, budget),
-        Dtype::I64 => run::<i64>(op, bytes, budget),
-        Dtype::U64 => run::<u64>(op, bytes, budget),
-        Dtype::F16 => run::<f16>(op, bytes, budget),
-        Dtype::Bf16 => run::<bf16>(op, bytes, budget),
-        Dtype::F32 => run::<f32>(op, bytes, budget),
-        Dtype::F64 => run::<f64>(op, bytes, budget),
+    macro_rules! kernel {
+        ($t:ty) => {
+            run::<$t>(op, bytes, budget)
+        };
     }
+    by_dtype!(dtype, kernel)
 }
 
 /// Parses an nccl-tests type name (`float`, `half`, `bfloat16`, `int32`,

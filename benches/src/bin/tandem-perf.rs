@@ -74,11 +74,12 @@ options:
   --persistent    pingpong: through persistent requests (Scope::send_init,
                   recv_init), bound once per size, blocking send / recv
                   (always from one buffer into another)
-  --device gpu    pingpong: device buffers on GPU 0 (rank r on device
-                  r % devices), sent with tandem-gpu, beside the device's
+  --device gpu    pingpong, bw, collectives: device buffers (rank r on
+                  device r % devices), with tandem-gpu, beside the device's
                   own copy bandwidth measured in the same run; says why it
-                  skipped where there is no GPU (bw and the collectives do
-                  not take it yet)
+                  skipped where there is no GPU (bw: windows of up to 16
+                  blocking device sends, as tandem-gpu has no non-blocking
+                  send yet)
   --separate      pingpong: send from one buffer, receive into another
                   (osu_latency's pattern: the sent data stays clean in the
                   sender's cache) instead of one buffer both ways
@@ -237,11 +238,15 @@ fn parse() -> Result<Opts, String> {
     if o.iters == 0 {
         return Err("--iters must be positive".into());
     }
-    if o.gpu && o.cmd != "pingpong" {
+    if o.gpu && !matches!(o.cmd.as_str(), "pingpong" | "bw") && Collective::parse(&o.cmd).is_none()
+    {
         return Err(format!(
-            "--device gpu takes pingpong only ({}: not built yet for device buffers)",
+            "--device gpu takes pingpong, bw and the collectives, not {}",
             o.cmd
         ));
+    }
+    if o.gpu && o.persistent {
+        return Err("--persistent does not apply to --device gpu".into());
     }
     if o.persistent && o.cmd != "pingpong" {
         return Err("--persistent applies to pingpong only".into());
@@ -916,6 +921,9 @@ fn bandwidth_samples(comm: &Comm, msg: &[u8], iters: u64) -> Vec<f64> {
 /// then the sweep.
 fn sweep_collective(o: &Opts) {
     let coll = Collective::parse(&o.cmd).expect("checked by main");
+    if o.gpu {
+        return sweep_collective_device(o, coll);
+    }
     let rank_hint: usize = std::env::var("TANDEM_RANK")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -1196,47 +1204,67 @@ fn gpu_flags(o: &Opts) {
     );
 }
 
-/// `pingpong --device gpu`: device buffers both ways, each size's p50 and
-/// p99 half round trip and bandwidth, beside the device's own copy.
-fn sweep_device(o: &Opts) {
-    if o.cmd != "pingpong" {
-        eprintln!(
-            "tandem-perf: --device gpu takes pingpong only (bw and the collectives: not built yet)"
-        );
-        std::process::exit(2)
-    }
-    let found = match tandem_gpu::probe() {
-        Ok(f) => f,
+/// Whether there is a GPU for `--device gpu`: what [`tandem_gpu::probe`]
+/// found, or `None` after saying why `what` skipped.
+fn gpu_or_skip(what: &str) -> Option<tandem_gpu::Found> {
+    match tandem_gpu::probe() {
+        Ok(f) => Some(f),
         Err(e) => {
-            println!("# tandem-perf pingpong --device gpu: skipped: {e}");
-            return;
+            println!("# tandem-perf {what} --device gpu: skipped: {e}");
+            None
         }
+    }
+}
+
+/// Opens this rank's GPU (rank r on device r % devices) and measures its
+/// own copy bandwidth, the run's reference line.
+fn open_gpu(found: &tandem_gpu::Found, rank: usize) -> (tandem_gpu::Gpu, f64) {
+    let gpu = tandem_gpu::Gpu::open(rank % found.devices).unwrap_or_else(|e| fail(&e.to_string()));
+    let copy = gpu
+        .copy_gbps(256 << 20)
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    (gpu, copy)
+}
+
+/// `pingpong` and `bw` with `--device gpu`: device buffers both ways, each
+/// size's p50 and p99 (half round trip, or time per message of a window)
+/// and bandwidth, beside the device's own copy.
+fn sweep_device(o: &Opts) {
+    let bw = o.cmd == "bw";
+    let Some(found) = gpu_or_skip(&o.cmd) else {
+        return;
     };
     let comm = Comm::local(2).unwrap_or_else(|e| fail(&e.to_string()));
     let me = comm.rank();
     let peer = 1 - me;
-    let gpu = tandem_gpu::Gpu::open(me % found.devices).unwrap_or_else(|e| fail(&e.to_string()));
-    let copy = gpu
-        .copy_gbps(256 << 20)
-        .unwrap_or_else(|e| fail(&e.to_string()));
+    let (gpu, copy) = open_gpu(&found, me);
     let mut rows = Vec::new();
     for size in sweep(o.min, o.max) {
         let a = gpu.alloc(size).unwrap_or_else(|e| fail(&e.to_string()));
         let mut b = gpu.alloc(size).unwrap_or_else(|e| fail(&e.to_string()));
         let iters = iters_for(size, o.iters.min(2000));
+        // bw: windows of back-to-back blocking sends (tandem-gpu has no
+        // non-blocking send yet), closed by a one-byte acknowledgement.
+        let w = if bw { window(size).min(16) } else { 1 };
         let mut samples = Vec::with_capacity(iters as usize);
-        for i in 0..iters + 10 {
+        for i in 0..iters.div_ceil(w as u64) + 10 {
             let t = Instant::now();
-            let r = if me == 0 {
-                tandem_gpu::send(&comm, &gpu, &a, peer, 1)
-                    .and_then(|_| tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1).map(|_| ()))
-            } else {
-                tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1)
-                    .and_then(|_| tandem_gpu::send(&comm, &gpu, &a, peer, 1))
+            let r = match (bw, me) {
+                (false, 0) => tandem_gpu::send(&comm, &gpu, &a, peer, 1)
+                    .and_then(|_| tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1).map(|_| ())),
+                (false, _) => tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1)
+                    .and_then(|_| tandem_gpu::send(&comm, &gpu, &a, peer, 1)),
+                (true, 0) => (0..w)
+                    .try_for_each(|_| tandem_gpu::send(&comm, &gpu, &a, peer, 1))
+                    .and_then(|_| Ok(comm.recv(&mut [0u8; 1], peer, 2).map(|_| ())?)),
+                (true, _) => (0..w)
+                    .try_for_each(|_| tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1).map(|_| ()))
+                    .and_then(|_| Ok(comm.send(&[1], peer, 2)?)),
             };
             r.unwrap_or_else(|e| fail(&e.to_string()));
             if i >= 10 {
-                samples.push(t.elapsed().as_nanos() as f64 / 2.0);
+                let per = if bw { w as f64 } else { 2.0 };
+                samples.push(t.elapsed().as_nanos() as f64 / per);
             }
         }
         if me == 0 {
@@ -1258,7 +1286,13 @@ fn sweep_device(o: &Opts) {
             .collect();
         println!("[\n  {}\n]", items.join(",\n  "));
     } else {
-        println!("# tandem-perf pingpong --device gpu: {name}, 2 ranks, device buffers staged through pinned host memory");
+        println!(
+            "# tandem-perf {} --device gpu: {name}, 2 ranks, device buffers staged through pinned host memory",
+            o.cmd
+        );
+        if bw {
+            println!("# us = time per message in windows of up to 16 blocking device sends, closed by an acknowledgement");
+        }
         println!(
             "# the device's own copy in this run: {copy:.1} GB/s (bytes read plus bytes written)"
         );
@@ -1275,4 +1309,58 @@ fn sweep_device(o: &Opts) {
         }
     }
     comm.finish().unwrap_or_else(|e| fail(&e.to_string()));
+}
+
+/// A collective with `--device gpu`: `-n` rank processes, each with its
+/// GPU's buffers (tandem-gpu's collectives, staged through pinned host
+/// memory), nccl-tests' columns, the device's own copy bandwidth first.
+fn sweep_collective_device(o: &Opts, coll: Collective) {
+    let Some(found) = gpu_or_skip(coll.name()) else {
+        return;
+    };
+    let comm = Comm::local(o.n).unwrap_or_else(|e| fail(&e.to_string()));
+    let (n, me) = (comm.size(), comm.rank());
+    if o.root >= n {
+        fail(&format!("--root {} is not a rank of {n}", o.root));
+    }
+    let (gpu, copy) = open_gpu(&found, me);
+    let co = CollOpts {
+        coll,
+        n,
+        min: if o.min_set { o.min } else { 8 },
+        max: o.max,
+        iters: o.iters.min(2000),
+        dtype: o.dtype,
+        op: o.op,
+        root: o.root,
+    };
+    let sizes = sweep(co.min, co.max);
+    let rows =
+        collperf::sweep_device(&comm, &gpu, &co, &sizes).unwrap_or_else(|e| fail(&e.to_string()));
+    comm.finish().unwrap_or_else(|e| fail(&e.to_string()));
+    if me != 0 {
+        return;
+    }
+    let name = gpu.name().unwrap_or_else(|_| "GPU".into());
+    header_line(
+        o.json,
+        format!(
+            "# tandem-perf {} -n {n} --device gpu: {name}, {} {}, device buffers staged through pinned host memory",
+            coll.name(),
+            o.dtype,
+            o.op
+        ),
+    );
+    header_line(
+        o.json,
+        format!(
+            "# the device's own copy in this run: {copy:.1} GB/s (bytes read plus bytes written)"
+        ),
+    );
+    if o.json {
+        collperf::print_json(&rows);
+    } else {
+        collperf::print_table(&co, &rows);
+    }
+    header_line(o.json, collperf::summary(&co, &rows));
 }
