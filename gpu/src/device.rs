@@ -1,7 +1,7 @@
 //! A GPU of this process, its device buffers, and the pinned host buffers
 //! tandem stages them through.
 
-use crate::{cuda_err, probe, Found, GpuError, Result};
+use crate::{cuda_err, cuda_err_at, probe, Found, GpuError, Result};
 use cudarc::driver::{
     result, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
     DevicePtrMut, LaunchConfig, PushKernelArg,
@@ -49,8 +49,8 @@ impl Gpu {
                 missing: format!("device {ordinal} (the driver sees {})", found.devices),
             });
         }
-        let ctx =
-            CudaContext::new(ordinal).map_err(cuda_err(format!("opening device {ordinal}")))?;
+        let ctx = CudaContext::new(ordinal)
+            .map_err(cuda_err_at(|| format!("opening device {ordinal}")))?;
         let stream = ctx
             .new_stream()
             .map_err(cuda_err("making tandem's copy stream"))?;
@@ -88,11 +88,13 @@ impl Gpu {
     /// # Errors
     /// [`GpuError::Cuda`] if the device is out of memory.
     pub fn alloc(&self, len: usize) -> Result<DeviceBuf> {
+        // An empty buffer holds one byte: CUDA documents allocations of
+        // zero bytes as invalid.
         let mem = self
             .stream
-            .alloc_zeros::<u8>(len)
-            .map_err(cuda_err(format!("allocating {len} bytes")))?;
-        Ok(DeviceBuf { mem })
+            .alloc_zeros::<u8>(len.max(1))
+            .map_err(cuda_err_at(|| format!("allocating {len} bytes")))?;
+        Ok(DeviceBuf { mem, len })
     }
 
     /// A device buffer holding `data`.
@@ -100,11 +102,16 @@ impl Gpu {
     /// # Errors
     /// As [`alloc`](Self::alloc).
     pub fn upload(&self, data: &[u8]) -> Result<DeviceBuf> {
-        let mem = self.stream.clone_htod(data).map_err(cuda_err(format!(
-            "copying {} bytes to the device",
-            data.len()
-        )))?;
-        Ok(DeviceBuf { mem })
+        if data.is_empty() {
+            return self.alloc(0);
+        }
+        let mem = self.stream.clone_htod(data).map_err(cuda_err_at(|| {
+            format!("copying {} bytes to the device", data.len())
+        }))?;
+        Ok(DeviceBuf {
+            mem,
+            len: data.len(),
+        })
     }
 
     /// The bytes of `buf`, once every copy before on tandem's stream is
@@ -113,6 +120,9 @@ impl Gpu {
     /// # Errors
     /// [`GpuError::Cuda`] if the copy fails.
     pub fn download(&self, buf: &DeviceBuf) -> Result<Vec<u8>> {
+        if buf.is_empty() {
+            return Ok(Vec::new());
+        }
         let v = self
             .stream
             .clone_dtoh(&buf.mem)
@@ -149,9 +159,21 @@ impl Gpu {
             let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(src, opts))
                 .map_err(|_| format!("NVRTC that works ({lib} loaded, and compiling panicked)"))?
                 .map_err(|e| format!("NVRTC to compile tandem's kernels ({lib}: {e:?})"))?;
-            self.ctx
-                .load_module(ptx)
-                .map_err(|e| format!("tandem's kernels to load ({e:?})"))
+            self.ctx.load_module(ptx).map_err(|e| {
+                let e = format!("{e:?}");
+                // NVRTC writes PTX of its own version, which a driver of an
+                // older CUDA cannot load.
+                let hint = if e.contains("PTX_VERSION") {
+                    format!(
+                        "; the PTX of {lib} is newer than this driver (CUDA {}) accepts: \
+                         use an NVRTC no newer than the driver, or update the driver",
+                        crate::probe::version(self.found.driver_version)
+                    )
+                } else {
+                    String::new()
+                };
+                format!("tandem's kernels to load ({e}{hint})")
+            })
         })();
         mods.push((key, m.clone()));
         m.map_err(|missing| GpuError::NoGpu { missing })
@@ -165,7 +187,7 @@ impl Gpu {
     pub(crate) fn function(&self, src: &'static str, name: &str) -> Result<CudaFunction> {
         self.module(src)?
             .load_function(name)
-            .map_err(cuda_err(format!("finding kernel {name}")))
+            .map_err(cuda_err_at(|| format!("finding kernel {name}")))
     }
 
     /// The device's context.
@@ -219,7 +241,7 @@ impl Gpu {
                 // elements; both buffers are borrowed by this call, and
                 // the launch is ordered with their other users on every
                 // stream (the guards of `writing` and `reading`).
-                unsafe { launch.launch(cfg) }.map_err(cuda_err(format!("launching {name}")))
+                unsafe { launch.launch(cfg) }.map_err(cuda_err_at(|| format!("launching {name}")))
             })
         })?;
         Ok(())
@@ -316,7 +338,9 @@ impl Gpu {
 /// Memory on a GPU, usable in tandem's calls ([`crate::send`],
 /// [`crate::recv`]).
 pub struct DeviceBuf {
+    /// The memory: `len` bytes, or one where `len` is 0.
     pub(crate) mem: CudaSlice<u8>,
+    len: usize,
 }
 
 impl std::fmt::Debug for DeviceBuf {
@@ -330,7 +354,7 @@ impl std::fmt::Debug for DeviceBuf {
 impl DeviceBuf {
     /// Its length in bytes.
     pub fn len(&self) -> usize {
-        self.mem.len()
+        self.len
     }
 
     /// Whether it holds no bytes.
@@ -338,7 +362,8 @@ impl DeviceBuf {
         self.len() == 0
     }
 
-    /// cudarc's slice, for kernels of the program's own.
+    /// cudarc's slice, for kernels of the program's own (one byte long
+    /// for an empty buffer).
     pub fn slice(&self) -> &CudaSlice<u8> {
         &self.mem
     }
@@ -369,8 +394,9 @@ impl Staging {
             .map_err(cuda_err("binding the context"))?;
         // SAFETY: a plain page-locked allocation of len bytes (flags 0: not
         // write-combined), freed in Drop.
-        let raw = unsafe { result::malloc_host(len.max(1), 0) }
-            .map_err(cuda_err(format!("pinning {len} bytes of host memory")))?;
+        let raw = unsafe { result::malloc_host(len.max(1), 0) }.map_err(cuda_err_at(|| {
+            format!("pinning {len} bytes of host memory")
+        }))?;
         let ptr = raw.cast::<u8>();
         // SAFETY: `ptr` holds len bytes just allocated, used by no copy yet:
         // zeroed so that reading it never sees uninitialised memory.
@@ -414,7 +440,7 @@ impl Staging {
         let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr, n.min(self.len)) };
         // SAFETY: see above; stream ordered.
         unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
-            .map_err(cuda_err(format!("copying {n} bytes from the device")))?;
+            .map_err(cuda_err_at(|| format!("copying {n} bytes from the device")))?;
         self.done
             .record(stream)
             .map_err(cuda_err("recording a staging event"))
@@ -427,7 +453,7 @@ impl Staging {
         let src = unsafe { std::slice::from_raw_parts(self.ptr, n.min(self.len)) };
         // SAFETY: see above; stream ordered.
         unsafe { result::memcpy_htod_async(dst, src, stream.cu_stream()) }
-            .map_err(cuda_err(format!("copying {n} bytes to the device")))?;
+            .map_err(cuda_err_at(|| format!("copying {n} bytes to the device")))?;
         self.done
             .record(stream)
             .map_err(cuda_err("recording a staging event"))

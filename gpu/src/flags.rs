@@ -25,20 +25,39 @@ use cudarc::driver::{result, sys, LaunchConfig, PushKernelArg};
 use std::time::{Duration, Instant};
 
 /// The kernels, CUDA C (compiled by NVRTC with the reduction kernels'
-/// options). `flags` is an array of 64-bit words: word 0 the ping, word 8
-/// the pong (a cache line apart), words 16 and 24 their data for the
-/// two-line way. `ll` selects the one-word way. `times`, if not null,
-/// gets the global timer (ns) at every round trip of the pinging kernel.
+/// options). `flags` is an array of [`WORDS`] 64-bit words, each used one
+/// a cache line apart: word 0 the ping, word 8 the pong, words 16 and 24
+/// their data for the two-line way, word 32 the host's request that every
+/// side stop, word 40 the round trips the pinging kernel completed. `ll`
+/// selects the one-word way. A side gives up after `limit_ns` without an
+/// answer, or when word 32 is set. `times` gets the global timer's span
+/// (ns) of each batch of round trips of the pinging kernel.
 pub const SOURCE: &str = r#"
+/* The device's global timer, in ns. */
+__device__ static unsigned long long tandem_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Whether a side that began waiting at t0 gives up: the host asked every
+   side to stop (word 32), or limit_ns passed. Checked every 1024 polls, so
+   the poll itself stays one load. */
+__device__ static int tandem_give_up(volatile unsigned long long *f, unsigned int spins,
+                                     unsigned long long t0, unsigned long long limit_ns) {
+    return (spins & 1023u) == 0 && (f[32] != 0 || tandem_now() - t0 > limit_ns);
+}
+
 extern "C" __global__ void tandem_flags_pong(volatile unsigned long long *f, unsigned int iters,
-                                             int ll, unsigned long long spin_max) {
+                                             int ll, unsigned long long limit_ns) {
     for (unsigned int i = 1; i <= iters; i++) {
-        unsigned long long v, spins = 0;
+        unsigned long long v, t0 = tandem_now();
+        unsigned int spins = 0;
         if (ll) {
-            do { v = f[0]; if (++spins > spin_max) return; } while ((v >> 32) != i);
+            do { v = f[0]; if (tandem_give_up(f, ++spins, t0, limit_ns)) return; } while ((v >> 32) != i);
             f[8] = ((unsigned long long)i << 32) | (v & 0xffffffffull);
         } else {
-            do { v = f[0]; if (++spins > spin_max) return; } while (v != i);
+            do { v = f[0]; if (tandem_give_up(f, ++spins, t0, limit_ns)) return; } while (v != i);
             unsigned long long d = f[16];
             f[24] = d;
             __threadfence_system();
@@ -48,25 +67,33 @@ extern "C" __global__ void tandem_flags_pong(volatile unsigned long long *f, uns
     }
 }
 
+/* Times each batch of `batch` round trips (the global timer ticks coarsely
+   on some GPUs: a batch's mean is finer than one round trip's reading) and
+   counts round trips done in word 40. */
 extern "C" __global__ void tandem_flags_ping(volatile unsigned long long *f, unsigned int iters,
-                                             int ll, unsigned long long spin_max,
-                                             unsigned long long *times) {
+                                             int ll, unsigned long long limit_ns,
+                                             unsigned long long *times, unsigned int batch) {
+    unsigned long long start = tandem_now();
     for (unsigned int i = 1; i <= iters; i++) {
-        unsigned long long t0, t1, v, spins = 0;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        unsigned long long v, t0 = tandem_now();
+        unsigned int spins = 0;
         if (ll) {
             f[0] = ((unsigned long long)i << 32) | (0x5a5a0000u + i);
             __threadfence();
-            do { v = f[8]; if (++spins > spin_max) return; } while ((v >> 32) != i);
+            do { v = f[8]; if (tandem_give_up(f, ++spins, t0, limit_ns)) return; } while ((v >> 32) != i);
         } else {
             f[16] = 0x5a5a0000ull + i;
             __threadfence();
             f[0] = i;
             __threadfence();
-            do { v = f[8]; if (++spins > spin_max) return; } while (v != i);
+            do { v = f[8]; if (tandem_give_up(f, ++spins, t0, limit_ns)) return; } while (v != i);
         }
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-        times[i - 1] = t1 - t0;
+        f[40] = i;
+        if (i % batch == 0) {
+            unsigned long long t = tandem_now();
+            times[i / batch - 1] = t - start;
+            start = t;
+        }
     }
 }
 "#;
@@ -110,16 +137,31 @@ impl std::fmt::Display for OneWay {
     }
 }
 
+/// Words of the flags' array ([`SOURCE`]).
+const WORDS: usize = 48;
+
+/// Word the host sets to make every kernel stop.
+const STOP: usize = 32;
+
+/// Word counting the pinging kernel's completed round trips.
+const DONE: usize = 40;
+
 /// Pinned host memory the device maps: the flags' home for GPU ↔ CPU.
 struct Mapped {
     host: *mut u64,
     dev: u64,
     words: usize,
+    ctx: std::sync::Arc<cudarc::driver::CudaContext>,
 }
 
 impl Mapped {
-    fn new(words: usize) -> Result<Self> {
+    fn new(gpu: &Gpu, words: usize) -> Result<Self> {
         let bytes = words * 8;
+        // The allocation and the mapping need the device's context current
+        // on this thread.
+        gpu.ctx()
+            .bind_to_thread()
+            .map_err(cuda_err("binding the device's context"))?;
         // SAFETY: a page-locked allocation the device maps, freed in Drop.
         let raw = unsafe {
             result::malloc_host(
@@ -139,6 +181,7 @@ impl Mapped {
             host: raw.cast(),
             dev,
             words,
+            ctx: gpu.ctx().clone(),
         })
     }
 
@@ -158,15 +201,20 @@ impl Mapped {
 
 impl Drop for Mapped {
     fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
         // SAFETY: allocated by malloc_host in `new`; the kernels using it
         // were waited for by the caller (or the process is ending).
         let _ = unsafe { result::free_host(self.host.cast()) };
     }
 }
 
-/// Polls of a flag before a side gives up (a kernel that never got a
-/// block to run, a host thread descheduled): about a second or more.
-const SPIN_MAX: u64 = 200_000_000;
+/// How long a kernel waits for an answer before it gives up (a kernel
+/// that never got a block to run, a host that stopped): 1 s of the
+/// device's global timer.
+const LIMIT_NS: u64 = 1_000_000_000;
+
+/// Round trips per timed batch of the GPU ↔ GPU handshake.
+const BATCH: u32 = 64;
 
 /// GPU ↔ CPU: a one-block kernel answers the CPU's `iters` pings through
 /// host-mapped memory (`ll`: flag and data in one word).
@@ -177,7 +225,7 @@ const SPIN_MAX: u64 = 200_000_000;
 /// (it gave up spinning).
 pub fn gpu_cpu(gpu: &Gpu, iters: u32, ll: bool) -> Result<OneWay> {
     let f = gpu.function(SOURCE, "tandem_flags_pong")?;
-    let m = Mapped::new(32)?;
+    let m = Mapped::new(gpu, WORDS)?;
     let stream = gpu
         .ctx()
         .new_stream()
@@ -187,12 +235,13 @@ pub fn gpu_cpu(gpu: &Gpu, iters: u32, ll: bool) -> Result<OneWay> {
         block_dim: (1, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (dev, llw, spin) = (m.dev, ll as i32, SPIN_MAX);
+    let (dev, llw, limit) = (m.dev, ll as i32, LIMIT_NS);
     let mut launch = stream.launch_builder(&f);
-    launch.arg(&dev).arg(&iters).arg(&llw).arg(&spin);
-    // SAFETY: the kernel's parameters (a device address of 32 mapped
-    // words, iterations, the way, the spin bound); `m` outlives the
-    // kernel: the stream is synchronized before it is dropped.
+    launch.arg(&dev).arg(&iters).arg(&llw).arg(&limit);
+    // SAFETY: the kernel's parameters (a device address of WORDS mapped
+    // words, iterations, the way, the time limit); `m` outlives the
+    // kernel: the stream is synchronized before it is dropped, on every
+    // path below.
     unsafe { launch.launch(cfg) }.map_err(cuda_err("launching the pong kernel"))?;
     let mut rt = Vec::with_capacity(iters as usize);
     let mut failed = None;
@@ -213,7 +262,7 @@ pub fn gpu_cpu(gpu: &Gpu, iters: u32, ll: bool) -> Result<OneWay> {
                 break;
             }
             if Instant::now() > deadline {
-                failed = Some(i);
+                failed = Some(format!("the kernel did not answer ping {i} within 2 s"));
                 break;
             }
             std::hint::spin_loop();
@@ -228,33 +277,39 @@ pub fn gpu_cpu(gpu: &Gpu, iters: u32, ll: bool) -> Result<OneWay> {
             m.load(24)
         };
         if data != 0xa5a5_0000 + i {
-            return Err(GpuError::InvalidArgument(format!(
-                "round trip {i}: the kernel echoed {data:#x}"
-            )));
+            failed = Some(format!("round trip {i}: the kernel echoed {data:#x}"));
+            break;
         }
+    }
+    if failed.is_some() {
+        // Stop the kernel before its memory is freed.
+        m.store(STOP, 1);
     }
     stream
         .synchronize()
         .map_err(cuda_err("waiting for the pong kernel"))?;
-    if let Some(i) = failed {
-        return Err(GpuError::InvalidArgument(format!(
-            "the kernel did not answer ping {i} within 2 s"
-        )));
+    match failed {
+        Some(why) => Err(GpuError::InvalidArgument(why)),
+        None => Ok(OneWay::from_round_trips(rt)),
     }
-    Ok(OneWay::from_round_trips(rt))
 }
 
 /// GPU ↔ GPU: two one-block kernels on two streams bounce `iters` pings
-/// through device memory; the pinging kernel times each round trip.
+/// (rounded up to a multiple of 64) through device memory; the pinging
+/// kernel times each batch of 64 round trips, and p50 and p99 are of the
+/// batches' means (the global timer ticks too coarsely on some GPUs to
+/// time one round trip).
 ///
 /// # Errors
 /// As [`gpu_cpu`]; [`GpuError::InvalidArgument`] if the two kernels were
 /// not resident at once (a round trip never completed).
 pub fn gpu_gpu(gpu: &Gpu, iters: u32, ll: bool) -> Result<OneWay> {
+    let iters = iters.max(1).next_multiple_of(BATCH);
     let ping = gpu.function(SOURCE, "tandem_flags_ping")?;
     let pong = gpu.function(SOURCE, "tandem_flags_pong")?;
-    let flags = gpu.alloc(32 * 8)?;
-    let times = gpu.alloc(iters as usize * 8)?;
+    let flags = gpu.alloc(WORDS * 8)?;
+    let batches = (iters / BATCH) as usize;
+    let times = gpu.alloc(batches * 8)?;
     let (s1, s2) = (
         gpu.ctx()
             .new_stream()
@@ -270,32 +325,47 @@ pub fn gpu_gpu(gpu: &Gpu, iters: u32, ll: bool) -> Result<OneWay> {
         shared_mem_bytes: 0,
     };
     let (f, t) = (gpu.raw_addr(&flags), gpu.raw_addr(&times));
-    let (llw, spin) = (ll as i32, SPIN_MAX);
+    let (llw, limit, batch) = (ll as i32, LIMIT_NS, BATCH);
     let mut a = s2.launch_builder(&pong);
-    a.arg(&f).arg(&iters).arg(&llw).arg(&spin);
-    // SAFETY: the kernel's parameters (32 device words, iterations, the
-    // way, the spin bound); the buffers outlive both kernels (the streams
-    // are synchronized below before they drop).
+    a.arg(&f).arg(&iters).arg(&llw).arg(&limit);
+    // SAFETY: the kernel's parameters (WORDS device words, iterations,
+    // the way, the time limit); the buffers outlive both kernels (the
+    // streams are synchronized below, on every path, before they drop).
     unsafe { a.launch(cfg) }.map_err(cuda_err("launching the pong kernel"))?;
     let mut b = s1.launch_builder(&ping);
-    b.arg(&f).arg(&iters).arg(&llw).arg(&spin).arg(&t);
-    // SAFETY: as above, and `times` holds `iters` words.
-    unsafe { b.launch(cfg) }.map_err(cuda_err("launching the ping kernel"))?;
-    s1.synchronize()
-        .map_err(cuda_err("waiting for the ping kernel"))?;
-    s2.synchronize()
-        .map_err(cuda_err("waiting for the pong kernel"))?;
-    let raw = gpu.download(&times)?;
-    let rt: Vec<f64> = raw
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as f64)
-        .collect();
-    if rt.last().copied().unwrap_or(0.0) == 0.0 {
-        return Err(GpuError::InvalidArgument(
-            "the two kernels were not resident at once (a round trip never completed)".into(),
-        ));
+    b.arg(&f)
+        .arg(&iters)
+        .arg(&llw)
+        .arg(&limit)
+        .arg(&t)
+        .arg(&batch);
+    // SAFETY: as above, and `times` holds `iters / BATCH` words.
+    if let Err(e) = unsafe { b.launch(cfg) } {
+        // The pong kernel gives up within LIMIT_NS; wait for it before
+        // its memory goes.
+        let _ = s2.synchronize();
+        return Err(cuda_err("launching the ping kernel")(e));
     }
-    Ok(OneWay::from_round_trips(rt))
+    let done1 = s1.synchronize();
+    let done2 = s2.synchronize();
+    done1.map_err(cuda_err("waiting for the ping kernel"))?;
+    done2.map_err(cuda_err("waiting for the pong kernel"))?;
+    let word = |raw: &[u8], i: usize| {
+        u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+    };
+    let completed = word(&gpu.download(&flags)?, DONE);
+    if completed != iters as u64 {
+        return Err(GpuError::InvalidArgument(format!(
+            "the two kernels were not resident at once ({completed} of {iters} round trips completed)"
+        )));
+    }
+    let raw = gpu.download(&times)?;
+    let per_round_trip: Vec<f64> = (0..batches)
+        .map(|k| word(&raw, k) as f64 / BATCH as f64)
+        .collect();
+    let mut w = OneWay::from_round_trips(per_round_trip);
+    w.n = iters as usize;
+    Ok(w)
 }
 
 /// The CPU's floor in the same run: two threads bounce one cache line

@@ -91,13 +91,19 @@ impl From<tandem_driver::Error> for GpuError {
 /// `Result` with [`GpuError`].
 pub type Result<T> = std::result::Result<T, GpuError>;
 
-/// A CUDA error while doing `what`.
-pub(crate) fn cuda_err(
-    what: impl Into<String>,
+/// A CUDA error while doing `what`. Nothing is allocated unless the call
+/// failed (the steady state of a transfer makes no allocation).
+pub(crate) fn cuda_err(what: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> GpuError {
+    cuda_err_at(move || what.to_string())
+}
+
+/// [`cuda_err`] with a description built (by `what`) only if the call
+/// failed.
+pub(crate) fn cuda_err_at(
+    what: impl FnOnce() -> String,
 ) -> impl FnOnce(cudarc::driver::DriverError) -> GpuError {
-    let what = what.into();
     move |e| GpuError::Cuda {
-        what,
+        what: what(),
         error: format!("{e:?}"),
     }
 }
