@@ -21,6 +21,8 @@ pub struct Gpu {
     /// is a `'static` string, compiled at its first use), or why one could
     /// not be.
     modules: Mutex<Vec<(usize, Compiled)>>,
+    /// This rank's device transfers in flight.
+    pub(crate) in_flight: crate::p2p::InFlight,
 }
 
 /// A module NVRTC compiled, or what was missing to compile it.
@@ -60,6 +62,7 @@ impl Gpu {
             found,
             pool: Mutex::new(Vec::new()),
             modules: Mutex::new(Vec::new()),
+            in_flight: Default::default(),
         })
     }
 
@@ -417,6 +420,16 @@ impl Staging {
         self.done
             .synchronize()
             .map_err(cuda_err("waiting for a staging copy"))
+    }
+
+    /// Whether the last copy into or out of this buffer is done (no wait).
+    pub(crate) fn ready(&self) -> Result<bool> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(cuda_err("binding the context"))?;
+        self.done
+            .try_is_complete()
+            .map_err(cuda_err("asking whether a staging copy is done"))
     }
 
     /// The first `n` bytes, for the CPU: waits for the copies first.

@@ -19,9 +19,12 @@
 //!   kernels; and the message protocol of [`send`] and [`recv`], run
 //!   between real ranks with plain memory in place of the device copies.
 //!
-//! What needs a GPU ([`Gpu`], [`DeviceBuf`], [`send`], [`recv`],
-//! [`coll`], [`Gpu::reduce`], [`flags`]): device buffers sent and received
-//! through pinned host staging, pipelined by chunks; collectives on device
+//! What needs a GPU ([`Gpu`], [`DeviceBuf`], [`send`], [`recv`], their
+//! non-blocking forms [`isend`] and [`irecv`] (a [`Transfer`] in flight)
+//! and [`Persistent`] ones, [`coll`], [`Gpu::reduce`], [`flags`]): device
+//! buffers sent and received through pinned host staging, pipelined by
+//! chunks (the message protocol, blocking and not, is tested on the CPU
+//! between real ranks with plain memory for the copies); collectives on device
 //! buffers staged through host memory; the kernels compiled by NVRTC; the
 //! flag-polling handshakes. Built and tested without a GPU so far: see
 //! README, "GPU buffers", for what has run where.
@@ -43,7 +46,7 @@ mod device;
 mod p2p;
 
 pub use device::{DeviceBuf, Gpu};
-pub use p2p::{recv, send};
+pub use p2p::{recv, scope, send, Bind, Handle, Scope};
 pub use probe::{probe, Found};
 
 /// What can go wrong with device memory.

@@ -78,8 +78,7 @@ options:
                   device r % devices), with tandem-gpu, beside the device's
                   own copy bandwidth measured in the same run; says why it
                   skipped where there is no GPU (bw: windows of up to 16
-                  blocking device sends, as tandem-gpu has no non-blocking
-                  send yet)
+                  device transfers in flight)
   --separate      pingpong: send from one buffer, receive into another
                   (osu_latency's pattern: the sent data stays clean in the
                   sender's cache) instead of one buffer both ways
@@ -1243,9 +1242,17 @@ fn sweep_device(o: &Opts) {
         let a = gpu.alloc(size).unwrap_or_else(|e| fail(&e.to_string()));
         let mut b = gpu.alloc(size).unwrap_or_else(|e| fail(&e.to_string()));
         let iters = iters_for(size, o.iters.min(2000));
-        // bw: windows of back-to-back blocking sends (tandem-gpu has no
-        // non-blocking send yet), closed by a one-byte acknowledgement.
+        // bw: windows of up to 16 transfers in flight (one tag each: two
+        // device transfers with one tag may not fly at once), closed by a
+        // one-byte acknowledgement.
         let w = if bw { window(size).min(16) } else { 1 };
+        let mut window_bufs: Vec<tandem_gpu::DeviceBuf> = if bw && me == 1 {
+            (0..w)
+                .map(|_| gpu.alloc(size).unwrap_or_else(|e| fail(&e.to_string())))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut samples = Vec::with_capacity(iters as usize);
         for i in 0..iters.div_ceil(w as u64) + 10 {
             let t = Instant::now();
@@ -1254,12 +1261,20 @@ fn sweep_device(o: &Opts) {
                     .and_then(|_| tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1).map(|_| ())),
                 (false, _) => tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1)
                     .and_then(|_| tandem_gpu::send(&comm, &gpu, &a, peer, 1)),
-                (true, 0) => (0..w)
-                    .try_for_each(|_| tandem_gpu::send(&comm, &gpu, &a, peer, 1))
-                    .and_then(|_| Ok(comm.recv(&mut [0u8; 1], peer, 2).map(|_| ())?)),
-                (true, _) => (0..w)
-                    .try_for_each(|_| tandem_gpu::recv(&comm, &gpu, &mut b, peer, 1).map(|_| ()))
-                    .and_then(|_| Ok(comm.send(&[1], peer, 2)?)),
+                // The scope's end waits for the window.
+                (true, 0) => tandem_gpu::scope(&comm, &gpu, |s| {
+                    (0..w).try_for_each(|k| s.isend(&a, peer, 10 + k as u32).map(drop))
+                })
+                .and_then(|r| r)
+                .and_then(|_| Ok(comm.recv(&mut [0u8; 1], peer, 2).map(|_| ())?)),
+                (true, _) => tandem_gpu::scope(&comm, &gpu, |s| {
+                    window_bufs
+                        .iter_mut()
+                        .enumerate()
+                        .try_for_each(|(k, rb)| s.irecv(rb, peer, 10 + k as u32).map(drop))
+                })
+                .and_then(|r| r)
+                .and_then(|_| Ok(comm.send(&[1], peer, 2)?)),
             };
             r.unwrap_or_else(|e| fail(&e.to_string()));
             if i >= 10 {
@@ -1291,7 +1306,7 @@ fn sweep_device(o: &Opts) {
             o.cmd
         );
         if bw {
-            println!("# us = time per message in windows of up to 16 blocking device sends, closed by an acknowledgement");
+            println!("# us = time per message in windows of up to 16 device transfers in flight (tandem_gpu::scope: isend / irecv), closed by an acknowledgement");
         }
         println!(
             "# the device's own copy in this run: {copy:.1} GB/s (bytes read plus bytes written)"

@@ -11,7 +11,7 @@
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use tandem_driver::{Comm, ANY_SOURCE, ANY_TAG};
-use tandem_gpu::{probe, recv, send, Gpu, GpuError};
+use tandem_gpu::{probe, recv, scope, send, Gpu, GpuError};
 
 /// The checks: name, time limit in seconds (together under 5 minutes),
 /// what it shows.
@@ -36,6 +36,11 @@ const CHECKS: &[(&str, u64, &str)] = &[
         "p2p-truncated",
         20,
         "a message longer than the device buffer is an error, the next one arrives whole",
+    ),
+    (
+        "p2p-nonblocking",
+        20,
+        "in a scope both processes start sending 16 MiB (isend), then receiving (irecv), and wait for the send first: neither blocks; a window of 8 transfers in flight; a persistent pair started 10 times",
     ),
     (
         "p2p-peer-killed",
@@ -293,8 +298,8 @@ fn run_one(name: &str) -> Result<Outcome, String> {
                 kernel / copy
             )))
         }
-        "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "p2p-peer-killed" | "collectives"
-        | "pingpong" => two_ranks(name),
+        "p2p-sizes" | "p2p-wildcard" | "p2p-truncated" | "p2p-nonblocking" | "p2p-peer-killed"
+        | "collectives" | "pingpong" => two_ranks(name),
         other => Err(format!("no check named {other:?}")),
     }
 }
@@ -372,6 +377,75 @@ fn two_ranks(name: &str) -> Result<Outcome, String> {
                 }
             }
             "truncation reported, the stream of messages intact".into()
+        }
+        "p2p-nonblocking" => {
+            let check = |into: &tandem_gpu::DeviceBuf, len: usize, salt: usize| {
+                let got = g.download(into).map_err(s)?;
+                match got[..len] == pattern(len, peer, salt)[..] {
+                    true => Ok(()),
+                    false => Err(format!("{len} B with salt {salt}: data differ")),
+                }
+            };
+            // Both send first, then wait for the send: with blocking
+            // sends of rendezvous chunks this would wait forever; in a
+            // scope, waiting for the send moves the receive too.
+            let len = 16 << 20;
+            let mine = g.upload(&pattern(len, me, 1)).map_err(s)?;
+            let mut into = g.alloc(len).map_err(s)?;
+            scope(&comm, &g, |sc| -> tandem_gpu::Result<()> {
+                let a = sc.isend(&mine, peer, 1)?;
+                let b = sc.irecv(&mut into, peer, 1)?;
+                sc.wait(a)?;
+                sc.wait(b)?;
+                Ok(())
+            })
+            .and_then(|r| r)
+            .map_err(s)?;
+            check(&into, len, 1)?;
+            // A window of transfers in flight, one tag each.
+            let len = 3 << 20;
+            let srcs: Vec<_> = (0..8)
+                .map(|k| g.upload(&pattern(len, me, 10 + k)))
+                .collect::<tandem_gpu::Result<_>>()
+                .map_err(s)?;
+            let mut dsts: Vec<_> = (0..8)
+                .map(|_| g.alloc(len))
+                .collect::<tandem_gpu::Result<_>>()
+                .map_err(s)?;
+            scope(&comm, &g, |sc| -> tandem_gpu::Result<()> {
+                let mut hs = Vec::new();
+                for (k, (a, b)) in srcs.iter().zip(dsts.iter_mut()).enumerate() {
+                    hs.push(sc.isend(a, peer, 100 + k as u32)?);
+                    hs.push(sc.irecv(b, peer, 100 + k as u32)?);
+                }
+                for h in hs {
+                    sc.wait(h)?;
+                }
+                Ok(())
+            })
+            .and_then(|r| r)
+            .map_err(s)?;
+            for (k, b) in dsts.iter().enumerate() {
+                check(b, len, 10 + k)?;
+            }
+            // A persistent pair, started ten times.
+            let mine = g.upload(&pattern(len, me, 30)).map_err(s)?;
+            let mut into = g.alloc(len).map_err(s)?;
+            scope(&comm, &g, |sc| -> tandem_gpu::Result<()> {
+                let ps = sc.send_init(&mine, peer, 200)?;
+                let pr = sc.recv_init(&mut into, peer, 200)?;
+                for _ in 0..10 {
+                    let a = sc.start(ps)?;
+                    let b = sc.start(pr)?;
+                    sc.wait(a)?;
+                    sc.wait(b)?;
+                }
+                Ok(())
+            })
+            .and_then(|r| r)
+            .map_err(s)?;
+            check(&into, len, 30)?;
+            "16 MiB both ways sending first, 8 x 3 MiB in flight, 10 persistent starts: data checked".into()
         }
         "collectives" => collectives(&comm, &g, me)?,
         "zero-alloc" => {
