@@ -235,6 +235,7 @@ pub(crate) struct Flight<'a, C: Copies> {
 impl<'a, C: Copies> Flight<'a, C> {
     /// Starts sending `len` bytes through `c` in messages of `chunk`
     /// bytes (the last shorter) to `dst` with `tag`.
+    #[cfg(test)]
     pub(crate) fn send(
         comm: &'a Comm,
         flying: &'a InFlight,
@@ -244,10 +245,24 @@ impl<'a, C: Copies> Flight<'a, C> {
         dst: usize,
         tag: Tag,
     ) -> Result<Self> {
+        Self::send_or_back(comm, flying, c, len, chunk, dst, tag).map_err(|(e, _)| e)
+    }
+
+    /// [`send`](Self::send), giving `c` back with the error if it fails.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn send_or_back(
+        comm: &'a Comm,
+        flying: &'a InFlight,
+        c: C,
+        len: usize,
+        chunk: usize,
+        dst: usize,
+        tag: Tag,
+    ) -> std::result::Result<Self, (GpuError, C)> {
         let side = Side::Send {
             len,
             dst,
-            m: pipeline::messages(len, chunk),
+            m: pipeline::messages(len, chunk.max(1)),
             copied: 0,
             sent: 0,
         };
@@ -256,6 +271,7 @@ impl<'a, C: Copies> Flight<'a, C> {
 
     /// Starts receiving what [`Flight::send`] sends, into a buffer of
     /// `cap` bytes through `c`.
+    #[cfg(test)]
     pub(crate) fn recv(
         comm: &'a Comm,
         flying: &'a InFlight,
@@ -265,6 +281,20 @@ impl<'a, C: Copies> Flight<'a, C> {
         src: usize,
         tag: Tag,
     ) -> Result<Self> {
+        Self::recv_or_back(comm, flying, c, cap, chunk, src, tag).map_err(|(e, _)| e)
+    }
+
+    /// [`recv`](Self::recv), giving `c` back with the error if it fails.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn recv_or_back(
+        comm: &'a Comm,
+        flying: &'a InFlight,
+        c: C,
+        cap: usize,
+        chunk: usize,
+        src: usize,
+        tag: Tag,
+    ) -> std::result::Result<Self, (GpuError, C)> {
         let side = Side::Recv {
             cap,
             from: src,
@@ -283,16 +313,19 @@ impl<'a, C: Copies> Flight<'a, C> {
         chunk: usize,
         (send, peer, tag): (bool, usize, Tag),
         side: Side,
-    ) -> Result<Self> {
+    ) -> std::result::Result<Self, (GpuError, C)> {
         if chunk == 0 {
-            return Err(GpuError::InvalidArgument("a chunk of 0 bytes".into()));
+            return Err((GpuError::InvalidArgument("a chunk of 0 bytes".into()), c));
         }
-        let id = flying.admit(send, comm.context(), peer, tag)?;
+        let id = match flying.admit(send, comm.context(), peer, tag) {
+            Ok(id) => id,
+            Err(e) => return Err((e, c)),
+        };
         let st = match c.pair(chunk) {
             Ok(st) => st,
             Err(e) => {
                 flying.end(id);
-                return Err(e);
+                return Err((e, c));
             }
         };
         let mut f = Self {
@@ -328,7 +361,24 @@ impl<'a, C: Copies> Flight<'a, C> {
                 Err(e) => self.fail(e),
             }
         }
+        if self.out.is_some() {
+            self.release();
+        }
         self.out.as_ref()
+    }
+
+    /// Gives back what an ended transfer held: its staging buffers (once
+    /// their copies are done; no message uses them any more) and its place
+    /// among the transfers in flight, so that a transfer of the same peer
+    /// and tag may start at once.
+    fn release(&mut self) {
+        if let Some(st) = self.st.take() {
+            for b in st.iter() {
+                let _ = self.c.wait(b);
+            }
+            self.c.put_back(st);
+        }
+        self.flying.end(self.id);
     }
 
     /// Waits for the transfer and gives its outcome.
@@ -496,8 +546,8 @@ impl<'a, C: Copies> Flight<'a, C> {
                 last,
             } => {
                 let s = done.map_err(|e| match e {
-                    Error::Truncated { needed, .. } => GpuError::InvalidArgument(format!(
-                        "a chunk of {needed} bytes from rank {from}, longer than this \
+                    Error::Truncated { needed, source, .. } => GpuError::InvalidArgument(format!(
+                        "a chunk of {needed} bytes from rank {source}, longer than this \
                          rank's {chunk}-byte chunk (ranks must stage alike)"
                     )),
                     e => GpuError::Tandem(e),
@@ -553,13 +603,7 @@ impl<C: Copies> Drop for Flight<'_, C> {
         // An unfinished transfer (dropped, or failed) still has messages
         // using its staging buffers: end them before the buffers go back.
         self.drain();
-        if let Some(st) = self.st.take() {
-            for b in st.iter() {
-                let _ = self.c.wait(b);
-            }
-            self.c.put_back(st);
-        }
-        self.flying.end(self.id);
+        self.release();
     }
 }
 
@@ -701,11 +745,18 @@ impl<'env, C: Copies> Flights<'env, C> {
         steps
     }
 
-    /// Whether `h`'s flight has an outcome.
-    fn done(&self, h: &Handle) -> bool {
-        self.all.borrow()[h.0]
+    /// Whether `h`'s flight has an outcome (`None`: `h` names none here).
+    fn done(&self, h: &Handle) -> Option<bool> {
+        self.all
+            .borrow()
+            .get(h.0)?
             .as_ref()
-            .is_some_and(|f| f.out.is_some())
+            .map(|f| f.out.is_some())
+    }
+
+    /// The error for a handle that names no flight of these.
+    fn foreign() -> GpuError {
+        GpuError::InvalidArgument("a handle of another scope".into())
     }
 
     /// Takes `h`'s finished flight out.
@@ -717,11 +768,16 @@ impl<'env, C: Copies> Flights<'env, C> {
 
     /// Moves every flight on once: `h`'s flight's outcome and the flight if
     /// it finished, else `h` back.
-    pub(crate) fn test(&self, h: Handle) -> std::result::Result<Flight<'env, C>, Handle> {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn test(
+        &self,
+        h: Handle,
+    ) -> std::result::Result<std::result::Result<Flight<'env, C>, GpuError>, Handle> {
         self.pump();
         match self.done(&h) {
-            true => Ok(self.take(h)),
-            false => Err(h),
+            Some(true) => Ok(Ok(self.take(h))),
+            Some(false) => Err(h),
+            None => Ok(Err(Self::foreign())),
         }
     }
 
@@ -737,8 +793,10 @@ impl<'env, C: Copies> Flights<'env, C> {
                 quiet = std::time::Instant::now();
                 idle = 0;
             }
-            if self.done(&h) {
-                return Ok(self.take(h));
+            match self.done(&h) {
+                Some(true) => return Ok(self.take(h)),
+                Some(false) => {}
+                None => return Err(Self::foreign()),
             }
             idle += 1;
             if idle < 1000 {
@@ -746,13 +804,14 @@ impl<'env, C: Copies> Flights<'env, C> {
             } else {
                 std::thread::yield_now();
                 if quiet.elapsed() > limit {
-                    let all = self.all.borrow();
-                    let f = all[h.0].as_ref().expect("a handle names a flight");
+                    // The flight fails (what it has in flight is ended)
+                    // and is handed out, so that what it held goes back.
+                    let mut f = self.take(h);
                     let (op, peer, tag) = match f.side {
                         Side::Send { dst, .. } => (tandem_driver::OpKind::Send, dst, f.tag),
                         Side::Recv { from, with, .. } => (tandem_driver::OpKind::Recv, from, with),
                     };
-                    return Err(GpuError::Tandem(Error::Timeout {
+                    f.fail(GpuError::Tandem(Error::Timeout {
                         op,
                         peer,
                         tag,
@@ -760,6 +819,8 @@ impl<'env, C: Copies> Flights<'env, C> {
                         why: "a device transfer took no step (nor did any other of its scope)"
                             .into(),
                     }));
+                    f.release();
+                    return Ok(f);
                 }
             }
         }
@@ -771,7 +832,9 @@ impl<'env, C: Copies> Flights<'env, C> {
         let n = self.all.borrow().len();
         for i in 0..n {
             if self.all.borrow()[i].is_some() {
-                let r = self.wait(Handle(i)).and_then(Flight::wait);
+                let r = self
+                    .wait(Handle(i))
+                    .and_then(|mut f| f.out.take().expect("a finished flight has its outcome"));
                 if first.is_ok() {
                     first = r.map(|_| ());
                 }
@@ -865,7 +928,7 @@ impl<'env> Scope<'env> {
     /// [`GpuError::InvalidArgument`] for a send to `dst` with `tag` while
     /// another is in flight.
     pub fn isend(&self, buf: &'env DeviceBuf, dst: usize, tag: Tag) -> Result<Handle> {
-        let f = flight_send(self.flights.comm, self.gpu, buf, dst, tag)?;
+        let f = flight_send(self.flights.comm, self.gpu, buf, dst, tag).map_err(|(e, _)| e)?;
         Ok(self.add(f, None))
     }
 
@@ -878,7 +941,7 @@ impl<'env> Scope<'env> {
     /// [`GpuError::InvalidArgument`] for a receive that could match the
     /// messages of another in flight.
     pub fn irecv(&self, buf: &'env mut DeviceBuf, src: usize, tag: Tag) -> Result<Handle> {
-        let f = flight_recv(self.flights.comm, self.gpu, buf, src, tag)?;
+        let f = flight_recv(self.flights.comm, self.gpu, buf, src, tag).map_err(|(e, _)| e)?;
         Ok(self.add(f, None))
     }
 
@@ -890,8 +953,7 @@ impl<'env> Scope<'env> {
     /// In the inner result: as [`wait`](Self::wait).
     pub fn test(&self, h: Handle) -> std::result::Result<Result<Status>, Handle> {
         let i = h.0;
-        let f = self.flights.test(h)?;
-        Ok(self.finish(i, f))
+        Ok(self.flights.test(h)?.and_then(|f| self.finish(i, f)))
     }
 
     /// Moves every transfer of the scope on until `h`'s is done.
@@ -976,7 +1038,15 @@ impl<'env> Scope<'env> {
         };
         match f {
             Ok(f) => Ok(self.add(f, Some(b.0))),
-            Err(e) => Err(e),
+            Err((e, mut c)) => {
+                // Refused or failed: the binding keeps its buffer.
+                self.bound.borrow_mut()[b.0].0 = match (c.from.take(), c.into.take()) {
+                    (Some(s), _) => Some(Bound::Send(s)),
+                    (_, Some(r)) => Some(Bound::Recv(r)),
+                    _ => None,
+                };
+                Err(e)
+            }
         }
     }
 }
@@ -988,7 +1058,7 @@ fn flight_send<'a>(
     buf: &'a DeviceBuf,
     dst: usize,
     tag: Tag,
-) -> Result<Flight<'a, Device<'a>>> {
+) -> std::result::Result<Flight<'a, Device<'a>>, (GpuError, Device<'a>)> {
     let l = Limits::default();
     say_path(comm, buf.len(), dst, &l);
     let c = Device {
@@ -996,7 +1066,7 @@ fn flight_send<'a>(
         from: Some(buf),
         into: None,
     };
-    Flight::send(comm, &gpu.in_flight, c, buf.len(), l.chunk, dst, tag)
+    Flight::send_or_back(comm, &gpu.in_flight, c, buf.len(), l.chunk, dst, tag)
 }
 
 /// A receive flight into a device buffer.
@@ -1006,7 +1076,7 @@ fn flight_recv<'a>(
     buf: &'a mut DeviceBuf,
     src: usize,
     tag: Tag,
-) -> Result<Flight<'a, Device<'a>>> {
+) -> std::result::Result<Flight<'a, Device<'a>>, (GpuError, Device<'a>)> {
     let l = Limits::default();
     let cap = buf.len();
     let c = Device {
@@ -1014,7 +1084,7 @@ fn flight_recv<'a>(
         from: None,
         into: Some(buf),
     };
-    Flight::recv(comm, &gpu.in_flight, c, cap, l.chunk, src, tag)
+    Flight::recv_or_back(comm, &gpu.in_flight, c, cap, l.chunk, src, tag)
 }
 
 /// Prints the path of a transfer where `TANDEM_DEBUG` asks for it.
@@ -1039,7 +1109,10 @@ fn say_path(comm: &Comm, len: usize, peer: usize, l: &Limits) {
 /// [`GpuError::Tandem`] as [`Comm::send`] fails; [`GpuError::Cuda`] if a
 /// copy fails.
 pub fn send(comm: &Comm, gpu: &Gpu, buf: &DeviceBuf, dst: usize, tag: Tag) -> Result<()> {
-    flight_send(comm, gpu, buf, dst, tag)?.wait().map(|_| ())
+    flight_send(comm, gpu, buf, dst, tag)
+        .map_err(|(e, _)| e)?
+        .wait()
+        .map(|_| ())
 }
 
 /// Receives a device buffer's message from rank `src` (or
@@ -1056,7 +1129,9 @@ pub fn send(comm: &Comm, gpu: &Gpu, buf: &DeviceBuf, dst: usize, tag: Tag) -> Re
 /// chunk longer than this rank's (a sender with another chunk size);
 /// [`GpuError::Cuda`] if a copy fails.
 pub fn recv(comm: &Comm, gpu: &Gpu, buf: &mut DeviceBuf, src: usize, tag: Tag) -> Result<Status> {
-    flight_recv(comm, gpu, buf, src, tag)?.wait()
+    flight_recv(comm, gpu, buf, src, tag)
+        .map_err(|(e, _)| e)?
+        .wait()
 }
 
 #[cfg(test)]
@@ -1345,7 +1420,7 @@ mod tests {
             let r = FLYING.with(|fl| {
                 let fs = Flights::new(&c);
                 let a = fs.add(Flight::send(&c, fl, &mut h, 3 * CHUNK, CHUNK, 1, 4)?);
-                fs.wait(a).map(|_| ())
+                fs.wait(a)?.wait().map(|_| ())
             });
             let _ = c.barrier();
             Ok(Some(r.map_err(|e| e.to_string())))
@@ -1358,6 +1433,44 @@ mod tests {
             .expect("rank 0 reports");
         let e = r.expect_err("nobody receives");
         assert!(e.contains("rank 1"), "{e}");
+    }
+
+    #[test]
+    fn a_finished_transfer_not_yet_waited_for_blocks_no_other() {
+        const CHUNK: usize = 16 << 10;
+        let len = 2 * CHUNK + 1;
+        ranks(2, |c| {
+            let (mut a, mut b) = (Host::new(data(len, 1), len), Host::new(data(len, 2), len));
+            FLYING.with(|fl| {
+                let fs = Flights::new(c);
+                fn make<'a>(
+                    c: &'a Comm,
+                    fl: &'a InFlight,
+                    h: &'a mut Host,
+                    len: usize,
+                ) -> Result<Flight<'a, &'a mut Host>> {
+                    let peer = 1 - c.rank();
+                    match c.rank() {
+                        0 => Flight::send(c, fl, h, len, CHUNK, peer, 5),
+                        _ => Flight::recv(c, fl, h, len, CHUNK, peer, 5),
+                    }
+                }
+                let first = fs.add(make(c, fl, &mut a, len)?);
+                // Moved on until done, its handle not yet spent.
+                while fs.done(&first) != Some(true) {
+                    fs.pump();
+                }
+                let second = fs.add(make(c, fl, &mut b, len)?);
+                fs.wait(second)?.wait()?;
+                fs.wait(first)?.wait()?;
+                Ok::<_, GpuError>(())
+            })?;
+            if c.rank() == 1 {
+                assert_eq!(a.into, data(len, 1));
+                assert_eq!(b.into, data(len, 2));
+            }
+            Ok(())
+        });
     }
 
     #[test]
