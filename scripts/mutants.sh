@@ -96,7 +96,7 @@ command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 want=("$@")
 for row in "${table[@]}"; do
     IFS='|' read -r name package files timeout settings tests <<< "$row"
-    if [ ${#want[@]} -gt 0 ] && ! printf '%s\n' "${want[@]}" | grep -qx "$name"; then
+    if [ ${#want[@]} -gt 0 ] && ! printf '%s\n' "${want[@]}" | grep -x "$name" >/dev/null; then
         continue
     fi
     args=(-p "$package" -j1 --timeout "$timeout" --baseline skip)

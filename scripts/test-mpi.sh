@@ -84,7 +84,7 @@ cd "$root"
 
 echo "== NetPIPE (Debian's NPmpich2, built for MPICH)"
 if command -v NPmpich2 >/dev/null; then
-    ldd "$(command -v NPmpich2)" | grep -q "$lib/libmpich.so.12"
+    ldd "$(command -v NPmpich2)" | grep "$lib/libmpich.so.12" >/dev/null
     (cd target/mpi && timeout 300 mpiexec.hydra -n 2 NPmpich2 -u 4194304 -o np.out >/dev/null 2>&1) \
         || { echo "NPmpich2 failed" >&2; exit 1; }
     echo "NetPIPE over tandem: $(wc -l < target/mpi/np.out) sizes, last: $(tail -1 target/mpi/np.out)"

@@ -76,7 +76,7 @@ build() {
 ompi_btl() {
     local info
     info=$(command -v "$(dirname "$(command -v "$1")")/ompi_info" 2>/dev/null || command -v ompi_info 2>/dev/null)
-    if [ -n "$info" ] && "$info" --parsable 2>/dev/null | grep -q '^mca:btl:vader:'; then
+    if [ -n "$info" ] && "$info" --parsable 2>/dev/null | grep '^mca:btl:vader:' >/dev/null; then
         echo self,vader
     else
         echo self,sm
