@@ -232,6 +232,10 @@ pub(crate) struct Flight<'a, C: Copies> {
     steps: u64,
 }
 
+/// A started flight, or why it could not start with what it was given
+/// back.
+type Started<'a, C> = std::result::Result<Flight<'a, C>, (GpuError, C)>;
+
 impl<'a, C: Copies> Flight<'a, C> {
     /// Starts sending `len` bytes through `c` in messages of `chunk`
     /// bytes (the last shorter) to `dst` with `tag`.
@@ -249,7 +253,6 @@ impl<'a, C: Copies> Flight<'a, C> {
     }
 
     /// [`send`](Self::send), giving `c` back with the error if it fails.
-    #[allow(clippy::type_complexity)]
     pub(crate) fn send_or_back(
         comm: &'a Comm,
         flying: &'a InFlight,
@@ -258,7 +261,7 @@ impl<'a, C: Copies> Flight<'a, C> {
         chunk: usize,
         dst: usize,
         tag: Tag,
-    ) -> std::result::Result<Self, (GpuError, C)> {
+    ) -> Started<'a, C> {
         let side = Side::Send {
             len,
             dst,
@@ -266,7 +269,7 @@ impl<'a, C: Copies> Flight<'a, C> {
             copied: 0,
             sent: 0,
         };
-        Self::start(comm, flying, c, chunk, (true, dst, tag), side)
+        Self::start(comm, flying, c, chunk, tag, side)
     }
 
     /// Starts receiving what [`Flight::send`] sends, into a buffer of
@@ -285,7 +288,6 @@ impl<'a, C: Copies> Flight<'a, C> {
     }
 
     /// [`recv`](Self::recv), giving `c` back with the error if it fails.
-    #[allow(clippy::type_complexity)]
     pub(crate) fn recv_or_back(
         comm: &'a Comm,
         flying: &'a InFlight,
@@ -294,7 +296,7 @@ impl<'a, C: Copies> Flight<'a, C> {
         chunk: usize,
         src: usize,
         tag: Tag,
-    ) -> std::result::Result<Self, (GpuError, C)> {
+    ) -> Started<'a, C> {
         let side = Side::Recv {
             cap,
             from: src,
@@ -303,7 +305,7 @@ impl<'a, C: Copies> Flight<'a, C> {
             total: 0,
             last: false,
         };
-        Self::start(comm, flying, c, chunk, (false, src, tag), side)
+        Self::start(comm, flying, c, chunk, tag, side)
     }
 
     fn start(
@@ -311,12 +313,16 @@ impl<'a, C: Copies> Flight<'a, C> {
         flying: &'a InFlight,
         c: C,
         chunk: usize,
-        (send, peer, tag): (bool, usize, Tag),
+        tag: Tag,
         side: Side,
-    ) -> std::result::Result<Self, (GpuError, C)> {
+    ) -> Started<'a, C> {
         if chunk == 0 {
             return Err((GpuError::InvalidArgument("a chunk of 0 bytes".into()), c));
         }
+        let (send, peer) = match side {
+            Side::Send { dst, .. } => (true, dst),
+            Side::Recv { from, .. } => (false, from),
+        };
         let id = match flying.admit(send, comm.context(), peer, tag) {
             Ok(id) => id,
             Err(e) => return Err((e, c)),
@@ -1058,7 +1064,7 @@ fn flight_send<'a>(
     buf: &'a DeviceBuf,
     dst: usize,
     tag: Tag,
-) -> std::result::Result<Flight<'a, Device<'a>>, (GpuError, Device<'a>)> {
+) -> Started<'a, Device<'a>> {
     let l = Limits::default();
     say_path(comm, buf.len(), dst, &l);
     let c = Device {
@@ -1076,7 +1082,7 @@ fn flight_recv<'a>(
     buf: &'a mut DeviceBuf,
     src: usize,
     tag: Tag,
-) -> std::result::Result<Flight<'a, Device<'a>>, (GpuError, Device<'a>)> {
+) -> Started<'a, Device<'a>> {
     let l = Limits::default();
     let cap = buf.len();
     let c = Device {

@@ -8,8 +8,10 @@
 //! whose buffer is larger than what was sent knows the end by the first
 //! short message, without a header. Both sides must use the same chunk.
 //!
-//! The plans here are what [`crate::send`] and [`crate::recv`] execute,
-//! step by step; the tests check their order on the CPU.
+//! The plans here are the order of each side's steps; [`crate::send`],
+//! [`crate::recv`] and a [`crate::Scope`]'s transfers take them in that
+//! order as their copies and messages complete, without blocking between
+//! them. The tests check the order on the CPU.
 
 use std::ops::Range;
 
