@@ -25,7 +25,7 @@ use cudarc::driver::{result, sys, LaunchConfig, PushKernelArg};
 use std::time::{Duration, Instant};
 
 /// The kernels, CUDA C (compiled by NVRTC with the reduction kernels'
-/// options). `flags` is an array of [`WORDS`] 64-bit words, each used one
+/// options). `flags` is an array of 48 64-bit words, each used one
 /// a cache line apart: word 0 the ping, word 8 the pong, words 16 and 24
 /// their data for the two-line way, word 32 the host's request that every
 /// side stop, word 40 the round trips the pinging kernel completed. `ll`

@@ -20,8 +20,8 @@
 //!   between real ranks with plain memory in place of the device copies.
 //!
 //! What needs a GPU ([`Gpu`], [`DeviceBuf`], [`send`], [`recv`], their
-//! non-blocking forms [`isend`] and [`irecv`] (a [`Transfer`] in flight)
-//! and [`Persistent`] ones, [`coll`], [`Gpu::reduce`], [`flags`]): device
+//! non-blocking and persistent forms in a [`scope`] ([`Scope::isend`],
+//! [`Scope::irecv`], [`Scope::send_init`]), [`coll`], [`Gpu::reduce`], [`flags`]): device
 //! buffers sent and received through pinned host staging, pipelined by
 //! chunks (the message protocol, blocking and not, is tested on the CPU
 //! between real ranks with plain memory for the copies); collectives on device

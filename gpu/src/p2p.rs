@@ -1107,12 +1107,12 @@ fn say_path(comm: &Comm, len: usize, peer: usize, l: &Limits) {
 /// Sends the whole of `buf` (device memory of `gpu`) to rank `dst` with
 /// `tag`: staged through pinned host memory, in chunks whose device→host
 /// copies overlap the sends. Returns once `buf` may be reused. A receiver
-/// takes it with [`recv`] (or [`irecv`]); messages of device buffers with
-/// the same source and tag must not be sent from several threads at once
-/// (their chunks would interleave).
+/// takes it with [`recv`] (or [`Scope::irecv`]); a send that could be
+/// confused with one in flight (the same destination and tag) is refused.
 ///
 /// # Errors
-/// [`GpuError::Tandem`] as [`Comm::send`] fails; [`GpuError::Cuda`] if a
+/// [`GpuError::Tandem`] as [`Comm::send`] fails; [`GpuError::InvalidArgument`]
+/// for a send refused as above; [`GpuError::Cuda`] if a
 /// copy fails.
 pub fn send(comm: &Comm, gpu: &Gpu, buf: &DeviceBuf, dst: usize, tag: Tag) -> Result<()> {
     flight_send(comm, gpu, buf, dst, tag)
