@@ -24,7 +24,7 @@ use tandem_core::wire::Kind;
 
 use crate::sys;
 
-/// Bytes of a user mark's text kept ([`Recorder::mark`]); longer ones are
+/// Bytes of a user mark's text kept (`Comm::annotate`); longer ones are
 /// cut at a character boundary.
 pub const MARK_LEN: usize = 56;
 
