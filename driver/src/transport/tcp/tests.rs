@@ -991,8 +991,10 @@ fn dropping_a_stream_does_not_wait_for_the_rest_of_its_chunk() {
 /// A malformed frame prefix, and the detail its error must contain.
 #[derive(Debug, Clone)]
 enum Bad {
-    /// A kind that is neither `M` nor `D`.
+    /// A kind that is neither `M`, `D` nor `H`.
     Kind(u8, u32),
+    /// A heartbeat (`H`) that claims a body: heartbeats have none.
+    Heartbeat(u32),
     /// Nonzero padding after the kind.
     Padding(u8, [u8; 3], u32),
     /// A message frame longer than the largest allowed, or too short for a
@@ -1009,10 +1011,11 @@ const BAD_MAX_FRAME: usize = HEADER_LEN + BAD_EAGER;
 fn bad() -> impl Strategy<Value = Bad> {
     prop_oneof![
         (
-            any::<u8>().prop_filter("not a frame kind", |k| *k != b'M' && *k != b'D'),
+            any::<u8>().prop_filter("not a frame kind", |k| ![b'M', b'D', b'H'].contains(k)),
             any::<u32>()
         )
             .prop_map(|(k, l)| Bad::Kind(k, l)),
+        (1..=u32::MAX).prop_map(Bad::Heartbeat),
         (
             any::<u8>(),
             prop_oneof![
@@ -1044,6 +1047,7 @@ impl Bad {
     fn prefix(&self) -> [u8; PREFIX] {
         match *self {
             Bad::Kind(k, l) => prefix(k, l),
+            Bad::Heartbeat(l) => prefix(b'H', l),
             Bad::Padding(k, pad, l) => {
                 let mut p = prefix(k, l);
                 p[1..4].copy_from_slice(&pad);
@@ -1058,7 +1062,7 @@ impl Bad {
     fn names(&self) -> Vec<String> {
         match *self {
             Bad::Kind(k, _) => vec!["unknown TCP frame kind".into(), format!("{k:#04x}")],
-            Bad::Padding(..) => vec![
+            Bad::Padding(..) | Bad::Heartbeat(_) => vec![
                 "corrupt TCP frame prefix".into(),
                 format!("{:02x?}", self.prefix()),
             ],
