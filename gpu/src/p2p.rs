@@ -1351,11 +1351,20 @@ mod tests {
         assert!(took < std::time::Duration::from_secs(20), "{took:?}");
     }
 
-    /// Polls `fs` until every one has an outcome, failing after 20 s
-    /// instead of hanging.
+    /// Polls every one of `fs` each round until all have an outcome,
+    /// failing after 20 s instead of hanging. (Every one: a round that
+    /// stopped at the first unfinished send would never step the receive
+    /// whose next post that send's peer waits for.)
     fn poll_all<C: Copies>(fs: &mut [Flight<'_, C>]) {
         let t = std::time::Instant::now();
-        while fs.iter_mut().any(|f| f.poll(false).is_none()) {
+        loop {
+            let pending = fs
+                .iter_mut()
+                .map(|f| f.poll(false).is_none())
+                .fold(false, |a, p| a | p);
+            if !pending {
+                break;
+            }
             assert!(t.elapsed().as_secs() < 20, "transfers stuck");
             std::hint::spin_loop();
         }
