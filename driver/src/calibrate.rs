@@ -10,7 +10,11 @@
 //! takes 6.9 (BENCHMARKS.md). So whoever creates a host's job file measures
 //! both, once, in a few milliseconds, and writes the decision into the file
 //! ([`HostPaths`], read by every rank of that host, so ranks never disagree);
-//! `TANDEM_CMA` and `TANDEM_CMA_MIN` still override it per rank.
+//! `TANDEM_CMA` and `TANDEM_CMA_MIN` still override it per rank. The
+//! decision is where each link starts: a link then follows what its own
+//! pulls and streams cost (`transport::shm`'s path choice), since a
+//! measurement of a few milliseconds at job start goes stale when the
+//! program's buffers or the vCPUs' placement change.
 //!
 //! The measurement ([`measure`]) runs both paths between two threads on
 //! two cores, at a cache-resident size ([`MID`]) and a memory-sized one
@@ -89,7 +93,12 @@ pub fn choose(c: &Costs, eager_limit: usize) -> HostPaths {
         first
     } else {
         let Some(hi) = sizes.by_ref().find(|&n| wins(n)) else {
-            return HostPaths::NEVER;
+            // Streamed everywhere, with the measurement kept: a link still
+            // tries a pull now and then (`transport::shm`'s path choice).
+            return HostPaths {
+                stream_ps: stream_ps(c),
+                ..HostPaths::NEVER
+            };
         };
         // Smallest winning n in (max(hi/2, first), hi].
         let (mut lo, mut hi) = ((hi / 2).max(first), hi);
@@ -354,7 +363,8 @@ pub fn host_paths(layout: &Layout) -> HostPaths {
                 let p = choose(&m.clean, layout.eager_limit as usize);
                 if info {
                     eprintln!(
-                        "tandem: calibrated in {:.1} ms: {p} (TANDEM_CMA overrides); ns per byte at {} KiB / {} MiB, \
+                        "tandem: calibrated in {:.1} ms: {p} at first, then as each link measures \
+                         (TANDEM_CMA overrides); ns per byte at {} KiB / {} MiB, \
                          clean source: pull {:.3} / {:.3} (+{:.1} us a call), stream {:.3} / {:.3}; \
                          freshly written source: pull {:.3} / {:.3}, stream {:.3} / {:.3}",
                         t.elapsed().as_secs_f64() * 1e3,
@@ -415,9 +425,21 @@ mod tests {
     #[test]
     fn an_expensive_call_or_a_slow_copy_streams() {
         // AMD-like: 25 us per call, and pulled bytes at half the speed.
-        assert_eq!(choose(&costs(25_000.0, 0.2, 0.1), 8192), HostPaths::NEVER);
+        let c = costs(25_000.0, 0.2, 0.1);
+        let never = |c: &Costs| HostPaths {
+            stream_ps: stream_ps(c),
+            ..HostPaths::NEVER
+        };
+        assert_eq!(choose(&c, 8192), never(&c));
+        assert!(!choose(&c, 8192).pulls(1 << 20));
+        assert_ne!(
+            choose(&c, 8192).stream_ps,
+            [0, 0],
+            "the measurement is kept"
+        );
         // Cheap call, slower copy.
-        assert_eq!(choose(&costs(500.0, 0.2, 0.1), 8192), HostPaths::NEVER);
+        let c = costs(500.0, 0.2, 0.1);
+        assert_eq!(choose(&c, 8192), never(&c));
     }
 
     #[test]

@@ -470,7 +470,8 @@ pub struct HostPaths {
     /// Largest payload pulled.
     pub to: u64,
     /// A stream's cost per byte at [`MID`] and at [`BIG`], in picoseconds
-    /// (0: not measured; then pulls are never second-guessed).
+    /// (0: not measured; then the links keep this choice instead of learning
+    /// their own, see `transport::shm`).
     pub stream_ps: [u32; 2],
 }
 
@@ -495,8 +496,16 @@ impl HostPaths {
     pub fn stream_ns(&self, n: usize, slot: usize) -> Option<f64> {
         let [mid, big] = self.stream_ps.map(|p| p as f64 / 1000.0);
         let r = per_byte(n, mid, big);
-        (mid > 0.0 && big > 0.0).then(|| 500.0 + (n + n.min(slot)) as f64 * r)
+        (mid > 0.0 && big > 0.0).then(|| stream_model(n, slot, r))
     }
+}
+
+/// A whole stream of `n` bytes at `per_byte` ns a byte through `slot`-byte
+/// slots, in ns: the clear-to-send's extra handshake through the engines
+/// (~0.5 us), the bytes, and the first slot once more (the pipeline's
+/// fill: its two copies cannot overlap).
+pub fn stream_model(n: usize, slot: usize, per_byte: f64) -> f64 {
+    500.0 + (n + n.min(slot)) as f64 * per_byte
 }
 
 impl std::fmt::Display for HostPaths {

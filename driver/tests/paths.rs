@@ -210,3 +210,45 @@ fn a_busy_receive_still_reaches_its_deadline() {
         .expect("a busy receive with no sender must fail by its deadline, not spin for ever");
     assert!(got.contains("Timeout") || got.contains("Deadlock"), "{got}");
 }
+
+/// With the default configuration a link does not keep the host's choice
+/// blindly: every 64th payload of a size class takes the other path, so
+/// that a path grown cheaper (the vCPUs moved, the program began writing
+/// its buffer before each send) is noticed. Counted, not timed: over 130
+/// payloads of one class both paths ran, whichever the host chose and
+/// whichever turned out cheaper here.
+#[test]
+fn the_default_tries_the_other_path_now_and_then() {
+    let layout = Layout::default();
+    let paths = tandem_driver::calibrate::host_paths(&layout);
+    if paths.stream_ps == [0, 0] || !cma_allowed() {
+        eprintln!("skipped: this host did not measure both paths ({paths})");
+        return;
+    }
+    let cfg = Config {
+        wait: WaitPolicy::BUSY,
+        ..Config::default()
+    };
+    let out = Comm::threads(2, &layout, cfg, |comm| {
+        let mut buf = vec![4u8; BIG];
+        let before = comm.counters();
+        for i in 0..130u32 {
+            if comm.rank() == 0 {
+                comm.send(&buf, 1, i)?;
+            } else {
+                comm.recv(&mut buf, 0, i)?;
+            }
+        }
+        let after = comm.counters();
+        Ok((
+            after.pulled - before.pulled,
+            after.streamed - before.streamed,
+        ))
+    });
+    let (pulled, streamed) = *out[1].as_ref().expect("rank 1");
+    assert_eq!(pulled + streamed, 130, "one path each");
+    assert!(
+        pulled >= 1 && streamed >= 1,
+        "{pulled} pulled, {streamed} streamed with {paths}"
+    );
+}

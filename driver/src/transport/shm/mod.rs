@@ -26,11 +26,14 @@
 /// the paths that named it before).
 pub use crate::job as map;
 
+mod choice;
+
 use super::{Kind, Liveness, MemDesc, Peek, PullStart, Transport, PEEK_LEN};
 use crate::error::Error;
 use crate::job::HostPaths;
 use crate::job::JobMap;
 use crate::sys;
+use choice::{PathChoice, StreamClock};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD, LINE_WORDS};
@@ -56,8 +59,11 @@ pub struct ShmLink {
     peer_local: usize,
     /// The payload sizes pulled single-copy.
     pulls: HostPaths,
-    /// How this link's pulls have fared against streaming, per size class.
-    adapt: PullAdapt,
+    /// What this link's pulls and streams have cost, per size class
+    /// (`None`: the path is fixed: forced by a setting, or not calibrated).
+    learnt: Option<Box<PathChoice>>,
+    /// The stream being received, timed from its first slot.
+    clock: Option<StreamClock>,
     /// Cross-memory attach to this peer refused once: stream instead.
     no_cma: bool,
     /// Say so when cross-memory attach is refused.
@@ -144,6 +150,9 @@ impl ShmLink {
     ) -> Self {
         let (tx_line, tx_slot, tx_cell) = map.channel(me, peer);
         let (rx_line, rx_slot, rx_cell) = map.channel(peer, me);
+        // Learnt on the link only where the host measured both paths and
+        // no setting forces one.
+        let learn = opt.cma.is_none() && map.paths().stream_ps != [0, 0];
         let pulls = match opt.cma {
             None => map.paths(),
             Some(true) => HostPaths {
@@ -168,7 +177,8 @@ impl ShmLink {
             slot_bytes: map.layout().slot_bytes as usize,
             peer_local: peer,
             pulls,
-            adapt: PullAdapt::default(),
+            learnt: learn.then(Box::default),
+            clock: None,
             no_cma: false,
             debug: opt.debug,
             rank,
@@ -178,6 +188,34 @@ impl ShmLink {
             pidfd: None,
             stop: StopWatch::default(),
             map,
+        }
+    }
+
+    /// `taken` bytes of a stream with `left` to go were just received:
+    /// the first slot starts its clock, the last stops it.
+    fn time_stream(&mut self, left: usize, taken: usize) {
+        match self.clock.as_mut() {
+            None => {
+                if taken < left {
+                    self.clock = Some(StreamClock {
+                        start: std::time::Instant::now(),
+                        len: left,
+                        bytes: 0,
+                        paused_ns: 0.0,
+                    });
+                }
+            }
+            Some(c) => {
+                c.bytes += taken;
+                if taken >= left {
+                    let c = *c;
+                    self.clock = None;
+                    let ns = c.start.elapsed().as_nanos() as f64 - c.paused_ns;
+                    if let Some(l) = self.learnt.as_mut() {
+                        l.streamed(c.len, c.bytes, ns);
+                    }
+                }
+            }
         }
     }
 
@@ -243,66 +281,6 @@ impl ShmLink {
     #[inline(always)]
     pub(crate) fn consume_line(&mut self) {
         self.rx_line.consume_peeked_line();
-    }
-}
-
-/// How a link's pulls fare against what streaming costs on the host, per
-/// size class (log2 of the payload). The calibration models a sender's
-/// buffer that stays in memory as it was; a program that writes its
-/// buffer right before each send leaves the lines dirty in the sender's
-/// cache, and pulling those across can be slower than having the sender
-/// stream them (1.5x on the Intel guest at 64 KiB-1 MiB). So: two pulls in
-/// a row in a class that took longer than [`SLOW`] times the host's stream
-/// estimate send the next [`AVOID`] payloads of that class down the
-/// stream, then one is pulled again to see whether the pattern changed.
-struct PullAdapt {
-    /// Streams left before the next probing pull, per class.
-    avoid: [u8; 64],
-    /// Slow pulls in a row, per class.
-    slow: [u8; 64],
-}
-
-impl Default for PullAdapt {
-    fn default() -> Self {
-        Self {
-            avoid: [0; 64],
-            slow: [0; 64],
-        }
-    }
-}
-
-/// A pull is slow above this times the stream's estimate.
-const SLOW: f64 = 1.15;
-/// Payloads of a class streamed after two slow pulls.
-const AVOID: u8 = 63;
-
-impl PullAdapt {
-    fn class(n: usize) -> usize {
-        n.max(1).ilog2() as usize
-    }
-
-    /// Whether the next payload of `n` bytes is pulled.
-    fn pull_next(&mut self, n: usize) -> bool {
-        let a = &mut self.avoid[Self::class(n)];
-        if *a > 0 {
-            *a -= 1;
-            return false;
-        }
-        true
-    }
-
-    /// A pull of `n` bytes took `ns`; streaming is estimated at `stream`.
-    fn pulled(&mut self, n: usize, ns: f64, stream: f64) {
-        let c = Self::class(n);
-        if ns > SLOW * stream {
-            self.slow[c] += 1;
-            if self.slow[c] >= 2 {
-                self.slow[c] = 0;
-                self.avoid[c] = AVOID;
-            }
-        } else {
-            self.slow[c] = 0;
-        }
     }
 }
 
@@ -390,20 +368,32 @@ impl Transport for ShmLink {
             }
             taken += n;
         }
+        if taken > 0 && self.learnt.is_some() {
+            self.time_stream(left, taken);
+        }
         taken
     }
 
     fn start_pull(&mut self, remote: MemDesc, dst: &mut [u8]) -> PullStart {
         let n = dst.len();
-        if !self.pulls.pulls(n) || self.no_cma || !self.adapt.pull_next(n) {
+        let calibrated = self.pulls.pulls(n);
+        let pull = match self.learnt.as_mut() {
+            Some(l) => l.pull_next(n, calibrated, self.slot_bytes),
+            None => calibrated,
+        };
+        if !pull || self.no_cma {
             return PullStart::Unsupported;
         }
         let pid = self.peer_pid();
         let t = std::time::Instant::now();
         match sys::cma_read(pid, remote.addr, dst) {
             Ok(()) => {
-                if let Some(stream) = self.pulls.stream_ns(n, self.slot_bytes) {
-                    self.adapt.pulled(n, t.elapsed().as_nanos() as f64, stream);
+                if let Some(l) = self.learnt.as_mut() {
+                    let ns = t.elapsed().as_nanos() as f64;
+                    l.pulled(n, ns);
+                    if let Some(c) = self.clock.as_mut() {
+                        c.paused_ns += ns;
+                    }
                 }
                 PullStart::Done
             }
@@ -454,55 +444,5 @@ impl Transport for ShmLink {
 
     fn route(&self) -> super::Route {
         super::Route::Shm
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The decisions of `n` payloads of 64 KiB whose pulls take `pull` ns
-    /// against a stream estimate of 10 us: `true` = pulled.
-    fn run(pull: f64, n: usize) -> Vec<bool> {
-        let mut a = PullAdapt::default();
-        (0..n)
-            .map(|_| {
-                let p = a.pull_next(65536);
-                if p {
-                    a.pulled(65536, pull, 10_000.0);
-                }
-                p
-            })
-            .collect()
-    }
-
-    #[test]
-    fn fast_pulls_keep_pulling() {
-        assert!(run(5_000.0, 500).iter().all(|&p| p));
-    }
-
-    #[test]
-    fn slow_pulls_stream_then_probe_again() {
-        let d = run(15_000.0, 2 + 63 + 2 + 63 + 1);
-        assert!(d[0] && d[1], "two pulls to learn");
-        assert!(d[2..65].iter().all(|&p| !p), "then 63 streamed");
-        assert!(d[65] && d[66], "then probing pulls (still slow)");
-        assert!(d[67..130].iter().all(|&p| !p), "streamed again");
-        assert!(d[130], "and probing again");
-    }
-
-    #[test]
-    fn one_slow_pull_is_not_enough_and_classes_are_apart() {
-        let mut a = PullAdapt::default();
-        assert!(a.pull_next(65536));
-        a.pulled(65536, 50_000.0, 10_000.0);
-        assert!(a.pull_next(65536));
-        a.pulled(65536, 5_000.0, 10_000.0);
-        assert!(a.pull_next(65536), "a fast pull resets the count");
-        for _ in 0..2 {
-            a.pulled(1 << 20, 1e9, 10_000.0);
-        }
-        assert!(!a.pull_next(1 << 20), "1 MiB now streams");
-        assert!(a.pull_next(65536), "64 KiB still pulls");
     }
 }

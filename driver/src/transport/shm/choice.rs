@@ -1,0 +1,233 @@
+//! Which path each rendezvous payload from one peer takes, learnt on the
+//! link from what the two paths have actually cost there.
+//!
+//! The host's calibration ([`crate::calibrate`]) measures both paths once,
+//! at job start, in a few milliseconds. Two things make that figure go
+//! stale. A program that writes its buffer right before each send leaves
+//! the lines dirty in the sender's cache, and pulling those across can be
+//! slower than having the sender stream them (1.5x on the Intel guest at
+//! 64 KiB–1 MiB). And on a virtual machine the hypervisor moves the vCPUs:
+//! on the AMD guest the cache line between the two ranks' cores costs
+//! 50 ns in one placement and 180 ns in another, and streaming (which hands
+//! every slot over through such lines) goes from 3x faster than a pull to
+//! slower than one (BENCHMARKS.md, "Paths learnt on the link"). A decision
+//! fixed at job start is then wrong for the rest of the job.
+//!
+//! So each link keeps, per size class (log2 of the payload), the cost of
+//! the pulls and of the streams it saw, each a moving average that
+//! follows a cheaper sample faster than a dearer one, and takes
+//! the path whose cost is lower (a pull wins ties within [`TIE`]: it
+//! occupies one core, not two). Until both paths have been seen in a class,
+//! the host's calibrated choice stands. Every [`PROBE`]-th payload of a
+//! class takes the other path once, so that a path that became cheaper is
+//! noticed: at most one payload in `PROBE + 1` pays for the worse path.
+//! The receiver decides alone, payload by payload (the sender describes
+//! every buffer and serves a pull or a clear-to-send alike), so the two
+//! ranks never need to agree.
+//!
+//! The costs are measured where the work is: a pull is timed around the
+//! system call; a stream from its first slot taken to its last, and scaled
+//! to the whole payload as the calibration models it (a clear-to-send
+//! handshake plus the first slot once more for the pipeline's fill).
+
+/// A pull is taken while it costs at most this times the stream.
+pub const TIE: f64 = 1.05;
+/// Payloads of a class between two that try the other path.
+pub const PROBE: u8 = 63;
+use crate::job::stream_model;
+
+/// The live costs of one link's two rendezvous paths, per size class.
+#[derive(Debug, Clone)]
+pub struct PathChoice {
+    /// ns per byte of this class's pulls, a moving average (0: none yet).
+    pull: [f32; 64],
+    /// ns per byte of this class's streams, slot to slot (0: none yet).
+    stream: [f32; 64],
+    /// Payloads of the class left before the next one takes the other path.
+    until_probe: [u8; 64],
+}
+
+impl Default for PathChoice {
+    fn default() -> Self {
+        Self {
+            pull: [0.0; 64],
+            stream: [0.0; 64],
+            until_probe: [PROBE; 64],
+        }
+    }
+}
+
+/// A payload's size class.
+fn class(n: usize) -> usize {
+    n.max(1).ilog2() as usize
+}
+
+/// The new moving average after a sample `x`: half the way down to a
+/// cheaper sample, an eighth of the way up to a dearer one. A path's cost
+/// is what it can do, and a single sample that a preemption or a busy
+/// peer stretched must not flip the choice; a path that really became
+/// dearer (every sample so) is followed within about a dozen samples.
+fn blend(avg: f32, x: f64) -> f32 {
+    let a = f64::from(avg);
+    if avg == 0.0 {
+        x as f32
+    } else if x < a {
+        (0.5 * a + 0.5 * x) as f32
+    } else {
+        (0.875 * a + 0.125 * x) as f32
+    }
+}
+
+impl PathChoice {
+    /// Whether a payload of `n` bytes is pulled: `calibrated` is the host's
+    /// choice for it, `slot` the slot ring's slot size.
+    pub fn pull_next(&mut self, n: usize, calibrated: bool, slot: usize) -> bool {
+        let c = class(n);
+        let best = self.cheaper_to_pull(n, slot).unwrap_or(calibrated);
+        let probe = &mut self.until_probe[c];
+        if *probe == 0 {
+            *probe = PROBE;
+            return !best;
+        }
+        *probe -= 1;
+        best
+    }
+
+    /// Whether pulling `n` bytes costs at most [`TIE`] times streaming them,
+    /// by what this link has seen; `None` until both paths were seen in the
+    /// class.
+    pub fn cheaper_to_pull(&self, n: usize, slot: usize) -> Option<bool> {
+        let c = class(n);
+        let (p, s) = (f64::from(self.pull[c]), f64::from(self.stream[c]));
+        (p > 0.0 && s > 0.0).then(|| p * n as f64 <= TIE * stream_model(n, slot, s))
+    }
+
+    /// A pull of `n` bytes took `ns`.
+    pub fn pulled(&mut self, n: usize, ns: f64) {
+        if n > 0 {
+            let c = class(n);
+            self.pull[c] = blend(self.pull[c], ns / n as f64);
+        }
+    }
+
+    /// A stream of an `n`-byte payload moved `bytes` of it (from its first
+    /// slot taken to its last) in `ns`.
+    pub fn streamed(&mut self, n: usize, bytes: usize, ns: f64) {
+        if bytes > 0 {
+            let c = class(n);
+            self.stream[c] = blend(self.stream[c], ns / bytes as f64);
+        }
+    }
+}
+
+/// The clock of the stream being received on a link: started at its first
+/// slot taken.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamClock {
+    /// When the first slot was taken.
+    pub start: std::time::Instant,
+    /// The payload's size.
+    pub len: usize,
+    /// Bytes taken since `start` (the first slot's excluded).
+    pub bytes: usize,
+    /// Time spent meanwhile pulling other payloads from the same peer, ns:
+    /// not the stream's (with many messages in flight, pulls and streams
+    /// interleave, and counting the pulls would make streams look slower
+    /// the more is pulled).
+    pub paused_ns: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB64: usize = 64 << 10;
+    const SLOT: usize = 32 << 10;
+
+    /// `n` payloads of 64 KiB through `c`, each path costing what `cost`
+    /// says (ns per byte: pull, stream): `true` = pulled.
+    fn run(c: &mut PathChoice, calibrated: bool, n: usize, cost: (f64, f64)) -> Vec<bool> {
+        (0..n)
+            .map(|_| {
+                let p = c.pull_next(KIB64, calibrated, SLOT);
+                if p {
+                    c.pulled(KIB64, cost.0 * KIB64 as f64);
+                } else {
+                    c.streamed(KIB64, KIB64 - SLOT, cost.1 * (KIB64 - SLOT) as f64);
+                }
+                p
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_calibrated_choice_stands_until_the_other_path_is_tried() {
+        let mut c = PathChoice::default();
+        let d = run(&mut c, false, PROBE as usize, (0.03, 0.1));
+        assert!(d.iter().all(|&p| !p), "streamed as calibrated");
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), None, "pulls not seen yet");
+    }
+
+    #[test]
+    fn a_stream_grown_slow_turns_the_class_to_pulls() {
+        // Calibrated to stream; then the vCPUs move apart and the stream
+        // costs 0.15 ns a byte against a pull's 0.1.
+        let mut c = PathChoice::default();
+        let d = run(&mut c, false, 200, (0.1, 0.15));
+        let probe = PROBE as usize;
+        assert!(d[..probe].iter().all(|&p| !p));
+        assert!(d[probe], "the probe pulls");
+        assert!(d[probe + 1..].iter().filter(|&&p| p).count() >= 200 - probe - 4);
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(true));
+    }
+
+    #[test]
+    fn pulls_grown_slow_turn_the_class_to_streams_and_probes_come_back() {
+        // Calibrated to pull (a clean source); the program then writes its
+        // buffer before each send and pulls cost 3x the stream.
+        let mut c = PathChoice::default();
+        let d = run(&mut c, true, 3 * (PROBE as usize + 1), (0.2, 0.066));
+        let probe = PROBE as usize;
+        assert!(d[..probe].iter().all(|&p| p), "pulled as calibrated");
+        assert!(!d[probe], "the probe streams");
+        // From then on, streams, but for one probing pull every PROBE + 1.
+        let pulls_after = d[probe + 1..].iter().filter(|&&p| p).count();
+        assert_eq!(pulls_after, 2, "{d:?}");
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(false));
+    }
+
+    #[test]
+    fn a_pull_within_the_tie_is_kept_and_classes_are_apart() {
+        let mut c = PathChoice::default();
+        // 1.03x the modelled stream: a pull still.
+        let s = 0.1;
+        let model = stream_model(KIB64, SLOT, s) / KIB64 as f64;
+        c.streamed(KIB64, KIB64 - SLOT, s * (KIB64 - SLOT) as f64);
+        c.pulled(KIB64, 1.03 * model * KIB64 as f64);
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(true));
+        // Another class knows nothing yet.
+        assert_eq!(c.cheaper_to_pull(1 << 20, SLOT), None);
+        assert!(c.pull_next(1 << 20, true, SLOT));
+        assert!(!c.pull_next(1 << 20, false, SLOT));
+    }
+
+    #[test]
+    fn averages_follow_a_change_in_a_few_samples() {
+        let mut c = PathChoice::default();
+        c.streamed(KIB64, KIB64, 0.05 * KIB64 as f64);
+        c.pulled(KIB64, 0.04 * KIB64 as f64);
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(true));
+        // One pull stretched 5x does not flip the class...
+        c.pulled(KIB64, 0.2 * KIB64 as f64);
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(true));
+        // ...pulls that stay dearer do, within a dozen.
+        for _ in 0..12 {
+            c.pulled(KIB64, 0.2 * KIB64 as f64);
+        }
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(false));
+        // Empty measurements change nothing.
+        c.pulled(0, 1.0);
+        c.streamed(KIB64, 0, 1.0);
+        assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(false));
+    }
+}
