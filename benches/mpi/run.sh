@@ -105,7 +105,13 @@ for mpi in ${MPIS:-openmpi mpich}; do
         echo "# $mpi: $cc or $run not found, skipped" >&2
         continue
     fi
-    bin=$(build "$mpi" "$cc") || { echo "# $mpi: build failed" >&2; status=1; continue; }
+    bin=$(build "$mpi" "$cc") || {
+        # The wrapper can be there without the headers (openmpi-bin without
+        # libopenmpi-dev, as the test command installs it).
+        echo "# $mpi: build failed (on Debian the headers are in libopenmpi-dev / libmpich-dev)" >&2
+        status=1
+        continue
+    }
 
     if [ "$mpi" = openmpi ]; then
         # ob1 + shared-memory BTL: no UCX/OFI/TCP probing on a machine
