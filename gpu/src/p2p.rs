@@ -1358,10 +1358,10 @@ mod tests {
     fn poll_all<C: Copies>(fs: &mut [Flight<'_, C>]) {
         let t = std::time::Instant::now();
         loop {
-            let pending = fs
-                .iter_mut()
-                .map(|f| f.poll(false).is_none())
-                .fold(false, |a, p| a | p);
+            let mut pending = false;
+            for f in fs.iter_mut() {
+                pending |= f.poll(false).is_none();
+            }
             if !pending {
                 break;
             }

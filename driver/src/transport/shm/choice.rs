@@ -45,6 +45,8 @@ pub struct PathChoice {
     stream: [f32; 64],
     /// Payloads of the class left before the next one takes the other path.
     until_probe: [u8; 64],
+    /// The stream being received, timed from its first slot.
+    clock: Option<StreamClock>,
 }
 
 impl Default for PathChoice {
@@ -53,6 +55,7 @@ impl Default for PathChoice {
             pull: [0.0; 64],
             stream: [0.0; 64],
             until_probe: [PROBE; 64],
+            clock: None,
         }
     }
 }
@@ -102,11 +105,42 @@ impl PathChoice {
         (p > 0.0 && s > 0.0).then(|| p * n as f64 <= TIE * stream_model(n, slot, s))
     }
 
-    /// A pull of `n` bytes took `ns`.
+    /// A pull of `n` bytes took `ns` (a stream being received meanwhile
+    /// does not count that time as its own).
     pub fn pulled(&mut self, n: usize, ns: f64) {
         if n > 0 {
             let c = class(n);
             self.pull[c] = blend(self.pull[c], ns / n as f64);
+        }
+        if let Some(c) = self.clock.as_mut() {
+            c.paused_ns += ns;
+        }
+    }
+
+    /// `taken` bytes of a stream with `left` to go were just received: the
+    /// first slot starts its clock, the last stops it and counts the
+    /// stream.
+    pub fn stream_taken(&mut self, left: usize, taken: usize) {
+        match self.clock.as_mut() {
+            None => {
+                if taken < left {
+                    self.clock = Some(StreamClock {
+                        start: std::time::Instant::now(),
+                        len: left,
+                        bytes: 0,
+                        paused_ns: 0.0,
+                    });
+                }
+            }
+            Some(c) => {
+                c.bytes += taken;
+                if taken >= left {
+                    let c = *c;
+                    self.clock = None;
+                    let ns = c.start.elapsed().as_nanos() as f64 - c.paused_ns;
+                    self.streamed(c.len, c.bytes, ns);
+                }
+            }
         }
     }
 
@@ -123,18 +157,18 @@ impl PathChoice {
 /// The clock of the stream being received on a link: started at its first
 /// slot taken.
 #[derive(Debug, Clone, Copy)]
-pub struct StreamClock {
+struct StreamClock {
     /// When the first slot was taken.
-    pub start: std::time::Instant,
+    start: std::time::Instant,
     /// The payload's size.
-    pub len: usize,
+    len: usize,
     /// Bytes taken since `start` (the first slot's excluded).
-    pub bytes: usize,
+    bytes: usize,
     /// Time spent meanwhile pulling other payloads from the same peer, ns:
     /// not the stream's (with many messages in flight, pulls and streams
     /// interleave, and counting the pulls would make streams look slower
     /// the more is pulled).
-    pub paused_ns: f64,
+    paused_ns: f64,
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use crate::error::Error;
 use crate::job::HostPaths;
 use crate::job::JobMap;
 use crate::sys;
-use choice::{PathChoice, StreamClock};
+use choice::PathChoice;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD, LINE_WORDS};
@@ -62,8 +62,6 @@ pub struct ShmLink {
     /// What this link's pulls and streams have cost, per size class
     /// (`None`: the path is fixed: forced by a setting, or not calibrated).
     learnt: Option<Box<PathChoice>>,
-    /// The stream being received, timed from its first slot.
-    clock: Option<StreamClock>,
     /// Cross-memory attach to this peer refused once: stream instead.
     no_cma: bool,
     /// Say so when cross-memory attach is refused.
@@ -178,7 +176,6 @@ impl ShmLink {
             peer_local: peer,
             pulls,
             learnt: learn.then(Box::default),
-            clock: None,
             no_cma: false,
             debug: opt.debug,
             rank,
@@ -188,34 +185,6 @@ impl ShmLink {
             pidfd: None,
             stop: StopWatch::default(),
             map,
-        }
-    }
-
-    /// `taken` bytes of a stream with `left` to go were just received:
-    /// the first slot starts its clock, the last stops it.
-    fn time_stream(&mut self, left: usize, taken: usize) {
-        match self.clock.as_mut() {
-            None => {
-                if taken < left {
-                    self.clock = Some(StreamClock {
-                        start: std::time::Instant::now(),
-                        len: left,
-                        bytes: 0,
-                        paused_ns: 0.0,
-                    });
-                }
-            }
-            Some(c) => {
-                c.bytes += taken;
-                if taken >= left {
-                    let c = *c;
-                    self.clock = None;
-                    let ns = c.start.elapsed().as_nanos() as f64 - c.paused_ns;
-                    if let Some(l) = self.learnt.as_mut() {
-                        l.streamed(c.len, c.bytes, ns);
-                    }
-                }
-            }
         }
     }
 
@@ -368,8 +337,10 @@ impl Transport for ShmLink {
             }
             taken += n;
         }
-        if taken > 0 && self.learnt.is_some() {
-            self.time_stream(left, taken);
+        if taken > 0 {
+            if let Some(l) = self.learnt.as_mut() {
+                l.stream_taken(left, taken);
+            }
         }
         taken
     }
@@ -389,11 +360,7 @@ impl Transport for ShmLink {
         match sys::cma_read(pid, remote.addr, dst) {
             Ok(()) => {
                 if let Some(l) = self.learnt.as_mut() {
-                    let ns = t.elapsed().as_nanos() as f64;
-                    l.pulled(n, ns);
-                    if let Some(c) = self.clock.as_mut() {
-                        c.paused_ns += ns;
-                    }
+                    l.pulled(n, t.elapsed().as_nanos() as f64);
                 }
                 PullStart::Done
             }
