@@ -177,7 +177,7 @@ pub struct LineProducer<'a> {
     head_cache: u64,
 }
 
-impl LineProducer<'_> {
+impl<'a> LineProducer<'a> {
     #[inline(always)]
     fn free_cached(&self) -> u64 {
         let cap = self.ring.lines.len() as u64;
@@ -258,15 +258,26 @@ impl LineProducer<'_> {
     #[must_use = "`false` means nothing was written: the ring is full"]
     #[inline(always)]
     pub fn try_write_words(&mut self, words: &[u64; LINE_WORDS]) -> bool {
+        match self.reserve_line() {
+            Some(slot) => {
+                slot.write_words(words);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The next line, if it is free: a [`LineSlot`] that writes it once,
+    /// or drops without writing anything. The check and the write of
+    /// [`try_write_words`](Self::try_write_words) taken apart, so that a
+    /// caller can commit what the line will say (a sequence number, a
+    /// credit) only once it knows there is room, without checking twice.
+    #[inline(always)]
+    pub fn reserve_line(&mut self) -> Option<LineSlot<'_, 'a>> {
         if !self.line_free() {
-            return false;
+            return None;
         }
-        let mut buf = [0u8; LINE_PAYLOAD];
-        for (b, w) in buf.chunks_exact_mut(8).zip(words) {
-            b.copy_from_slice(&w.to_le_bytes());
-        }
-        self.publish_line(buf);
-        true
+        Some(LineSlot { producer: self })
     }
 
     /// Stores one whole line at the tail and publishes it; the caller has
@@ -299,6 +310,32 @@ impl LineProducer<'_> {
     pub fn tail(&self) -> u64 {
         self.tail
     }
+}
+
+/// The free line at a [`LineProducer`]'s tail, from
+/// [`LineProducer::reserve_line`]; holding it borrows the producer, so
+/// nothing else is written before it.
+#[must_use = "a reserved line is written by `write_words`; dropped, nothing is written"]
+pub struct LineSlot<'p, 'a> {
+    producer: &'p mut LineProducer<'a>,
+}
+
+impl LineSlot<'_, '_> {
+    /// Writes the line (`words`, little-endian) and publishes it.
+    #[inline(always)]
+    pub fn write_words(self, words: &[u64; LINE_WORDS]) {
+        self.producer.publish_line(words_to_line(words));
+    }
+}
+
+/// A line's payload made of `words`, little-endian.
+#[inline(always)]
+fn words_to_line(words: &[u64; LINE_WORDS]) -> [u8; LINE_PAYLOAD] {
+    let mut buf = [0u8; LINE_PAYLOAD];
+    for (b, w) in buf.chunks_exact_mut(8).zip(words) {
+        b.copy_from_slice(&w.to_le_bytes());
+    }
+    buf
 }
 
 /// 64-bit words of payload per line.

@@ -477,7 +477,7 @@ impl Comm {
         Counters {
             pulled: e.pulled,
             streamed: e.streamed,
-            idle_polls: w.polls.load(Ordering::Relaxed),
+            idle_polls: w.polls.load(Ordering::Relaxed) + e.idle_polls,
             yields: w.yields.load(Ordering::Relaxed),
             sleeps: w.sleeps.load(Ordering::Relaxed),
         }
@@ -855,7 +855,9 @@ impl Comm {
         if src < self.size() {
             // Often the message is there already.
             let w = self.world(src);
-            if let Fast::Done(st) = self.engine().try_recv_now(buf, w, self.ctx, tag) {
+            // A one-line message only here: anything else, and the
+            // polling, in the cold path below.
+            if let Some(Fast::Done(st)) = self.engine().try_recv_line(buf, w, self.ctx, tag) {
                 return self.delivered_here(st, buf.len());
             }
         }
@@ -897,7 +899,7 @@ impl Comm {
             for _ in 0..FAST_POLLS {
                 match e.try_recv_now(buf, src, ctx, tag) {
                     Fast::Done(st) => {
-                        self.sh.waits.add_polls(idle);
+                        e.idle_polls += idle;
                         return Some(delivered(st, buf.len()));
                     }
                     Fast::NotYet => {

@@ -156,6 +156,11 @@ pub(crate) struct Engine {
     /// (cross-memory attach, RDMA READ), and those streamed by the sender.
     pub(crate) pulled: u64,
     pub(crate) streamed: u64,
+    /// Fruitless polls of the blocking receive's shortcut before it found
+    /// its message, counted under the engine's lock it holds then (a
+    /// plain add, not an atomic one, on the way out of every such
+    /// receive); the other polls are counted beside the engine.
+    pub(crate) idle_polls: u64,
     /// The flight recorder.
     pub(crate) rec: recorder::Recorder,
     /// Heartbeats, revoked contexts, detached sends.
@@ -266,6 +271,7 @@ impl Engine {
             board,
             pulled: 0,
             streamed: 0,
+            idle_polls: 0,
             rec: recorder::Recorder::new(cfg.recorder),
             ft: ft::Faults::new(cfg.failure_timeout),
             waits: waits::Waits::new(n),
@@ -400,16 +406,18 @@ impl Engine {
         if let Link::Shm(l) = &mut ch.link {
             if buf.len() <= self.line_max {
                 // Header and payload in one line, assembled in registers.
-                if ch.broken.is_some() || !l.line_free() {
+                if ch.broken.is_some() {
                     return false;
                 }
+                let Some(line) = l.reserve_line() else {
+                    return false;
+                };
                 let Some(h) = self.proto.eager_now(dst as u32, ctx, tag, buf.len() as u64) else {
                     return false;
                 };
                 let [h0, h1, h2, h3] = h.words();
                 let [b0, b1, b2] = small_words(buf);
-                let wrote = l.send_line(&[h0, h1, h2, h3, b0, b1, b2]);
-                debug_assert!(wrote, "room was checked");
+                line.write_words(&[h0, h1, h2, h3, b0, b1, b2]);
                 self.rec.wire(Code::Sent, h0, h1, dst, h2);
                 return true;
             }
@@ -445,14 +453,33 @@ impl Engine {
     /// recorded.
     #[inline(always)]
     pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
+        match self.try_recv_line(buf, src, ctx, tag) {
+            Some(f) => f,
+            None => self.try_recv_general(buf, src, ctx, tag),
+        }
+    }
+
+    /// [`try_recv_now`](Self::try_recv_now)'s first part, inlined: a
+    /// one-line eager message over shared memory, or the answers that need
+    /// no look at the link. `None`: something else is at the head of the
+    /// link, for `try_recv_now`'s general path. Its [`Fast::Done`] comes
+    /// from this code alone, so a caller keeps the status in registers.
+    #[inline(always)]
+    pub(crate) fn try_recv_line(
+        &mut self,
+        buf: &mut [u8],
+        src: usize,
+        ctx: u16,
+        tag: u32,
+    ) -> Option<Fast> {
         if self.ft.revoked_any && self.ft.is_revoked(ctx) {
-            return Fast::Fallback;
+            return Some(Fast::Fallback);
         }
         let Some(ch) = self.peers.get_mut(src) else {
-            return Fast::Fallback;
+            return Some(Fast::Fallback);
         };
         if ch.broken.is_some() {
-            return Fast::Fallback;
+            return Some(Fast::Fallback);
         }
         if let Link::Shm(l) = &mut ch.link {
             // The common case, read in place from the line: a one-line
@@ -460,7 +487,7 @@ impl Engine {
             // header that fails these few compares) takes the path below,
             // which validates in full.
             let Some(line) = l.peek_line_ref() else {
-                return self.nothing_on_line();
+                return Some(self.nothing_on_line());
             };
             let (w0, w1, len, w3) = (ld8(line, 0), ld8(line, 8), ld8(line, 16), ld8(line, 24));
             let word = Header::eager_word(ctx, tag);
@@ -485,14 +512,14 @@ impl Engine {
                 if owed {
                     self.return_credit(src);
                 }
-                return Fast::Done(Status {
+                return Some(Fast::Done(Status {
                     source: src,
                     tag: mtag,
                     len,
-                });
+                }));
             }
         }
-        self.try_recv_general(buf, src, ctx, tag)
+        None
     }
 
     /// What a receive shortcut that finds its link empty answers: keep
@@ -1210,9 +1237,26 @@ impl Engine {
 /// variable-length `memcpy` call.
 #[inline(always)]
 fn small_words(b: &[u8]) -> [u64; 3] {
-    let mut out = [0u8; 24];
-    small_copy(&mut out[..b.len()], b);
-    [ld8(&out, 0), ld8(&out, 8), ld8(&out, 16)]
+    let n = b.len();
+    debug_assert!(n <= 24);
+    // Overlapping fixed-size loads, the bytes past the end shifted out, so
+    // that no byte is staged through the stack.
+    if n > 16 {
+        [ld8(b, 0), ld8(b, 8), ld8(b, n - 8) >> ((24 - n) * 8)]
+    } else if n > 8 {
+        [ld8(b, 0), ld8(b, n - 8) >> ((16 - n) * 8), 0]
+    } else if n >= 4 {
+        // n = 8: the same four bytes twice, the second load shifted by 32.
+        let hi = u64::from(ld4(b, n - 4)) >> ((8 - n) * 8);
+        [u64::from(ld4(b, 0)) | hi << 32, 0, 0]
+    } else if n > 0 {
+        let w = u64::from(b[0])
+            | u64::from(b[n / 2]) << (n / 2 * 8)
+            | u64::from(b[n - 1]) << ((n - 1) * 8);
+        [w, 0, 0]
+    } else {
+        [0; 3]
+    }
 }
 
 /// Copies `src` (at most 24 bytes) to `dst` of the same length with
@@ -1304,6 +1348,18 @@ mod tests {
             .map(|p| Link::Shm(ShmLink::new(map.clone(), rank, p, rank, p, opt)))
             .collect();
         Engine::new(rank, links, Protocol::of(map.layout()), cfg, None).unwrap()
+    }
+
+    #[test]
+    fn small_words_packs_every_length_zero_padded() {
+        let src: Vec<u8> = (1..=24).collect();
+        for n in 0..=24 {
+            let mut want = [0u8; 24];
+            want[..n].copy_from_slice(&src[..n]);
+            let got = small_words(&src[..n]);
+            let got: Vec<u8> = got.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert_eq!(got, want, "{n} bytes");
+        }
     }
 
     fn engine_pair() -> (Arc<JobMap>, Engine) {

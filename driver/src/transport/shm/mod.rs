@@ -36,7 +36,7 @@ use crate::sys;
 use choice::PathChoice;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use tandem_core::line_ring::{LineConsumer, LineProducer, LINE_PAYLOAD, LINE_WORDS};
+use tandem_core::line_ring::{LineConsumer, LineProducer, LineSlot, LINE_PAYLOAD};
 use tandem_core::slot_ring::{SlotConsumer, SlotProducer};
 use tandem_core::sync::Ordering;
 use tandem_core::wire::HEADER_LEN;
@@ -223,18 +223,12 @@ impl ShmLink {
         true
     }
 
-    /// Whether a one-line message fits now.
+    /// The next line of the ring, if it is free, to write one whole
+    /// message assembled in registers (a header and a payload that fit in
+    /// [`LINE_PAYLOAD`] bytes) once what it says is committed.
     #[inline(always)]
-    pub(crate) fn line_free(&mut self) -> bool {
-        self.tx_line.line_free()
-    }
-
-    /// Writes one whole line: a message assembled in registers (a header
-    /// and a payload that fit in [`LINE_PAYLOAD`] bytes), or `false` if the
-    /// ring is full.
-    #[inline(always)]
-    pub(crate) fn send_line(&mut self, words: &[u64; LINE_WORDS]) -> bool {
-        self.tx_line.try_write_words(words)
+    pub(crate) fn reserve_line(&mut self) -> Option<LineSlot<'_, 'static>> {
+        self.tx_line.reserve_line()
     }
 
     /// The next arrival's first line in place (`None`: nothing has
