@@ -706,6 +706,31 @@ struct Derived {
     contents: Contents,
 }
 
+/// A reference to a derived datatype held by an operation
+/// ([`Types::hold`]), dropped with it.
+#[derive(Debug)]
+pub struct TypeHold(Option<Handle>);
+
+impl TypeHold {
+    /// A hold of nothing (an operation whose type is not needed after it
+    /// starts).
+    pub const fn empty() -> Self {
+        Self(None)
+    }
+}
+
+impl Drop for TypeHold {
+    fn drop(&mut self) {
+        let Some(dt) = self.0 else { return };
+        // After MPI_Finalize the types are gone already, and so is the
+        // need. A hold dropped while the types are borrowed (which no
+        // path does) leaves the type allocated rather than failing.
+        if let Some(mut t) = crate::state::lib().and_then(|l| l.types.try_borrow_mut().ok()) {
+            t.drop_ref(dt);
+        }
+    }
+}
+
 /// A datatype seen through one interface, predefined or derived.
 struct View<'a> {
     size: usize,
@@ -1705,6 +1730,29 @@ impl Types {
         if predef(dt).is_some() || self.slot(dt).is_none() {
             return Err(abi::ERR_TYPE);
         }
+        self.drop_ref(dt);
+        Ok(())
+    }
+
+    /// A reference to `dt` for an operation that needs the type until it
+    /// ends (a receive unpacked at completion, a persistent request), so
+    /// that `MPI_Type_free` during the operation does not end it: "any
+    /// communication that is currently using this datatype will complete
+    /// normally" (MPI 4.1, 5.1.10). Predefined and invalid handles need
+    /// none; the hold is then empty.
+    pub fn hold(&self, dt: Handle) -> TypeHold {
+        match self.slot(dt) {
+            Some(d) => {
+                d.refs.set(d.refs.get() + 1);
+                TypeHold(Some(dt))
+            }
+            None => TypeHold(None),
+        }
+    }
+
+    /// Drops one reference to `dt` and, where it was the last, the type and
+    /// in turn its references to the types it was built from.
+    fn drop_ref(&mut self, dt: Handle) {
         let mut stack = vec![dt];
         while let Some(h) = stack.pop() {
             let Some(d) = self.slot(h) else { continue };
@@ -1724,7 +1772,6 @@ impl Types {
                 self.free_slots.push(idx);
             }
         }
-        Ok(())
     }
 
     /// `MPI_Type_get_envelope`: `(num_integers, num_addresses,

@@ -20,9 +20,9 @@ const MASK: u32 = 0x003f_ffff;
 pub struct Extra {
     /// Info objects: ordered (key, value) pairs.
     pub infos: RefCell<crate::state::Slab<Vec<(String, String)>>>,
-    /// Messages found by `MPI_Mprobe`: communicator, source (job rank),
-    /// tag, length.
-    pub msgs: RefCell<crate::state::Slab<(Handle, usize, u32)>>,
+    /// Messages taken by `MPI_Mprobe`: the communicator, and the receive
+    /// that took the message into a buffer of its own.
+    pub msgs: RefCell<crate::state::Slab<(Handle, crate::state::P2pReq)>>,
     /// Strings of error classes and codes the program added.
     pub strings: RefCell<Vec<(c_int, String)>>,
     /// Classes and codes the program added: (code, its class).
@@ -603,12 +603,9 @@ export! {
     fn MPI_Mrecv, PMPI_Mrecv(buf: *mut c_void, n: c_int, dt: Handle, msg: *mut Handle, st: *mut abi::Status) -> c_int {
         let comm = message_comm(msg);
         run(comm, "MPI_Mrecv", |l| {
-            let (comm, from, tag) = take_message(l, msg)?;
-            if comm == abi::COMM_NULL {
-                crate::p2p::PMPI_Recv(buf, n, dt, abi::PROC_NULL, abi::ANY_TAG, abi::COMM_SELF, st);
-                return Ok(());
-            }
-            let r = quiet(l, comm, || crate::p2p::PMPI_Recv(buf, n, dt, from, tag, comm, st));
+            let mut req = abi::REQUEST_NULL;
+            matched_recv(l, buf, n, dt, msg, &mut req)?;
+            let r = quiet(l, comm, || crate::p2p::PMPI_Wait(&mut req, st));
             if r != abi::SUCCESS {
                 return Err(Fail::new(crate::state::code_class(r), "MPI_Mrecv: the receive failed".into()));
             }
@@ -618,20 +615,30 @@ export! {
 
     fn MPI_Imrecv, PMPI_Imrecv(buf: *mut c_void, n: c_int, dt: Handle, msg: *mut Handle, req: *mut Handle) -> c_int {
         let comm = message_comm(msg);
-        run(comm, "MPI_Imrecv", |l| {
-            let (comm, from, tag) = take_message(l, msg)?;
-            let (comm, from, tag) = if comm == abi::COMM_NULL {
-                (abi::COMM_SELF, abi::PROC_NULL, abi::ANY_TAG)
-            } else {
-                (comm, from, tag)
-            };
-            let r = quiet(l, comm, || crate::p2p::PMPI_Irecv(buf, n, dt, from, tag, comm, req));
-            if r != abi::SUCCESS {
-                return Err(Fail::new(crate::state::code_class(r), "MPI_Imrecv: the receive failed".into()));
-            }
-            Ok(())
-        })
+        run(comm, "MPI_Imrecv", |l| matched_recv(l, buf, n, dt, msg, req))
     }
+}
+
+/// Starts the receive of a message a matched probe took (`msg`) into `n`
+/// elements of `dt` at `buf`; its request goes to `req`.
+fn matched_recv(
+    l: &Lib,
+    buf: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    msg: *mut Handle,
+    req: *mut Handle,
+) -> Result<(), Fail> {
+    // Checked before the message is taken, so a bad argument loses none.
+    crate::p2p::in_view(l, buf, n, dt)?;
+    let r = match take_message(l, msg)? {
+        None => Req::Done(crate::p2p::proc_null_status()),
+        Some(p) => Req::P2p(crate::p2p::matched_into(l, p, buf, n, dt)?),
+    };
+    let h = l.add_req(r);
+    // SAFETY: the program's request out-parameter.
+    unsafe { put(req, h) };
+    Ok(())
 }
 
 /// The ranks of one `(first, last, stride)` triple.
@@ -672,8 +679,8 @@ fn message_comm(msg: *mut Handle) -> Handle {
         .map_or(W, |m| m.0)
 }
 
-/// Takes a probed message: (communicator, source rank in it, tag).
-fn take_message(l: &Lib, msg: *mut Handle) -> Result<(Handle, c_int, c_int), Fail> {
+/// Takes a matched probe's message: `None` for `MPI_MESSAGE_NO_PROC`.
+fn take_message(l: &Lib, msg: *mut Handle) -> Result<Option<crate::state::P2pReq>, Fail> {
     if msg.is_null() {
         return fail(abi::ERR_ARG, "null message pointer");
     }
@@ -682,7 +689,7 @@ fn take_message(l: &Lib, msg: *mut Handle) -> Result<(Handle, c_int, c_int), Fai
     if h == abi::MESSAGE_NO_PROC {
         // SAFETY: as above.
         unsafe { *msg = abi::MESSAGE_NULL };
-        return Ok((abi::COMM_NULL, abi::PROC_NULL, abi::ANY_TAG));
+        return Ok(None);
     }
     let u = h as u32;
     let m = (u & !MASK == MSG_KIND)
@@ -691,14 +698,12 @@ fn take_message(l: &Lib, msg: *mut Handle) -> Result<(Handle, c_int, c_int), Fai
         .ok_or_else(|| Fail::new(abi::ERR_ARG, format!("invalid message handle {h:#x}")))?;
     // SAFETY: as above.
     unsafe { *msg = abi::MESSAGE_NULL };
-    Ok((m.0, m.1 as c_int, m.2 as c_int))
+    Ok(Some(m.1))
 }
 
-/// A matched probe: the next receive of this source and tag on this
-/// communicator takes the probed message (tandem keeps messages of one
-/// sender and tag in order); a wildcard receive posted between the probe
-/// and `MPI_Mrecv` could take it first, which MPI forbids only to
-/// multithreaded programs.
+/// A matched probe: the message found is taken at once by a receive of
+/// its own (`crate::p2p::matched_take`), so no other receive can match it
+/// before `MPI_Mrecv`/`MPI_Imrecv` names where it goes.
 fn mprobe(
     l: &Lib,
     from: c_int,
@@ -737,11 +742,8 @@ fn mprobe(
             put(msg, abi::MESSAGE_NO_PROC);
             return Ok(());
         }
-        let i = l
-            .extra
-            .msgs
-            .borrow_mut()
-            .insert((comm, s.source as usize, s.tag as u32));
+        let taken = crate::p2p::matched_take(l.comm(comm)?, &s)?;
+        let i = l.extra.msgs.borrow_mut().insert((comm, taken));
         put(msg, (MSG_KIND | i as u32) as Handle);
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! Point-to-point communication and requests.
 
 use crate::abi::{self, Handle};
+use crate::datatype::TypeHold;
 use crate::state::{CommObj, Fail, Lib, P2pReq, Persistent, Req, Unpack};
 use crate::{count, export, fail, put, run};
 use std::ffi::{c_int, c_void};
@@ -39,7 +40,7 @@ pub(crate) fn empty_status() -> abi::Status {
     }
 }
 
-fn proc_null_status() -> abi::Status {
+pub(crate) fn proc_null_status() -> abi::Status {
     abi::Status {
         source: abi::PROC_NULL,
         ..empty_status()
@@ -237,6 +238,8 @@ fn in_view_derived(l: &Lib, buf: *mut c_void, n: usize, dt: Handle) -> Result<In
             dst: buf.cast(),
             dt,
             count: n,
+            hold: types.hold(dt),
+            cap: usize::MAX,
         }),
     })
 }
@@ -287,6 +290,21 @@ fn send(
 }
 
 /// The result of a receive that delivered `got` bytes, or failed.
+/// A receive's outcome with its staging's room applied: a matched probe's
+/// message, received whole into a buffer of its own, is truncated where
+/// it is longer than the receive that took it.
+fn capped(r: Result<DStatus, Error>, stage: Option<&Unpack>) -> Result<DStatus, Error> {
+    match (r, stage) {
+        (Ok(s), Some(u)) if s.len > u.cap => Err(Error::Truncated {
+            needed: s.len,
+            got: u.cap,
+            source: s.source,
+            tag: s.tag,
+        }),
+        (r, _) => r,
+    }
+}
+
 fn received(
     l: &Lib,
     c: &CommObj,
@@ -294,7 +312,7 @@ fn received(
     stage: Option<&Unpack>,
     st: *mut abi::Status,
 ) -> Result<(), Fail> {
-    match r {
+    match capped(r, stage) {
         Ok(s) => {
             if let Some(u) = stage {
                 unstage(l, u, s.len)?;
@@ -357,6 +375,69 @@ fn recv(
     received(l, &c, r, inb.stage.as_ref(), st)
 }
 
+/// Takes the message a probe on `c` just found (`st`, its status):
+/// receives it into a buffer of its own length, so that no later receive
+/// can match it (MPI's matched probe, `MPI_Mprobe`). The message is the
+/// first unexpected one from its source with its tag (tandem keeps the
+/// messages of a sender in order), so a receive for exactly that source
+/// and tag, posted now, is the one that takes it. Its data goes where
+/// [`matched_into`] says once the receive that names it is known.
+pub(crate) fn matched_take(c: Rc<CommObj>, st: &abi::Status) -> Result<P2pReq, Fail> {
+    let len = usize::try_from(st.count())
+        .map_err(|_| Fail::new(abi::ERR_INTERN, "negative count in a probe's status".into()))?;
+    let from = source(&c, st.source)?.ok_or_else(|| {
+        Fail::new(
+            abi::ERR_INTERN,
+            "a probe found a message from MPI_PROC_NULL".into(),
+        )
+    })?;
+    let tag = recv_tag(st.tag)?;
+    let mut staged = vec![0u8; len];
+    // SAFETY: `staged` is moved into the request below without moving
+    // its heap buffer, which lives as long as the request.
+    let raw = unsafe { c.p2p.irecv_raw(staged.as_mut_ptr(), len, from, tag)? };
+    Ok(P2pReq {
+        comm: c,
+        raw: Some(raw),
+        recv: true,
+        stage: Some(Unpack {
+            staged,
+            dst: std::ptr::null_mut(),
+            dt: abi::BYTE,
+            count: 0,
+            hold: TypeHold::empty(),
+            cap: 0,
+        }),
+        persistent: None,
+        hold: TypeHold::empty(),
+        done: None,
+        detached: false,
+        cancel: false,
+        null_peer: false,
+    })
+}
+
+/// Points a message taken by [`matched_take`] at the program's receive
+/// (`MPI_Mrecv`, `MPI_Imrecv`): `n` elements of `dt` at `buf`, checked as
+/// a receive's are; a longer message fills them and is truncated.
+pub(crate) fn matched_into(
+    l: &Lib,
+    mut p: P2pReq,
+    buf: *mut c_void,
+    n: c_int,
+    dt: Handle,
+) -> Result<P2pReq, Fail> {
+    let cap = in_view(l, buf, n, dt)?.len;
+    if let Some(u) = p.stage.as_mut() {
+        u.dst = buf.cast();
+        u.dt = dt;
+        u.count = count(n)?;
+        u.hold = l.types.borrow().hold(dt);
+        u.cap = cap;
+    }
+    Ok(p)
+}
+
 /// Starts a send; returns the request's state.
 fn isend(
     l: &Lib,
@@ -380,6 +461,7 @@ fn isend(
                 recv: false,
                 stage: None,
                 persistent,
+                hold: TypeHold::empty(),
                 done: Some(proc_null_status()),
                 detached: false,
                 cancel: false,
@@ -395,6 +477,8 @@ fn isend(
         dst: std::ptr::null_mut(),
         dt,
         count: 0,
+        hold: TypeHold::empty(),
+        cap: usize::MAX,
     });
     Ok(Req::P2p(P2pReq {
         comm: c,
@@ -402,6 +486,7 @@ fn isend(
         recv: false,
         stage,
         persistent,
+        hold: TypeHold::empty(),
         done: None,
         detached: false,
         cancel: false,
@@ -431,6 +516,7 @@ fn irecv(
                 recv: true,
                 stage: None,
                 persistent,
+                hold: TypeHold::empty(),
                 done: Some(proc_null_status()),
                 detached: false,
                 cancel: false,
@@ -447,6 +533,7 @@ fn irecv(
         recv: true,
         stage: inb.stage,
         persistent,
+        hold: TypeHold::empty(),
         done: None,
         detached: false,
         cancel: false,
@@ -608,6 +695,7 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
                 _ => (None, false),
             };
             let stage_ref = stage.as_ref();
+            let res = if recv { capped(res, stage_ref) } else { res };
             let out = match res {
                 Ok(s) => {
                     if recv {
@@ -1069,7 +1157,12 @@ fn start(l: &Lib, rp: *mut Handle) -> Result<(), Fail> {
             Some(args),
         )?
     };
+    let mut r = r;
     if let Some(slot) = l.reqs.borrow_mut().get_mut(idx) {
+        // The request keeps its datatype for as long as it lives.
+        if let (Req::P2p(old), Req::P2p(new)) = (&mut *slot, &mut r) {
+            std::mem::swap(&mut old.hold, &mut new.hold);
+        }
         *slot = r;
     }
     Ok(())
@@ -1114,6 +1207,7 @@ fn persistent(
             recv,
             stage: None,
             persistent: Some(args),
+            hold: l.types.borrow().hold(dt),
             done: None,
             detached: false,
             cancel: false,
@@ -1260,7 +1354,7 @@ export! {
             let r = isend(l, copy.as_ptr().cast(), copy.len() as c_int, abi::BYTE, to, tag, c, false, None)?;
             let r = match r {
                 Req::P2p(mut p) => {
-                    p.stage = Some(Unpack { staged: copy, dst: std::ptr::null_mut(), dt: abi::BYTE, count: 0 });
+                    p.stage = Some(Unpack { staged: copy, dst: std::ptr::null_mut(), dt: abi::BYTE, count: 0, hold: TypeHold::empty(), cap: usize::MAX });
                     p.detached = true;
                     Req::P2p(p)
                 }

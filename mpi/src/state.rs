@@ -9,7 +9,7 @@
 //! any thread, one at a time, which is what the cells (not `Sync`) need.
 
 use crate::abi::{self, Handle};
-use crate::datatype::Types;
+use crate::datatype::{TypeHold, Types};
 use crate::op::Ops;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::{c_int, c_void};
@@ -151,6 +151,12 @@ pub struct Unpack {
     pub dt: Handle,
     /// Its element count.
     pub count: usize,
+    /// `dt` kept alive until the bytes are unpacked.
+    pub hold: TypeHold,
+    /// The receive's room in bytes where the staging buffer is larger (a
+    /// message taken by a matched probe before its receive was known): a
+    /// longer message is truncated. `usize::MAX` otherwise.
+    pub cap: usize,
 }
 
 /// A point-to-point request.
@@ -166,6 +172,8 @@ pub struct P2pReq {
     pub stage: Option<Unpack>,
     /// The arguments of a persistent request, to start it again.
     pub persistent: Option<Persistent>,
+    /// A persistent request's datatype, kept alive while the request is.
+    pub hold: TypeHold,
     /// The result of a finished operation not yet collected (set by a test
     /// that saw it finish while another was pending, `MPI_Testall`).
     pub done: Option<abi::Status>,

@@ -12,7 +12,11 @@
  * role, Sendrecv and Sendrecv_replace in a ring, Probe/Iprobe then Recv,
  * non-overtaking order, Request_free on an active send, Request_get_status,
  * Cancel of an unmatched Irecv, Wait on MPI_REQUEST_NULL, Waitall with
- * MPI_STATUSES_IGNORE, persistent Send_init/Recv_init with Start/Startall.
+ * MPI_STATUSES_IGNORE, persistent Send_init/Recv_init with Start/Startall,
+ * a matched probe's message out of reach of later receives (Mprobe, then
+ * Recv of the same source and tag gets the next message; Improbe/Imrecv of
+ * a rendezvous-sized message; Mrecv truncation), and a datatype freed while
+ * a receive and a persistent receive still use it.
  */
 #include "common.h"
 
@@ -842,6 +846,97 @@ static void test_persistent(void)
     free(r);
 }
 
+/* Mprobe takes the message: a Recv of the same source and tag between the
+ * probe and the Mrecv gets the next one. Works for n == 1 (self). */
+static void test_matched_probe(void)
+{
+    enum { BIG = 1 << 20 };
+    int a[4] = {rank * 10 + 1, rank * 10 + 2, rank * 10 + 3, rank * 10 + 4};
+    int b[2] = {rank * 10 + 5, rank * 10 + 6};
+    unsigned char *big = malloc(BIG), *bigr = malloc(BIG);
+    fill_pattern(big, BIG, rank + 77);
+    MPI_Request sr[4];
+    MPI_Isend(a, 4, MPI_INT, right, 700, MPI_COMM_WORLD, &sr[0]);
+    MPI_Isend(b, 2, MPI_INT, right, 700, MPI_COMM_WORLD, &sr[1]);
+    MPI_Isend(big, BIG, MPI_BYTE, right, 701, MPI_COMM_WORLD, &sr[2]);
+    MPI_Isend(a, 4, MPI_INT, right, 702, MPI_COMM_WORLD, &sr[3]);
+
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    int count = -1;
+    MPI_Mprobe(left, 700, MPI_COMM_WORLD, &msg, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    CHECK(msg != MPI_MESSAGE_NULL && count == 4, "Mprobe: message %d, count %d", msg != MPI_MESSAGE_NULL, count);
+    int rb[4] = {0, 0, 0, 0};
+    MPI_Recv(rb, 2, MPI_INT, left, 700, MPI_COMM_WORLD, &st);
+    CHECK(rb[0] == left * 10 + 5 && rb[1] == left * 10 + 6,
+          "Recv after Mprobe took the probed message (%d %d), not the next", rb[0], rb[1]);
+    int ra[4] = {0, 0, 0, 0};
+    MPI_Mrecv(ra, 4, MPI_INT, &msg, &st);
+    CHECK(msg == MPI_MESSAGE_NULL, "Mrecv did not null the message");
+    CHECK_STATUS(st, left, 700, 4 * (int)sizeof(int));
+    CHECK(ra[0] == left * 10 + 1 && ra[3] == left * 10 + 4, "Mrecv data %d %d", ra[0], ra[3]);
+
+    int flag = 0;
+    while (!flag)
+        MPI_Improbe(left, 701, MPI_COMM_WORLD, &flag, &msg, &st);
+    MPI_Request rr;
+    MPI_Imrecv(bigr, BIG, MPI_BYTE, &msg, &rr);
+    MPI_Wait(&rr, &st);
+    CHECK_STATUS(st, left, 701, BIG);
+    CHECK(check_pattern(bigr, BIG, left + 77) < 0, "Imrecv of 1 MiB: data");
+
+    /* Too small a receive for the probed message: truncated, reported. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Mprobe(left, 702, MPI_COMM_WORLD, &msg, &st);
+    int small[2] = {0, 0};
+    int rc = MPI_Mrecv(small, 2, MPI_INT, &msg, &st);
+    int cls = -1;
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_TRUNCATE, "Mrecv into 2 of 4 ints: class %d, not MPI_ERR_TRUNCATE", cls);
+    CHECK(st.MPI_SOURCE == left && st.MPI_TAG == 702, "truncated Mrecv status %d %d", st.MPI_SOURCE, st.MPI_TAG);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+
+    MPI_Waitall(4, sr, MPI_STATUSES_IGNORE);
+    free(big);
+    free(bigr);
+}
+
+/* MPI_Type_free does not end the operations using the type: a pending
+ * receive and a persistent receive still unpack through it. */
+static void test_type_freed_in_use(void)
+{
+    MPI_Datatype t;
+    MPI_Type_vector(4, 1, 2, MPI_INT, &t);
+    MPI_Type_commit(&t);
+    int r1[8], r2[8];
+    for (int i = 0; i < 8; i++)
+        r1[i] = r2[i] = -1;
+    MPI_Request rq, pq;
+    MPI_Irecv(r1, 1, t, left, 710, MPI_COMM_WORLD, &rq);
+    MPI_Recv_init(r2, 1, t, left, 711, MPI_COMM_WORLD, &pq);
+    MPI_Type_free(&t);
+    CHECK(t == MPI_DATATYPE_NULL, "Type_free did not null the handle");
+    int s[4] = {rank + 1, rank + 2, rank + 3, rank + 4};
+    for (int round = 0; round < 2; round++) {
+        MPI_Request sr[2];
+        MPI_Isend(s, 4, MPI_INT, right, 710, MPI_COMM_WORLD, &sr[0]);
+        MPI_Isend(s, 4, MPI_INT, right, 711, MPI_COMM_WORLD, &sr[1]);
+        if (round == 0) {
+            MPI_Wait(&rq, MPI_STATUS_IGNORE);
+            CHECK(r1[0] == left + 1 && r1[1] == -1 && r1[6] == left + 4 && r1[7] == -1,
+                  "receive through a freed type: %d %d %d %d", r1[0], r1[1], r1[6], r1[7]);
+        } else
+            MPI_Recv(r1, 4, MPI_INT, left, 710, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Start(&pq);
+        MPI_Wait(&pq, MPI_STATUS_IGNORE);
+        MPI_Waitall(2, sr, MPI_STATUSES_IGNORE);
+        CHECK(r2[0] == left + 1 && r2[1] == -1 && r2[6] == left + 4 && r2[7] == -1,
+              "persistent receive through a freed type, round %d: %d %d %d %d", round, r2[0], r2[1], r2[6], r2[7]);
+    }
+    MPI_Request_free(&pq);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -874,5 +969,9 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     test_cancel_and_null();
     test_persistent();
+    MPI_Barrier(MPI_COMM_WORLD);
+    test_matched_probe();
+    MPI_Barrier(MPI_COMM_WORLD);
+    test_type_freed_in_use();
     return finish("p2p");
 }
