@@ -116,6 +116,10 @@ def functions():
         text = path.read_text()
         for m in re.finditer(r"fn (MPIX?_\w+), PMPIX?_\w+\(([^)]*)\) -> c_int", text):
             found[m.group(1)] = ("int", m.group(2))
+        # Non-blocking collectives that run the blocking call within the
+        # call (extra.rs, `completes_now!`): the macro adds the request.
+        for m in re.finditer(r"(MPI_\w+), PMPI_\w+, [\w:]+ => \(([^)]*)\) comm = \w+;", text):
+            found[m.group(1)] = ("int", m.group(2) + ", req: *mut Handle")
         for m in re.finditer(r'pub (?:unsafe )?extern "C" fn (MPI_\w+)\(([^)]*)\)(?: -> (\w+))?', text):
             ret = {"c_int": "int", "c_double": "double", "Aint": "MPI_Aint"}.get(m.group(3) or "c_int")
             found[m.group(1)] = (ret, m.group(2))

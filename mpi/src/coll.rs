@@ -1018,6 +1018,146 @@ fn iallreduce_t<T: tandem_driver::Element>(
     }
 }
 
+/// The receive side of a non-blocking collective on tandem's engine:
+/// `n` elements of `dt` at `r` as bytes: the program's memory where the
+/// type is contiguous, else a staging buffer unpacked at completion.
+fn coll_recv_side(
+    l: &Lib,
+    r: *mut c_void,
+    n: usize,
+    dt: Handle,
+) -> Result<(*mut u8, Option<Staged>), Fail> {
+    let inb = in_view(l, r, n as c_int, dt)?;
+    if inb.stage.is_none() {
+        return Ok((r.cast(), None));
+    }
+    let mut st = Staged {
+        send: Vec::new(),
+        recv: vec![0u128; inb.len.div_ceil(16)],
+        dst: r.cast(),
+        len: inb.len,
+        unpack: Some((dt, n, l.types.borrow().hold(dt))),
+    };
+    // The heap buffer does not move with `st`.
+    let p = st.recv.as_mut_ptr().cast::<u8>();
+    Ok((p, Some(st)))
+}
+
+/// `MPI_Iallgather` on tandem's engine (a communicator of the whole job;
+/// the caller checked): every datatype, as bytes, as the blocking call
+/// does, so every rank takes this path. `None`: empty blocks, nothing to
+/// move.
+#[allow(clippy::too_many_arguments)]
+fn iallgather_start(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    sdt: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rdt: Handle,
+) -> Result<Option<(tandem_driver::RawCollRequest, Option<Staged>)>, Fail> {
+    let (n, me) = (c.size(), c.rank);
+    let rt = ty(l, rdt)?;
+    let rn_u = count(rn)?;
+    let block = rn_u * rt.size;
+    let total = n * rn_u;
+    let mine = if is_in_place(s) {
+        // This rank's block of `r` (out_view reads it through the type).
+        let at = r
+            .cast::<u8>()
+            .wrapping_add(me * rn_u * rt.extent)
+            .cast::<c_void>();
+        out_view(l, at, rn, rdt)?.bytes().to_vec()
+    } else {
+        out_view(l, s, sn, sdt)?.bytes().to_vec()
+    };
+    if mine.len() != block {
+        return fail(
+            abi::ERR_TRUNCATE,
+            format!(
+                "allgather: {} bytes sent, blocks of {block} expected",
+                mine.len()
+            ),
+        );
+    }
+    if block == 0 {
+        return Ok(None);
+    }
+    let (dst, staged) = coll_recv_side(l, r, total, rdt)?;
+    let mut staged = staged.unwrap_or(Staged {
+        send: Vec::new(),
+        recv: Vec::new(),
+        dst: std::ptr::null_mut(),
+        len: 0,
+        unpack: None,
+    });
+    // SAFETY: `mine` is copied into the request's own buffer.
+    staged.send = unsafe { Staged::copy_of(mine.as_ptr(), block) };
+    // SAFETY: the send copy and `dst` (the program's receive buffer of
+    // `total` elements, kept by MPI's rules, or the staging buffer of as
+    // many bytes) live in the request until it completes.
+    let raw = unsafe {
+        c.p2p
+            .iallgather_raw::<u8>(staged.send.as_ptr().cast(), dst, block)?
+    };
+    Ok(Some((raw, Some(staged))))
+}
+
+/// `MPI_Ialltoall` on tandem's engine where the blocking call uses it
+/// (not in place, the same bytes sent as received), so every rank makes
+/// the same choice. `None`: the blocking call's own algorithm, within the
+/// call.
+#[allow(clippy::too_many_arguments)]
+fn ialltoall_start(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    sdt: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rdt: Handle,
+) -> Result<Option<(tandem_driver::RawCollRequest, Option<Staged>)>, Fail> {
+    let n = c.size();
+    if is_in_place(s) {
+        return Ok(None);
+    }
+    let (rk, sk) = (count(rn)?, count(sn)?);
+    if rk == 0 && sk == 0 {
+        return Ok(None);
+    }
+    let out = out_view(l, s, (sk * n) as c_int, sdt)?;
+    let inb_len = in_view(l, r, (rk * n) as c_int, rdt)?.len;
+    if out.len != inb_len || out.len % n != 0 {
+        return Ok(None);
+    }
+    let (dst, staged) = coll_recv_side(l, r, rk * n, rdt)?;
+    let mut staged = staged.unwrap_or(Staged {
+        send: Vec::new(),
+        recv: Vec::new(),
+        dst: std::ptr::null_mut(),
+        len: 0,
+        unpack: None,
+    });
+    let src = match &out.packed {
+        // A packed copy of a non-contiguous send, kept in the request.
+        Some(p) => {
+            // SAFETY: `p` holds `out.len` bytes.
+            staged.send = unsafe { Staged::copy_of(p.as_ptr(), out.len) };
+            staged.send.as_ptr().cast::<u8>()
+        }
+        // The program's buffer, which MPI leaves alone until completion.
+        None => out.ptr,
+    };
+    // SAFETY: `src` and `dst` hold `out.len` bytes each and live until the
+    // request completes (the program's buffers by MPI's rules, or the
+    // request's own copies).
+    let raw = unsafe { c.p2p.ialltoall_raw::<u8>(src, dst, out.len / n)? };
+    Ok(Some((raw, Some(staged))))
+}
+
 /// Starts a non-blocking collective: tandem's own where it applies, else
 /// the blocking call run now (the request is then complete).
 fn start_coll(
@@ -1307,6 +1447,24 @@ export! {
         })
     }
 
+    fn MPI_Iallgather, PMPI_Iallgather(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle, req: *mut Handle) -> c_int {
+        run(comm, "MPI_Iallgather", |l| {
+            start_coll(l, comm, req, |c| iallgather_start(l, c, s, sn, sdt, r, rn, rdt).transpose(), |l| {
+                let r = crate::extra::quiet(l, comm, || PMPI_Allgather(s, sn, sdt, r, rn, rdt, comm));
+                crate::extra::code_to_fail(r, "the allgather failed")
+            })
+        })
+    }
+
+    fn MPI_Ialltoall, PMPI_Ialltoall(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle, req: *mut Handle) -> c_int {
+        run(comm, "MPI_Ialltoall", |l| {
+            start_coll(l, comm, req, |c| ialltoall_start(l, c, s, sn, sdt, r, rn, rdt).transpose(), |l| {
+                let r = crate::extra::quiet(l, comm, || PMPI_Alltoall(s, sn, sdt, r, rn, rdt, comm));
+                crate::extra::code_to_fail(r, "the alltoall failed")
+            })
+        })
+    }
+
     fn MPI_Iallreduce, PMPI_Iallreduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Iallreduce", |l| {
             let nn = count(n)?;
@@ -1324,7 +1482,7 @@ export! {
                     let send = if src.is_null() { Vec::new() } else { unsafe { Staged::copy_of(src.cast(), len) } };
                     // SAFETY: as above (in place, the data starts in `r`).
                     let recv = unsafe { Staged::copy_of(r.cast_const().cast(), len) };
-                    let st: &mut Staged = staged.insert(Staged { send, recv, dst: r.cast(), len });
+                    let st: &mut Staged = staged.insert(Staged { send, recv, dst: r.cast(), len, unpack: None });
                     if !src.is_null() {
                         src = st.send.as_ptr().cast();
                     }

@@ -170,9 +170,18 @@ fn now(l: &Lib, out: *mut Handle, r: c_int) -> Result<(), Fail> {
     Ok(())
 }
 
+/// A blocking call's error code as a failure of the non-blocking call
+/// that ran it (`what` names it).
+pub(crate) fn code_to_fail(r: c_int, what: &str) -> Result<(), Fail> {
+    if r != abi::SUCCESS {
+        return Err(Fail::new(crate::state::code_class(r), what.into()));
+    }
+    Ok(())
+}
+
 /// Calls a blocking collective with the communicator's handler set to
 /// return, so its failure reaches the non-blocking call's caller once.
-fn quiet(l: &Lib, comm: Handle, f: impl FnOnce() -> c_int) -> c_int {
+pub(crate) fn quiet(l: &Lib, comm: Handle, f: impl FnOnce() -> c_int) -> c_int {
     let c = l.comm(comm).ok();
     let old = c.as_ref().map(|c| c.errhandler.replace(abi::ERRORS_RETURN));
     let r = f();
@@ -766,9 +775,7 @@ macro_rules! completes_now {
 }
 
 completes_now! {
-    MPI_Iallgather, PMPI_Iallgather, crate::coll::PMPI_Allgather => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) comm = comm;
     MPI_Iallgatherv, PMPI_Iallgatherv, crate::coll::PMPI_Allgatherv => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) comm = comm;
-    MPI_Ialltoall, PMPI_Ialltoall, crate::coll::PMPI_Alltoall => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) comm = comm;
     MPI_Ialltoallv, PMPI_Ialltoallv, crate::coll::PMPI_Alltoallv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) comm = comm;
     MPI_Igather, PMPI_Igather, crate::coll::PMPI_Gather => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
     MPI_Igatherv, PMPI_Igatherv, crate::coll::PMPI_Gatherv => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;

@@ -652,10 +652,11 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
                     Ok(Outcome::Pending)
                 }
                 Ok(r) => {
-                    if let (Ok(()), Some(s)) = (&r, &staged) {
-                        s.finish();
-                    }
-                    Ok(Outcome::Done(empty_status(), r.err().map(Fail::from)))
+                    let failed = match (r, &staged) {
+                        (Ok(()), Some(s)) => s.finish(l).err(),
+                        (r, _) => r.err().map(Fail::from),
+                    };
+                    Ok(Outcome::Done(empty_status(), failed))
                 }
             }
         }

@@ -112,6 +112,10 @@ pub struct Staged {
     pub dst: *mut u8,
     /// Its length in bytes.
     pub len: usize,
+    /// Where the program's receive buffer has a non-contiguous type: the
+    /// result is unpacked through it (type, element count, the type kept
+    /// alive) instead of copied.
+    pub unpack: Option<(Handle, usize, TypeHold)>,
 }
 
 impl Staged {
@@ -128,8 +132,23 @@ impl Staged {
         v
     }
 
-    /// Copies the result to the program's buffer.
-    pub fn finish(&self) {
+    /// Copies (or unpacks) the result to the program's buffer.
+    ///
+    /// # Errors
+    /// `MPI_ERR_TYPE` if the type cannot unpack (it was checked when the
+    /// operation started, and held since).
+    pub fn finish(&self, l: &Lib) -> Result<(), Fail> {
+        if let Some((dt, count, _)) = &self.unpack {
+            // SAFETY: `recv` holds at least `len` bytes (it was made for
+            // them), and u128s are plain bytes.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(self.recv.as_ptr().cast::<u8>(), self.len) };
+            // SAFETY: `dst` is the program's receive buffer of `count`
+            // elements of `dt`, kept for the request by MPI's rules.
+            return unsafe { l.types.borrow().unpack(*dt, *count, bytes, self.dst) }
+                .map(|_| ())
+                .map_err(|c| Fail::new(c, format!("cannot unpack into datatype {dt:#x}")));
+        }
         if self.len > 0 {
             // SAFETY: `dst` is the program's receive buffer of `len` bytes,
             // kept for the request by MPI's rules; `recv` holds `len`.
@@ -137,6 +156,7 @@ impl Staged {
                 std::ptr::copy_nonoverlapping(self.recv.as_ptr().cast::<u8>(), self.dst, self.len)
             };
         }
+        Ok(())
     }
 }
 

@@ -248,6 +248,66 @@ impl Comm {
         Ok(RawCollRequest { ticket })
     }
 
+    /// Starts an [`allgather`](Comm::allgather): `count` elements from
+    /// `send` (null: in place, this rank's block already at its place in
+    /// `recv`) to every rank, into `recv`, which holds `count * size()`
+    /// elements, rank `r`'s block at `r * count`.
+    ///
+    /// # Safety
+    /// `send` (if not null) must point to `count` readable `T`s and `recv`
+    /// to `count * size()` writable `T`s, untouched by anyone else until
+    /// the request is spent.
+    ///
+    /// # Errors
+    /// The refusals of [`Scope::iallgather`](super::Scope::iallgather);
+    /// [`Error::InvalidArgument`] if `count * size()` overflows.
+    pub unsafe fn iallgather_raw<T: Element>(
+        &self,
+        send: *const T,
+        recv: *mut T,
+        count: usize,
+    ) -> Result<RawCollRequest> {
+        let total = count.checked_mul(self.size()).ok_or_else(|| {
+            Error::InvalidArgument("iallgather_raw: count * size overflows".into())
+        })?;
+        let in_place = send.is_null();
+        let shape = super::collective::shape::<T>(Collective::Allgather, None, count, 0, in_place);
+        let b = if in_place {
+            super::collective::raw_bufs::<T>(recv.cast_const(), recv, total, total)
+        } else {
+            super::collective::raw_bufs::<T>(send, recv, count, total)
+        };
+        let ticket = self.coll_start::<T>(shape, b, RAW_SCOPE)?;
+        Ok(RawCollRequest { ticket })
+    }
+
+    /// Starts an [`alltoall`](Comm::alltoall): block `r` of `send` (`count`
+    /// elements at `r * count`) goes to rank `r`, whose block from this
+    /// rank lands in its `recv` at `rank() * count`.
+    ///
+    /// # Safety
+    /// `send` must point to `count * size()` readable `T`s and `recv` to as
+    /// many writable ones, not overlapping, untouched by anyone else until
+    /// the request is spent.
+    ///
+    /// # Errors
+    /// The refusals of [`Scope::ialltoall`](super::Scope::ialltoall);
+    /// [`Error::InvalidArgument`] if `count * size()` overflows.
+    pub unsafe fn ialltoall_raw<T: Element>(
+        &self,
+        send: *const T,
+        recv: *mut T,
+        count: usize,
+    ) -> Result<RawCollRequest> {
+        let total = count.checked_mul(self.size()).ok_or_else(|| {
+            Error::InvalidArgument("ialltoall_raw: count * size overflows".into())
+        })?;
+        let shape = super::collective::shape::<T>(Collective::Alltoall, None, count, 0, false);
+        let b = super::collective::raw_bufs::<T>(send, recv, total, total);
+        let ticket = self.coll_start::<T>(shape, b, RAW_SCOPE)?;
+        Ok(RawCollRequest { ticket })
+    }
+
     /// Starts a [`barrier`](Comm::barrier).
     ///
     /// # Errors

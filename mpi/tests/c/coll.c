@@ -10,7 +10,10 @@
  * Scatter, Reduce_scatter_block; MINLOC/MAXLOC on all pair types (ties go to
  * the lower index); Allgather(v), Alltoall(v), Gather(v), Scatter(v),
  * Reduce_scatter(_block), Scan, Exscan, Reduce_local; Ibarrier, Ibcast,
- * Iallreduce completed by Wait and by a Test loop; user ops (commutative and
+ * Iallreduce completed by Wait and by a Test loop; Iallgather and Ialltoall
+ * that return before the other ranks join (rank 0 starts them, then sends
+ * what the others wait for before they start theirs), into a contiguous
+ * and into a vector receive type, and in place; user ops (commutative and
  * a non-commutative 2x2 integer matrix product on a contiguous type, which
  * must follow rank order), Op_free; Allreduce of 1M doubles.
  */
@@ -699,6 +702,67 @@ static void test_nonblocking_coll(void)
     CHECK(x == size * (size + 1) / 2, "Iallreduce(IN_PLACE) got %d", x);
 }
 
+/* Non-blocking collectives must not wait for the other ranks inside the
+ * call: rank 0 starts each one, then sends the token the others receive
+ * before they start theirs (a blocking start would deadlock). */
+static void test_nonblocking_returns_at_once(void)
+{
+    MPI_Request rq;
+    int token = 0;
+    int mine[2] = {rank * 10, rank * 10 + 1};
+    int *all = malloc(sizeof(int) * 2 * size);
+    int *wide = malloc(sizeof(int) * 4 * size); /* every other int */
+    int *sendv = malloc(sizeof(int) * 2 * size), *recvv = malloc(sizeof(int) * 2 * size);
+    /* One rank's block: two ints, one apart, then room to the next block. */
+    MPI_Datatype pair_apart, every_other;
+    MPI_Type_vector(2, 1, 2, MPI_INT, &pair_apart);
+    MPI_Type_create_resized(pair_apart, 0, 4 * sizeof(int), &every_other);
+    MPI_Type_free(&pair_apart);
+    MPI_Type_commit(&every_other);
+
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 2 * size; i++) {
+            all[i] = -1;
+            sendv[i] = rank * 100 + i;
+            recvv[i] = -1;
+        }
+        for (int i = 0; i < 4 * size; i++)
+            wide[i] = -1;
+        if (rank != 0)
+            MPI_Recv(&token, 1, MPI_INT, 0, 800 + round, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (round == 0)
+            MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD, &rq);
+        else if (round == 1)
+            MPI_Iallgather(mine, 2, MPI_INT, wide, 1, every_other, MPI_COMM_WORLD, &rq);
+        else if (round == 2) {
+            all[2 * rank] = mine[0];
+            all[2 * rank + 1] = mine[1];
+            MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, 2, MPI_INT, MPI_COMM_WORLD, &rq);
+        } else
+            MPI_Ialltoall(sendv, 2, MPI_INT, recvv, 2, MPI_INT, MPI_COMM_WORLD, &rq);
+        if (rank == 0)
+            for (int r = 1; r < size; r++)
+                MPI_Send(&round, 1, MPI_INT, r, 800 + round, MPI_COMM_WORLD);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        bool ok = true;
+        for (int r = 0; r < size; r++) {
+            if (round == 0 || round == 2)
+                ok = ok && all[2 * r] == r * 10 && all[2 * r + 1] == r * 10 + 1;
+            else if (round == 1)
+                ok = ok && wide[4 * r] == r * 10 && wide[4 * r + 1] == -1 && wide[4 * r + 2] == r * 10 + 1 &&
+                     wide[4 * r + 3] == -1;
+            else
+                ok = ok && recvv[2 * r] == r * 100 + 2 * rank && recvv[2 * r + 1] == r * 100 + 2 * rank + 1;
+        }
+        CHECK(ok, "non-blocking collective started before the others joined, round %d", round);
+    }
+    MPI_Type_free(&every_other);
+    free(all);
+    free(wide);
+    free(sendv);
+    free(recvv);
+}
+
 /* ------------------------------------------------------------------ */
 /* User-defined operations                                              */
 /* ------------------------------------------------------------------ */
@@ -890,6 +954,7 @@ int main(int argc, char **argv)
     test_alltoall();
     test_reduce_scatter_scan();
     test_nonblocking_coll();
+    test_nonblocking_returns_at_once();
     test_user_ops();
     test_large_allreduce();
     return finish("coll");
