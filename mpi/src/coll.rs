@@ -1158,6 +1158,25 @@ fn ialltoall_start(
     Ok(Some((raw, Some(staged))))
 }
 
+/// Starts tandem's reduce of `n` elements of `T` to `root` (`s` null: in
+/// place on the root; `r` null off the root).
+fn ireduce_t<T: tandem_driver::Element>(
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    n: usize,
+    rop: ReduceOp,
+    root: usize,
+) -> tandem_driver::Result<tandem_driver::RawCollRequest> {
+    // SAFETY: MPI leaves the buffers to the library until the request
+    // completes (the receive buffer only on the root), and the request
+    // holds the communicator.
+    unsafe {
+        c.p2p
+            .ireduce_raw::<T>(s.cast::<T>(), r.cast::<T>(), n, rop, root)
+    }
+}
+
 /// Starts a non-blocking collective: tandem's own where it applies, else
 /// the blocking call run now (the request is then complete).
 fn start_coll(
@@ -1462,6 +1481,48 @@ export! {
                 let r = crate::extra::quiet(l, comm, || PMPI_Alltoall(s, sn, sdt, r, rn, rdt, comm));
                 crate::extra::code_to_fail(r, "the alltoall failed")
             })
+        })
+    }
+
+    fn MPI_Ireduce, PMPI_Ireduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle, req: *mut Handle) -> c_int {
+        run(comm, "MPI_Ireduce", |l| {
+            let nn = count(n)?;
+            let c = l.comm(comm)?;
+            let rt = root_of(&c, root)?;
+            let at_root = c.rank == rt;
+            drop(c);
+            // The same choice on every rank, as the blocking call makes it:
+            // unaligned buffers are staged.
+            let fast = tandem_el(dt).zip(tandem_op(op));
+            let size = abi::builtin_size(dt).unwrap_or(1);
+            let in_place = at_root && is_in_place(s);
+            let stage = (at_root && !aligned(r, size)) || (!in_place && !aligned(s, size));
+            start_coll(l, comm, req, |c| {
+                let (el, rop) = fast?;
+                if nn == 0 {
+                    return None;
+                }
+                let mut staged = None;
+                let mut src = if in_place { std::ptr::null() } else { s };
+                let mut dst = if at_root { r } else { std::ptr::null_mut() };
+                if stage {
+                    let len = nn * size;
+                    // SAFETY: the program's send buffer of `n` elements.
+                    let send = if src.is_null() { Vec::new() } else { unsafe { Staged::copy_of(src.cast(), len) } };
+                    // SAFETY: the root's receive buffer (in place, the data starts there).
+                    let recv = if at_root { unsafe { Staged::copy_of(r.cast_const().cast(), len) } } else { Vec::new() };
+                    let (to, back) = if at_root { (r.cast(), len) } else { (std::ptr::null_mut(), 0) };
+                    let st: &mut Staged = staged.insert(Staged { send, recv, dst: to, len: back, unpack: None });
+                    if !src.is_null() {
+                        src = st.send.as_ptr().cast();
+                    }
+                    if at_root {
+                        dst = st.recv.as_mut_ptr().cast();
+                    }
+                }
+                let raw = with_el!(el, T => ireduce_t::<T>(c, src, dst, nn, rop, rt));
+                Some(raw.map(|r| (r, staged)).map_err(Fail::from))
+            }, |l| reduce(l, s, r, n, dt, op, root, comm))
         })
     }
 

@@ -781,7 +781,6 @@ completes_now! {
     MPI_Igatherv, PMPI_Igatherv, crate::coll::PMPI_Gatherv => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
     MPI_Iscatter, PMPI_Iscatter, crate::coll::PMPI_Scatter => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
     MPI_Iscatterv, PMPI_Iscatterv, crate::coll::PMPI_Scatterv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
-    MPI_Ireduce, PMPI_Ireduce, crate::coll::PMPI_Reduce => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle) comm = comm;
     MPI_Ireduce_scatter, PMPI_Ireduce_scatter, crate::coll::PMPI_Reduce_scatter => (s: *const c_void, r: *mut c_void, counts: *const c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
     MPI_Ireduce_scatter_block, PMPI_Ireduce_scatter_block, crate::coll::PMPI_Reduce_scatter_block => (s: *const c_void, r: *mut c_void, k: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
     MPI_Iscan, PMPI_Iscan, crate::coll::PMPI_Scan => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;

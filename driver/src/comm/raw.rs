@@ -248,6 +248,47 @@ impl Comm {
         Ok(RawCollRequest { ticket })
     }
 
+    /// Starts a [`reduce`](Comm::reduce) of `count` elements from `send`
+    /// into `recv` on `root` (`send` null on the root: in place in
+    /// `recv`; `recv` is not used elsewhere and may be null there).
+    ///
+    /// # Safety
+    /// `send` (if not null) must point to `count` readable `T`s and, on
+    /// the root, `recv` to `count` writable `T`s, untouched by anyone else
+    /// until the request is spent.
+    ///
+    /// # Errors
+    /// The refusals of [`Scope::ireduce`](super::Scope::ireduce); a null
+    /// `send` off the root is [`Error::InvalidArgument`].
+    pub unsafe fn ireduce_raw<T: Element>(
+        &self,
+        send: *const T,
+        recv: *mut T,
+        count: usize,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<RawCollRequest> {
+        self.check_root(root)?;
+        let at_root = self.rank() == root;
+        let in_place = send.is_null();
+        if in_place && !at_root {
+            return Err(Error::InvalidArgument(
+                "ireduce_raw: in place only on the root".into(),
+            ));
+        }
+        let shape =
+            super::collective::shape::<T>(Collective::Reduce, Some(op), count, root, in_place);
+        let b = match (in_place, at_root) {
+            (true, _) => super::collective::raw_bufs::<T>(recv.cast_const(), recv, count, count),
+            (false, true) => super::collective::raw_bufs::<T>(send, recv, count, count),
+            (false, false) => {
+                super::collective::raw_bufs::<T>(send, std::ptr::null_mut(), count, 0)
+            }
+        };
+        let ticket = self.coll_start::<T>(shape, b, RAW_SCOPE)?;
+        Ok(RawCollRequest { ticket })
+    }
+
     /// Starts an [`allgather`](Comm::allgather): `count` elements from
     /// `send` (null: in place, this rank's block already at its place in
     /// `recv`) to every rank, into `recv`, which holds `count * size()`

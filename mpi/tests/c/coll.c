@@ -10,8 +10,8 @@
  * Scatter, Reduce_scatter_block; MINLOC/MAXLOC on all pair types (ties go to
  * the lower index); Allgather(v), Alltoall(v), Gather(v), Scatter(v),
  * Reduce_scatter(_block), Scan, Exscan, Reduce_local; Ibarrier, Ibcast,
- * Iallreduce completed by Wait and by a Test loop; Iallgather and Ialltoall
- * that return before the other ranks join (rank 0 starts them, then sends
+ * Iallreduce completed by Wait and by a Test loop; Iallgather, Ialltoall and
+ * Ireduce (also in place at the root) that return before the other ranks join (rank 0 starts them, then sends
  * what the others wait for before they start theirs), into a contiguous
  * and into a vector receive type, and in place; user ops (commutative and
  * a non-commutative 2x2 integer matrix product on a contiguous type, which
@@ -720,7 +720,12 @@ static void test_nonblocking_returns_at_once(void)
     MPI_Type_free(&pair_apart);
     MPI_Type_commit(&every_other);
 
-    for (int round = 0; round < 4; round++) {
+    int v = rank + 1, sum = -1;
+    double dv[3];
+    for (int round = 0; round < 6; round++) {
+        sum = -1;
+        for (int i = 0; i < 3; i++)
+            dv[i] = rank + i;
         for (int i = 0; i < 2 * size; i++) {
             all[i] = -1;
             sendv[i] = rank * 100 + i;
@@ -738,8 +743,12 @@ static void test_nonblocking_returns_at_once(void)
             all[2 * rank] = mine[0];
             all[2 * rank + 1] = mine[1];
             MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, 2, MPI_INT, MPI_COMM_WORLD, &rq);
-        } else
+        } else if (round == 3)
             MPI_Ialltoall(sendv, 2, MPI_INT, recvv, 2, MPI_INT, MPI_COMM_WORLD, &rq);
+        else if (round == 4)
+            MPI_Ireduce(&v, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD, &rq);
+        else
+            MPI_Ireduce(rank == 0 ? MPI_IN_PLACE : dv, dv, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD, &rq);
         if (rank == 0)
             for (int r = 1; r < size; r++)
                 MPI_Send(&round, 1, MPI_INT, r, 800 + round, MPI_COMM_WORLD);
@@ -751,9 +760,13 @@ static void test_nonblocking_returns_at_once(void)
             else if (round == 1)
                 ok = ok && wide[4 * r] == r * 10 && wide[4 * r + 1] == -1 && wide[4 * r + 2] == r * 10 + 1 &&
                      wide[4 * r + 3] == -1;
-            else
+            else if (round == 3)
                 ok = ok && recvv[2 * r] == r * 100 + 2 * rank && recvv[2 * r + 1] == r * 100 + 2 * rank + 1;
         }
+        if (round == 4 && rank == 0)
+            ok = sum == size * (size + 1) / 2;
+        if (round == 5 && rank == 0)
+            ok = dv[0] == size - 1 && dv[2] == size + 1;
         CHECK(ok, "non-blocking collective started before the others joined, round %d", round);
     }
     MPI_Type_free(&every_other);
