@@ -32,6 +32,8 @@ mod ft;
 mod p2p;
 mod types;
 mod unsupported;
+#[cfg(target_arch = "x86_64")]
+mod x87;
 
 use state::{lib, Fail, Lib};
 use std::ffi::c_int;

@@ -6,7 +6,7 @@
  * Covers: Barrier; Bcast (every root, 1 B .. 1 MiB); Reduce/Allreduce with
  * all ten arithmetic/logical/bitwise ops on INT, SHORT, UNSIGNED_LONG,
  * LONG_LONG, arithmetic ops on DOUBLE/FLOAT, SUM on CHAR, logical ops on
- * C_BOOL; MPI_IN_PLACE for Allreduce, Reduce (root), Allgather, Gather,
+ * C_BOOL; SUM, MAXLOC and PROD on the long double types; MPI_IN_PLACE for Allreduce, Reduce (root), Allgather, Gather,
  * Scatter, Reduce_scatter_block; MINLOC/MAXLOC on all pair types (ties go to
  * the lower index); Allgather(v), Alltoall(v), Gather(v), Scatter(v),
  * Reduce_scatter(_block), Scan, Exscan, Reduce_local; Ibarrier, Ibcast,
@@ -19,6 +19,7 @@
  */
 #include "common.h"
 #include <stdbool.h>
+#include <complex.h>
 
 static int rank, size;
 
@@ -776,6 +777,26 @@ static void test_nonblocking_returns_at_once(void)
     free(recvv);
 }
 
+/* long double: SUM keeps what a double would lose, MAXLOC on
+ * LONG_DOUBLE_INT, PROD on C_LONG_DOUBLE_COMPLEX (x86-64's 80-bit format). */
+static void test_long_double(void)
+{
+    long double tiny = 1.0L / (1ULL << 60), x = rank == 0 ? 1.0L : tiny, sum = 0;
+    MPI_Allreduce(&x, &sum, 1, MPI_LONG_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    long double want = 1.0L + (size - 1) * tiny;
+    CHECK(sum == want, "long double SUM lost precision (%Lg - 1 = %Lg)", sum, sum - 1.0L);
+    struct { long double v; int i; } in = {(long double)(rank % 3), rank}, out = {-1, -1};
+    MPI_Allreduce(&in, &out, 1, MPI_LONG_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    int best = size > 2 ? 2 : size - 1;
+    CHECK(out.v == (long double)best && out.i == best, "LONG_DOUBLE_INT MAXLOC got (%Lg, %d)", out.v, out.i);
+    long double _Complex z = 1.0L + 1.0L * _Complex_I, p = 0;
+    MPI_Allreduce(&z, &p, 1, MPI_C_LONG_DOUBLE_COMPLEX, MPI_PROD, MPI_COMM_WORLD);
+    long double _Complex w = 1.0L;
+    for (int r = 0; r < size; r++)
+        w *= z;
+    CHECK(p == w, "C_LONG_DOUBLE_COMPLEX PROD got %Lg%+Lgi", __real__ p, __imag__ p);
+}
+
 /* ------------------------------------------------------------------ */
 /* User-defined operations                                              */
 /* ------------------------------------------------------------------ */
@@ -963,6 +984,7 @@ int main(int argc, char **argv)
     test_barrier_bcast();
     test_predefined_reductions();
     test_minmaxloc();
+    test_long_double();
     test_gather_scatter();
     test_alltoall();
     test_reduce_scatter_scan();
