@@ -340,6 +340,8 @@ int MPI_Comm_test_inter(MPI_Comm, int *);
 int PMPI_Comm_test_inter(MPI_Comm, int *);
 int MPI_Dims_create(int, int, int *);
 int PMPI_Dims_create(int, int, int *);
+int MPI_Errhandler_create(MPI_Comm_errhandler_function *, MPI_Errhandler *);
+int PMPI_Errhandler_create(MPI_Comm_errhandler_function *, MPI_Errhandler *);
 int MPI_Errhandler_free(MPI_Errhandler *);
 int PMPI_Errhandler_free(MPI_Errhandler *);
 int MPI_Errhandler_get(MPI_Comm, MPI_Errhandler *);

@@ -300,6 +300,11 @@ export! {
         PMPI_Comm_get_errhandler(comm, h)
     }
 
+    fn MPI_Errhandler_create, PMPI_Errhandler_create(f: Option<ErrFn>, h: *mut Handle) -> c_int {
+        // MPI-1's name (removed in MPI-3, still exported by MPICH).
+        PMPI_Comm_create_errhandler(f, h)
+    }
+
     fn MPI_Comm_create_errhandler, PMPI_Comm_create_errhandler(f: Option<ErrFn>, h: *mut Handle) -> c_int {
         run(NO_COMM, "MPI_Comm_create_errhandler", |l| {
             let Some(f) = f else {
