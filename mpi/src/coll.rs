@@ -1019,28 +1019,34 @@ fn iallreduce_t<T: tandem_driver::Element>(
 }
 
 /// The receive side of a non-blocking collective on tandem's engine:
-/// `n` elements of `dt` at `r` as bytes: the program's memory where the
-/// type is contiguous, else a staging buffer unpacked at completion.
+/// `n` elements of `dt` at `r` as bytes (where they go, and how many): the
+/// program's memory where the type is contiguous, else a staging buffer
+/// unpacked at completion. The request's `Staged` holds that buffer, if
+/// any, and has room for a copy of the send data.
 fn coll_recv_side(
     l: &Lib,
     r: *mut c_void,
     n: usize,
     dt: Handle,
-) -> Result<(*mut u8, Option<Staged>), Fail> {
+) -> Result<(*mut u8, usize, Staged), Fail> {
     let inb = in_view(l, r, n as c_int, dt)?;
-    if inb.stage.is_none() {
-        return Ok((r.cast(), None));
-    }
     let mut st = Staged {
         send: Vec::new(),
-        recv: vec![0u128; inb.len.div_ceil(16)],
-        dst: r.cast(),
-        len: inb.len,
-        unpack: Some((dt, n, l.types.borrow().hold(dt))),
+        recv: Vec::new(),
+        dst: std::ptr::null_mut(),
+        len: 0,
+        unpack: None,
     };
+    if inb.stage.is_none() {
+        return Ok((r.cast(), inb.len, st));
+    }
+    st.recv = vec![0u128; inb.len.div_ceil(16)];
+    st.dst = r.cast();
+    st.len = inb.len;
+    st.unpack = Some((dt, n, l.types.borrow().hold(dt)));
     // The heap buffer does not move with `st`.
     let p = st.recv.as_mut_ptr().cast::<u8>();
-    Ok((p, Some(st)))
+    Ok((p, inb.len, st))
 }
 
 /// `MPI_Iallgather` on tandem's engine (a communicator of the whole job;
@@ -1062,41 +1068,34 @@ fn iallgather_start(
     let rt = ty(l, rdt)?;
     let rn_u = count(rn)?;
     let block = rn_u * rt.size;
-    let total = n * rn_u;
     let mine = if is_in_place(s) {
         // This rank's block of `r` (out_view reads it through the type).
         let at = r
             .cast::<u8>()
             .wrapping_add(me * rn_u * rt.extent)
             .cast::<c_void>();
-        out_view(l, at, rn, rdt)?.bytes().to_vec()
+        out_view(l, at, rn, rdt)?
     } else {
-        out_view(l, s, sn, sdt)?.bytes().to_vec()
+        out_view(l, s, sn, sdt)?
     };
-    if mine.len() != block {
+    if mine.len != block {
         return fail(
             abi::ERR_TRUNCATE,
             format!(
                 "allgather: {} bytes sent, blocks of {block} expected",
-                mine.len()
+                mine.len
             ),
         );
     }
     if block == 0 {
         return Ok(None);
     }
-    let (dst, staged) = coll_recv_side(l, r, total, rdt)?;
-    let mut staged = staged.unwrap_or(Staged {
-        send: Vec::new(),
-        recv: Vec::new(),
-        dst: std::ptr::null_mut(),
-        len: 0,
-        unpack: None,
-    });
-    // SAFETY: `mine` is copied into the request's own buffer.
-    staged.send = unsafe { Staged::copy_of(mine.as_ptr(), block) };
+    let (dst, _, mut staged) = coll_recv_side(l, r, n * rn_u, rdt)?;
+    // SAFETY: `mine` (the program's block, or its packed copy) holds
+    // `block` bytes; they are copied into the request's own buffer.
+    staged.send = unsafe { Staged::copy_of(mine.ptr, block) };
     // SAFETY: the send copy and `dst` (the program's receive buffer of
-    // `total` elements, kept by MPI's rules, or the staging buffer of as
+    // `n * rn` elements, kept by MPI's rules, or the staging buffer of as
     // many bytes) live in the request until it completes.
     let raw = unsafe {
         c.p2p
@@ -1129,18 +1128,10 @@ fn ialltoall_start(
         return Ok(None);
     }
     let out = out_view(l, s, (sk * n) as c_int, sdt)?;
-    let inb_len = in_view(l, r, (rk * n) as c_int, rdt)?.len;
-    if out.len != inb_len || out.len % n != 0 {
+    let (dst, in_len, mut staged) = coll_recv_side(l, r, rk * n, rdt)?;
+    if out.len != in_len || out.len % n != 0 {
         return Ok(None);
     }
-    let (dst, staged) = coll_recv_side(l, r, rk * n, rdt)?;
-    let mut staged = staged.unwrap_or(Staged {
-        send: Vec::new(),
-        recv: Vec::new(),
-        dst: std::ptr::null_mut(),
-        len: 0,
-        unpack: None,
-    });
     let src = match &out.packed {
         // A packed copy of a non-contiguous send, kept in the request.
         Some(p) => {

@@ -639,10 +639,10 @@ fn matched_recv(
     req: *mut Handle,
 ) -> Result<(), Fail> {
     // Checked before the message is taken, so a bad argument loses none.
-    crate::p2p::in_view(l, buf, n, dt)?;
+    let cap = crate::p2p::in_view(l, buf, n, dt)?.len;
     let r = match take_message(l, msg)? {
         None => Req::Done(crate::p2p::proc_null_status()),
-        Some(p) => Req::P2p(crate::p2p::matched_into(l, p, buf, n, dt)?),
+        Some(p) => Req::P2p(crate::p2p::matched_into(l, p, buf, n, dt, cap)?),
     };
     let h = l.add_req(r);
     // SAFETY: the program's request out-parameter.

@@ -418,16 +418,17 @@ pub(crate) fn matched_take(c: Rc<CommObj>, st: &abi::Status) -> Result<P2pReq, F
 }
 
 /// Points a message taken by [`matched_take`] at the program's receive
-/// (`MPI_Mrecv`, `MPI_Imrecv`): `n` elements of `dt` at `buf`, checked as
-/// a receive's are; a longer message fills them and is truncated.
+/// (`MPI_Mrecv`, `MPI_Imrecv`): `n` elements of `dt` at `buf`, `cap` bytes
+/// (as [`in_view`] measured them when it checked the arguments); a longer
+/// message fills them and is truncated.
 pub(crate) fn matched_into(
     l: &Lib,
     mut p: P2pReq,
     buf: *mut c_void,
     n: c_int,
     dt: Handle,
+    cap: usize,
 ) -> Result<P2pReq, Fail> {
-    let cap = in_view(l, buf, n, dt)?.len;
     if let Some(u) = p.stage.as_mut() {
         u.dst = buf.cast();
         u.dt = dt;

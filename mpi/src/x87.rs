@@ -4,9 +4,9 @@
 //! has no such type, so the reductions load each value on the x87 stack,
 //! apply one instruction and store the result back in 80 bits, as C code
 //! compiled for x86-64 does (the x87 runs at its default extended
-//! precision on Linux). The only unsafe code is the three instruction
-//! sequences below, each reading and writing the 16-byte values it is
-//! given.
+//! precision on Linux). The only unsafe code is the short `asm!`
+//! sequences below (the arithmetic, the comparison, and the conversions
+//! the tests use), each reading and writing the values it is given.
 
 use std::cmp::Ordering;
 
@@ -33,72 +33,46 @@ impl PartialOrd for Num {
     }
 }
 
-/// What [`arith`] computes.
-#[derive(Clone, Copy)]
-enum Arith {
-    Add,
-    Sub,
-    Mul,
-}
-
-/// `a op b`, rounded to 80 bits.
-fn arith(op: Arith, a: F80, b: F80) -> F80 {
-    let mut out = F80([0; 16]);
-    let (pa, pb, po) = (a.0.as_ptr(), b.0.as_ptr(), out.0.as_mut_ptr());
-    // SAFETY: each sequence reads the 10 value bytes of `a` and `b` and
-    // writes 10 bytes of `out` (all 16-byte locals here), and leaves the
-    // x87 stack as it found it (two loads, one pop by the arithmetic, one
-    // by the store), which the clobbers declare.
-    unsafe {
-        match op {
-            Arith::Add => std::arch::asm!(
+/// `a op b` rounded to 80 bits, `op` one x87 instruction that pops:
+/// `st(1) = st(1) op st(0)` with `st(1) = a`, `st(0) = b`.
+macro_rules! arith {
+    ($op:literal, $a:expr, $b:expr) => {{
+        let (a, b): (F80, F80) = ($a, $b);
+        let mut out = F80([0; 16]);
+        // SAFETY: reads the 10 value bytes of `a` and `b` and writes 10
+        // bytes of `out` (16-byte locals), and leaves the x87 stack as it
+        // found it (two loads, one pop by the operation, one by the
+        // store), which the clobbers declare.
+        unsafe {
+            std::arch::asm!(
                 "fld tbyte ptr [{a}]",
                 "fld tbyte ptr [{b}]",
-                "faddp st(1), st",
+                $op,
                 "fstp tbyte ptr [{o}]",
-                a = in(reg) pa, b = in(reg) pb, o = in(reg) po,
+                a = in(reg) a.0.as_ptr(), b = in(reg) b.0.as_ptr(), o = in(reg) out.0.as_mut_ptr(),
                 out("st(0)") _, out("st(1)") _,
                 options(nostack),
-            ),
-            // st(1) = a, st(0) = b; `fsubp st(1), st` leaves st(1) -
-            // st(0) = a - b (the unit test pins the operand order, which
-            // assemblers have been known to swap for this mnemonic).
-            Arith::Sub => std::arch::asm!(
-                "fld tbyte ptr [{a}]",
-                "fld tbyte ptr [{b}]",
-                "fsubp st(1), st",
-                "fstp tbyte ptr [{o}]",
-                a = in(reg) pa, b = in(reg) pb, o = in(reg) po,
-                out("st(0)") _, out("st(1)") _,
-                options(nostack),
-            ),
-            Arith::Mul => std::arch::asm!(
-                "fld tbyte ptr [{a}]",
-                "fld tbyte ptr [{b}]",
-                "fmulp st(1), st",
-                "fstp tbyte ptr [{o}]",
-                a = in(reg) pa, b = in(reg) pb, o = in(reg) po,
-                out("st(0)") _, out("st(1)") _,
-                options(nostack),
-            ),
-        }
-    }
-    out
+            )
+        };
+        out
+    }};
 }
 
 /// `a + b`.
 pub fn add(a: F80, b: F80) -> F80 {
-    arith(Arith::Add, a, b)
+    arith!("faddp st(1), st", a, b)
 }
 
-/// `a - b`.
+/// `a - b` (`fsubp st(1), st` leaves st(1) - st(0); the unit test pins the
+/// operand order, which assemblers have been known to swap for this
+/// mnemonic).
 pub fn sub(a: F80, b: F80) -> F80 {
-    arith(Arith::Sub, a, b)
+    arith!("fsubp st(1), st", a, b)
 }
 
 /// `a * b`.
 pub fn mul(a: F80, b: F80) -> F80 {
-    arith(Arith::Mul, a, b)
+    arith!("fmulp st(1), st", a, b)
 }
 
 /// How `a` compares with `b`; `None` when either is a NaN.

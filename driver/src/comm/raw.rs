@@ -308,9 +308,7 @@ impl Comm {
         recv: *mut T,
         count: usize,
     ) -> Result<RawCollRequest> {
-        let total = count.checked_mul(self.size()).ok_or_else(|| {
-            Error::InvalidArgument("iallgather_raw: count * size overflows".into())
-        })?;
+        let total = self.blocks_total("iallgather_raw", count)?;
         let in_place = send.is_null();
         let shape = super::collective::shape::<T>(Collective::Allgather, None, count, 0, in_place);
         let b = if in_place {
@@ -340,13 +338,19 @@ impl Comm {
         recv: *mut T,
         count: usize,
     ) -> Result<RawCollRequest> {
-        let total = count.checked_mul(self.size()).ok_or_else(|| {
-            Error::InvalidArgument("ialltoall_raw: count * size overflows".into())
-        })?;
+        let total = self.blocks_total("ialltoall_raw", count)?;
         let shape = super::collective::shape::<T>(Collective::Alltoall, None, count, 0, false);
         let b = super::collective::raw_bufs::<T>(send, recv, total, total);
         let ticket = self.coll_start::<T>(shape, b, RAW_SCOPE)?;
         Ok(RawCollRequest { ticket })
+    }
+
+    /// `count` elements for each rank, in all (the length of a buffer of
+    /// one block per rank).
+    fn blocks_total(&self, what: &str, count: usize) -> Result<usize> {
+        count
+            .checked_mul(self.size())
+            .ok_or_else(|| Error::InvalidArgument(format!("{what}: count * size overflows")))
     }
 
     /// Starts a [`barrier`](Comm::barrier).
