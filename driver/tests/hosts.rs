@@ -387,6 +387,12 @@ fn chain_body() {
             comm.send(b"ok!", 2, 3).unwrap();
         }
         _ => {
+            // Rank 2's own waits time out every 2 s as well, and the end of
+            // a wait clears its record on rank 0 until the next one has
+            // lasted 100 ms: starting half a second late keeps that moment
+            // away from rank 0's first deadline (CI saw the two coincide,
+            // and rank 0's timeout name no chain).
+            std::thread::sleep(Duration::from_millis(500));
             let mut tries = 0;
             while let Err(e) = comm.recv(&mut b, 1, 3) {
                 assert!(matches!(e, Error::Timeout { .. }) && tries < 5, "{e}");
