@@ -30,15 +30,27 @@
 //! The model interpolates between the two sizes and pulls wherever the pull
 //! costs at most [`TIE`] times the stream: a pull occupies one core instead
 //! of two, so it wins ties.
+//!
+//! The same creator also decides where an eager payload stops riding behind
+//! its header in the line ring (a flag and a copy per 56-byte line) and
+//! goes through an eager cell instead (one contiguous copy, the header alone
+//! in one line), when the layout leaves [`Layout::cell_min`] at 0: it times
+//! both paths between the two threads at every power of two from 64 B to
+//! the eager limit ([`measure_cells`]), as a ping-pong and as a stream of
+//! messages, and the cells start at the smallest size from which they are
+//! never slower ([`choose_cell_min`]). On the Intel guest the two cost the
+//! same at 512 B and the cell wins from 1 KiB; on the AMD guest the cell
+//! wins from 256 B (BENCHMARKS.md).
 
 use crate::config::Layout;
 pub use crate::job::HostPaths;
 use crate::job::JobMap;
 use crate::transport::shm::{ShmLink, ShmOptions};
-use crate::transport::{MemDesc, Transport};
+use crate::transport::{MemDesc, Peek, Transport, PEEK_LEN};
 use std::sync::OnceLock;
 use std::time::Instant;
-use tandem_core::sync::{AtomicU64, Ordering};
+use tandem_core::sync::{AtomicBool, AtomicU64, Ordering};
+use tandem_core::wire::{Header, Kind};
 
 pub use crate::job::{per_byte, BIG, MID};
 /// A pull is chosen where it costs at most this times the stream.
@@ -129,6 +141,7 @@ pub fn choose(c: &Costs, eager_limit: usize) -> HostPaths {
                 from: from as u64,
                 to: lo as u64,
                 stream_ps: stream_ps(c),
+                cell_min: 0,
             };
         }
         last = n;
@@ -137,6 +150,7 @@ pub fn choose(c: &Costs, eager_limit: usize) -> HostPaths {
         from: from as u64,
         to: u64::MAX,
         stream_ps: stream_ps(c),
+        cell_min: 0,
     }
 }
 
@@ -318,6 +332,271 @@ pub fn measure(layout: &Layout) -> Result<Measured, String> {
     })
 }
 
+/// Within this factor the two paths cost the same to the measurement: a
+/// cell is chosen at a size where a ping-pong through it is faster by more
+/// than this and a stream through it slower by no more than this. Ties go
+/// to the line ring: a small payload's cell costs throughput the ping-pong
+/// does not show (128 B streamed 17 % slower through cells on the AMD
+/// guest where its ping-pong was 14 % faster).
+pub const CELL_TIE: f64 = 1.05;
+
+/// What an eager payload of `size` bytes cost through the line ring and
+/// through a cell, in ns: a ping-pong's half round trip, and the time per
+/// message of a stream of messages one way.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CellCost {
+    /// The payload's size in bytes.
+    pub size: usize,
+    /// Ping-pong half round trip through the line ring.
+    pub lines_pp: f64,
+    /// Ping-pong half round trip through a cell.
+    pub cell_pp: f64,
+    /// Per message of a stream, through the line ring.
+    pub lines_stream: f64,
+    /// Per message of a stream, through cells.
+    pub cell_stream: f64,
+}
+
+impl CellCost {
+    /// Whether the cell is the path to take at this size.
+    pub fn cell_wins(&self) -> bool {
+        CELL_TIE * self.cell_pp < self.lines_pp && self.cell_stream <= CELL_TIE * self.lines_stream
+    }
+}
+
+/// The cell threshold [`CellCost`]s favour: the smallest measured size
+/// from which a cell wins at every larger measured size, so a payload of
+/// that size or more goes through a cell; `eager_limit + 1` (the line ring
+/// for every eager payload) where the cell loses at the largest size; 0
+/// (nothing decided) for no measurements.
+pub fn choose_cell_min(costs: &[CellCost], eager_limit: usize) -> u32 {
+    let mut sorted = costs.to_vec();
+    sorted.sort_by_key(|c| c.size);
+    let Some(last) = sorted.last() else {
+        return 0;
+    };
+    if !last.cell_wins() {
+        return u32::try_from(eager_limit + 1).unwrap_or(u32::MAX);
+    }
+    let from = sorted
+        .iter()
+        .rposition(|c| !c.cell_wins())
+        .map_or(0, |i| i + 1);
+    sorted[from].size.max(64) as u32
+}
+
+/// The eager payload sizes [`measure_cells`] times: powers of two from 64
+/// B to `eager_limit`.
+fn cell_sizes(eager_limit: usize) -> impl Iterator<Item = usize> {
+    (6..=30)
+        .map(|k| 1usize << k)
+        .take_while(move |&n| n <= eager_limit)
+}
+
+/// Waits of the cell measurement: spin, then yield (a busy machine may
+/// run both threads on one core), and give up when the other side gave
+/// up or after two seconds, so a host that cannot run the measurement
+/// never hangs a job's start.
+struct Patience<'a> {
+    abort: &'a AtomicBool,
+    start: Instant,
+}
+
+impl Patience<'_> {
+    /// `false`: stop (the measurement failed).
+    fn wait(&self, spins: &mut u32) -> bool {
+        *spins = spins.saturating_add(1);
+        if *spins < 10_000 {
+            std::hint::spin_loop();
+            return true;
+        }
+        if self.abort.load(Ordering::Relaxed) || self.start.elapsed().as_secs() >= 2 {
+            self.abort.store(true, Ordering::Relaxed);
+            return false;
+        }
+        std::thread::yield_now();
+        true
+    }
+
+    fn send(&self, l: &mut ShmLink, h: &[u8; tandem_core::wire::HEADER_LEN], body: &[u8]) -> bool {
+        let mut spins = 0;
+        while !l.try_send(h, body) {
+            if !self.wait(&mut spins) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn recv(&self, l: &mut ShmLink, dst: &mut [u8]) -> bool {
+        let mut peeked = [0u8; PEEK_LEN];
+        let mut spins = 0;
+        loop {
+            if l.peek(&mut peeked) == Peek::Header && l.body_ready(dst.len()) {
+                l.consume(&peeked, dst.len(), dst);
+                return true;
+            }
+            if !self.wait(&mut spins) {
+                return false;
+            }
+        }
+    }
+}
+
+/// Times eager payloads through the line ring and through cells, between
+/// two threads of its own pinned to two cores, at every size of
+/// `cell_sizes` (a few milliseconds): per size and path, five rounds of a
+/// ping-pong of 13 to 21 timed round trips (the median trip) and a stream
+/// of 27 to 35 timed messages (then one acknowledgement), each after a few
+/// untimed ones; each figure the median of its rounds. The sender's
+/// and the receiver's buffers are apart (the pattern of osu-style
+/// benchmarks).
+///
+/// # Errors
+/// A sentence saying why not: fewer than two cores, a layout without
+/// cells, or a measurement that did not finish within two seconds.
+pub fn measure_cells(layout: &Layout) -> Result<Vec<CellCost>, String> {
+    const ROUNDS: usize = 5;
+    // Ping-pong round trips and streamed messages of round r: other
+    // counts each round, so that each round meets the rings at other
+    // positions (some relative positions of the line ring, the cells and
+    // the buffers are several times slower than others on the AMD guest,
+    // and the engine's own credit messages keep moving them).
+    let pp = |r: usize| 13 + 2 * r;
+    let stream = |r: usize| 27 + 2 * r;
+    // Untimed first: round trips of each ping-pong, and messages of each
+    // stream before its clock starts (a step's first messages find its
+    // rings cold in both cores' caches).
+    const WARM: usize = 4;
+    const LEAD: usize = 8;
+    let (a, b) = two_cores().ok_or("fewer than two cores to measure on")?;
+    if layout.cells == 0 {
+        return Err("the layout has no cells".into());
+    }
+    let eager = layout.eager_limit as usize;
+    let sizes: Vec<usize> = cell_sizes(eager).collect();
+    if sizes.is_empty() {
+        return Err(format!(
+            "an eager limit of {eager} B leaves nothing to measure"
+        ));
+    }
+    let opt = ShmOptions {
+        cma: Some(false),
+        cma_min: usize::MAX,
+        debug: false,
+    };
+    // Index 0: the line ring only (no cell memory); 1: cells from 64 B.
+    let pair = |cell_min: usize| -> Result<(ShmLink, ShmLink), String> {
+        let l = layout.cell_min(u32::try_from(cell_min).unwrap_or(u32::MAX));
+        let map = std::sync::Arc::new(
+            JobMap::anon_with(2, &l, HostPaths::NEVER).map_err(|e| format!("memory: {e}"))?,
+        );
+        Ok((
+            ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
+            ShmLink::new(map, 1, 0, 1, 0, opt),
+        ))
+    };
+    let (lines0, lines1) = pair(eager + 1)?;
+    let (cell0, cell1) = pair(64)?;
+    let mut near = [lines0, cell0];
+    let mut far = [lines1, cell1];
+    let plan: Vec<(usize, usize, usize)> = (0..ROUNDS)
+        .flat_map(|r| sizes.iter().flat_map(move |&n| [(n, 0, r), (n, 1, r)]))
+        .collect();
+    let abort = AtomicBool::new(false);
+    let patience = Patience {
+        abort: &abort,
+        start: Instant::now(),
+    };
+    let header = |n: usize| Header::new(Kind::Eager, 0, 0, n as u64).encode();
+    let times = std::thread::scope(|s| {
+        let (plan, patience) = (&plan, &patience);
+        s.spawn(move || {
+            core_affinity::set_for_current(b);
+            let mut buf = vec![0u8; eager];
+            let ack = header(0);
+            for &(n, path, r) in plan {
+                let (l, h) = (&mut far[path], header(n));
+                for _ in 0..WARM + pp(r) {
+                    if !patience.recv(l, &mut buf[..n]) || !patience.send(l, &h, &buf[..n]) {
+                        return;
+                    }
+                }
+                for _ in 0..LEAD + stream(r) {
+                    if !patience.recv(l, &mut buf[..n]) {
+                        return;
+                    }
+                }
+                if !patience.send(l, &ack, &[]) {
+                    return;
+                }
+            }
+        });
+        s.spawn(move || -> Option<Vec<[f64; 2]>> {
+            core_affinity::set_for_current(a);
+            let src = vec![7u8; eager];
+            let mut dst = vec![0u8; eager];
+            let mut times = Vec::with_capacity(plan.len());
+            let mut trips = Vec::with_capacity(pp(ROUNDS));
+            for &(n, path, r) in plan {
+                let (l, h) = (&mut near[path], header(n));
+                trips.clear();
+                for i in 0..WARM + pp(r) {
+                    let t = Instant::now();
+                    if !patience.send(l, &h, &src[..n]) || !patience.recv(l, &mut dst[..n]) {
+                        return None;
+                    }
+                    if i >= WARM {
+                        trips.push(t.elapsed().as_nanos() as f64 / 2.0);
+                    }
+                }
+                trips.sort_by(f64::total_cmp);
+                let half = trips[trips.len() / 2];
+                for _ in 0..LEAD {
+                    if !patience.send(l, &h, &src[..n]) {
+                        return None;
+                    }
+                }
+                let t = Instant::now();
+                for _ in 0..stream(r) {
+                    if !patience.send(l, &h, &src[..n]) {
+                        return None;
+                    }
+                }
+                if !patience.recv(l, &mut dst[..0]) {
+                    return None;
+                }
+                times.push([half, t.elapsed().as_nanos() as f64 / stream(r) as f64]);
+            }
+            Some(times)
+        })
+        .join()
+        .ok()
+        .flatten()
+    })
+    .ok_or("the measurement did not finish within two seconds")?;
+    let median = |k: usize, path: usize, metric: usize| {
+        let mut v: Vec<f64> = plan
+            .iter()
+            .zip(&times)
+            .filter(|((n, p, _), _)| *n == k && *p == path)
+            .map(|(_, t)| t[metric])
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(sizes
+        .iter()
+        .map(|&n| CellCost {
+            size: n,
+            lines_pp: median(n, 0, 0),
+            cell_pp: median(n, 1, 0),
+            lines_stream: median(n, 0, 1),
+            cell_stream: median(n, 1, 1),
+        })
+        .collect())
+}
+
 /// What [`measure`] found, per pattern of the sender's buffer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measured {
@@ -351,7 +630,7 @@ pub fn host_paths(layout: &Layout) -> HostPaths {
         return *p;
     }
     let info = crate::config::debug_level() >= crate::config::DebugLevel::Info;
-    let p = if !crate::config::calibrate_enabled() {
+    let mut p = if !crate::config::calibrate_enabled() {
         if info {
             eprintln!("tandem: TANDEM_CALIBRATE=0: rendezvous payloads are streamed");
         }
@@ -391,8 +670,55 @@ pub fn host_paths(layout: &Layout) -> HostPaths {
             }
         }
     };
+    if layout.cell_min == 0 && crate::config::calibrate_enabled() {
+        p.cell_min = host_cells(layout, info);
+    }
     c.push((*layout, p));
     p
+}
+
+/// [`host_paths`]' cell threshold: measured and chosen, reported at
+/// `TANDEM_DEBUG=INFO`; 0 (the default threshold) where it cannot be
+/// measured.
+fn host_cells(layout: &Layout, info: bool) -> u32 {
+    let t = Instant::now();
+    match measure_cells(layout) {
+        Ok(costs) => {
+            let chosen = choose_cell_min(&costs, layout.eager_limit as usize);
+            if info {
+                let from = if chosen > layout.eager_limit {
+                    "every eager payload rides in the line ring (no cells)".to_string()
+                } else {
+                    format!("eager payloads from {chosen} B go through a cell")
+                };
+                let each: Vec<String> = costs
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{} B {:.0}/{:.0} {:.0}/{:.0}",
+                            c.size, c.lines_pp, c.cell_pp, c.lines_stream, c.cell_stream
+                        )
+                    })
+                    .collect();
+                eprintln!(
+                    "tandem: cells measured in {:.1} ms: {from} (TANDEM_CELL_MIN overrides); \
+                     ns, line ring / cell, ping-pong half round trip then per streamed message: {}",
+                    t.elapsed().as_secs_f64() * 1e3,
+                    each.join(", ")
+                );
+            }
+            chosen
+        }
+        Err(why) => {
+            if info {
+                eprintln!(
+                    "tandem: cells not measured ({why}): eager payloads from {} B go through a cell",
+                    crate::config::DEFAULT_CELL_MIN
+                );
+            }
+            0
+        }
+    }
 }
 
 #[cfg(test)]
@@ -479,6 +805,7 @@ mod tests {
             from: 16385,
             to: 2 << 20,
             stream_ps: [64, 75],
+            cell_min: 0,
         };
         assert_eq!(p.to_string(), "single copy from 16385 B to 2 MiB");
     }
@@ -496,5 +823,98 @@ mod tests {
             }
             Err(why) => eprintln!("skipped: {why}"),
         }
+    }
+
+    /// Costs where the cell's ping-pong and stream are `pp` and `st` times
+    /// the line ring's at each size (the ring: 100 ns, 50 ns).
+    fn cells(ratios: &[(usize, f64, f64)]) -> Vec<CellCost> {
+        ratios
+            .iter()
+            .map(|&(size, pp, st)| CellCost {
+                size,
+                lines_pp: 100.0,
+                cell_pp: 100.0 * pp,
+                lines_stream: 50.0,
+                cell_stream: 50.0 * st,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cells_start_where_they_stop_losing() {
+        // The AMD guest's shape: the cell wins the ping-pong from 128 B but
+        // streams slower there; from 256 B it wins both.
+        let amd = cells(&[
+            (64, 1.1, 1.2),
+            (128, 0.86, 1.2),
+            (256, 0.72, 1.0),
+            (512, 0.55, 0.95),
+            (1024, 0.5, 0.9),
+            (8192, 0.5, 0.6),
+        ]);
+        assert_eq!(choose_cell_min(&amd, 8192), 256);
+        // The Intel guest's: a tie at 512 B, a win from 1 KiB; unsorted
+        // input changes nothing.
+        let mut intel = cells(&[
+            (8192, 0.5, 0.5),
+            (1024, 0.6, 0.9),
+            (512, 0.97, 1.0),
+            (256, 1.2, 1.3),
+            (64, 1.5, 1.5),
+        ]);
+        assert_eq!(
+            choose_cell_min(&intel, 8192),
+            1024,
+            "a tie goes to the ring"
+        );
+        intel[2].cell_pp = 90.0;
+        assert_eq!(
+            choose_cell_min(&intel, 8192),
+            512,
+            "a faster ping-pong wins"
+        );
+        intel[2].cell_stream = 52.0;
+        assert_eq!(choose_cell_min(&intel, 8192), 512, "streams within the tie");
+        intel[2].cell_stream = 56.0;
+        assert_eq!(choose_cell_min(&intel, 8192), 1024, "a slower stream loses");
+        // A loss above a win: the cells start above the loss.
+        let dip = cells(&[(64, 0.9, 0.9), (128, 1.3, 1.0), (256, 0.9, 0.9)]);
+        assert_eq!(choose_cell_min(&dip, 8192), 256);
+        // Cheaper everywhere: from the smallest size measured.
+        assert_eq!(
+            choose_cell_min(&cells(&[(64, 0.5, 0.5), (128, 0.5, 0.5)]), 8192),
+            64
+        );
+        // Dearer at the largest size: no cells (every payload in the ring).
+        let never = cells(&[(64, 0.5, 0.5), (8192, 1.5, 1.0)]);
+        assert_eq!(choose_cell_min(&never, 8192), 8193);
+        assert_eq!(
+            choose_cell_min(&[], 8192),
+            0,
+            "nothing measured, nothing decided"
+        );
+    }
+
+    #[test]
+    fn measuring_the_cells_gives_sane_costs() {
+        let layout = Layout::default().eager_limit(2048);
+        match measure_cells(&layout) {
+            Ok(costs) => {
+                let sizes: Vec<usize> = costs.iter().map(|c| c.size).collect();
+                assert_eq!(sizes, [64, 128, 256, 512, 1024, 2048]);
+                for c in &costs {
+                    for v in [c.lines_pp, c.cell_pp, c.lines_stream, c.cell_stream] {
+                        assert!(v.is_finite() && v > 0.0, "{c:?}");
+                    }
+                }
+                let chosen = choose_cell_min(&costs, 2048);
+                assert!((64..=2049).contains(&chosen), "{chosen}");
+            }
+            Err(why) => eprintln!("skipped: {why}"),
+        }
+        assert!(
+            measure_cells(&layout.cells(0)).is_err(),
+            "no cells to measure"
+        );
     }
 }

@@ -77,7 +77,11 @@ pub struct Layout {
     pub cells: u32,
     /// Smallest eager payload sent through a cell (`TANDEM_CELL_MIN`, bytes,
     /// at least 64); shorter ones go through the line ring, where they cost
-    /// a line per 56 bytes and nothing else.
+    /// a line per 56 bytes and nothing else. 0 (the default): chosen per
+    /// host when the job's shared memory is made, by timing both paths
+    /// ([`crate::calibrate`]); [`DEFAULT_CELL_MIN`] where nothing was
+    /// measured (`TANDEM_CALIBRATE=0`, one core). A value above
+    /// `eager_limit` sends every eager payload through the line ring.
     pub cell_min: u32,
     /// Matching messages a rank may have outstanding at each peer: each
     /// peer reserves this many receive entries (and `eager_limit`-byte
@@ -92,6 +96,10 @@ pub struct Layout {
     pub envelopes: u32,
 }
 
+/// The cell threshold of a job whose host chose none: [`Layout::cell_min`]
+/// 0 where nothing was measured.
+pub const DEFAULT_CELL_MIN: u32 = 1024;
+
 impl Default for Layout {
     fn default() -> Self {
         Self {
@@ -100,7 +108,7 @@ impl Default for Layout {
             slot_bytes: 32 * 1024,
             eager_limit: 8192,
             cells: 16,
-            cell_min: 1024,
+            cell_min: 0,
             credits: 32,
             envelopes: 1024,
         }
@@ -122,6 +130,20 @@ impl Default for Layout {
 /// assert_eq!(Layout::default().eager_limit(1000).cell_min(64).cell_bytes(), 1024);
 /// ```
 impl Layout {
+    /// This layout with [`cell_min`](Self::cell_min) decided: kept where it
+    /// was set, else `chosen` (a host's measured threshold, 0 for none),
+    /// else [`DEFAULT_CELL_MIN`]. What a job's shared memory is made with.
+    pub fn with_cell_min_chosen(mut self, chosen: u32) -> Self {
+        if self.cell_min == 0 {
+            self.cell_min = if chosen != 0 {
+                chosen
+            } else {
+                DEFAULT_CELL_MIN
+            };
+        }
+        self
+    }
+
     /// Bytes per eager cell: `eager_limit` rounded up to whole lines, or 0
     /// when no payload goes through a cell.
     pub fn cell_bytes(&self) -> usize {
@@ -238,7 +260,7 @@ impl Layout {
     /// above 2^24, `slot_steps` above 2^16 or `slot_bytes` above 2^30);
     /// `slot_steps` not a power of two; `slot_bytes` not a non-zero multiple
     /// of 64; `cells` neither 0 nor a power of two up to 4096; `cell_min`
-    /// below 64; `credits` outside 1..=16384; `envelopes` not above `credits`
+    /// neither 0 nor at least 64; `credits` outside 1..=16384; `envelopes` not above `credits`
     /// or above 16384; `eager_limit` more than a message in the line ring can
     /// carry (`lines * 56 - 32` bytes).
     pub fn validate(&self) -> Result<()> {
@@ -271,9 +293,9 @@ impl Layout {
                 self.cells
             )));
         }
-        if self.cell_min < 64 {
+        if self.cell_min != 0 && self.cell_min < 64 {
             return Err(Error::Config(format!(
-                "cell_min must be at least 64, got {}",
+                "cell_min must be 0 (chosen per host) or at least 64, got {}",
                 self.cell_min
             )));
         }

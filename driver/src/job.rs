@@ -28,7 +28,7 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 pub(crate) const WAIT_VALID: u64 = 1 << 63;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 const PAGE: usize = 4096;
 const PIDS_AT: usize = 128;
 /// Most ranks one shared-memory job supports.
@@ -55,6 +55,9 @@ struct JobHeader {
     pull_from: u64,
     pull_to: u64,
     stream_ps: [u32; 2],
+    /// The cell threshold the creator measured ([`HostPaths::cell_min`];
+    /// the one in use is `cell_min` above).
+    cell_min_measured: u32,
 }
 
 const fn round_up(n: usize) -> usize {
@@ -176,6 +179,7 @@ impl JobMap {
         use std::os::unix::fs::OpenOptionsExt;
         check_ranks(nranks)?;
         layout.validate()?;
+        let layout = &layout.with_cell_min_chosen(paths.cell_min);
         let path = shm_path(job);
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -212,6 +216,7 @@ impl JobMap {
         h.pull_from = paths.from;
         h.pull_to = paths.to;
         h.stream_ps = paths.stream_ps;
+        h.cell_min_measured = paths.cell_min;
         map.flush()?;
         std::mem::forget(guard);
         Ok((file, path))
@@ -261,6 +266,12 @@ impl JobMap {
             cell_min: h.cell_min,
         };
         layout.validate()?;
+        if layout.cell_min == 0 {
+            return Err(Error::JobMismatch {
+                expected: "a job file whose creator decided the cell threshold".into(),
+                found: "cell_min 0".into(),
+            });
+        }
         check_ranks(nranks)?;
         let len = job_len(nranks, &layout)?;
         if h.total_len as usize != len || flen < len {
@@ -273,6 +284,7 @@ impl JobMap {
             from: h.pull_from,
             to: h.pull_to,
             stream_ps: h.stream_ps,
+            cell_min: h.cell_min_measured,
         };
         Ok(Self {
             _backing: Backing::File(map),
@@ -303,6 +315,7 @@ impl JobMap {
     pub fn anon_with(nranks: usize, layout: &Layout, paths: HostPaths) -> Result<Self> {
         check_ranks(nranks)?;
         layout.validate()?;
+        let layout = &layout.with_cell_min_chosen(paths.cell_min);
         let len = job_len(nranks, layout)?;
         let mut map = memmap2::MmapOptions::new().len(len).map_anon()?;
         let base = map.as_mut_ptr();
@@ -323,7 +336,7 @@ impl JobMap {
         self.paths
     }
 
-    /// The channel layout.
+    /// The channel layout, its [`Layout::cell_min`] decided (never 0).
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
@@ -460,9 +473,10 @@ pub fn per_byte(n: usize, mid: f64, big: f64) -> f64 {
 }
 
 /// The sizes of rendezvous payload a receiver pulls single-copy on this
-/// host: `from..=to` (none when `from > to`), and what streaming costs
-/// here, so that a link can tell a pull that went badly. Decided once per
-/// host and job and kept in the job file.
+/// host: `from..=to` (none when `from > to`), what streaming costs here, so
+/// that a link can tell a pull that went badly, and from which size an
+/// eager payload goes through a cell. Decided once per host and job and
+/// kept in the job file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostPaths {
     /// Smallest payload pulled.
@@ -473,6 +487,10 @@ pub struct HostPaths {
     /// (0: not measured; then the links keep this choice instead of learning
     /// their own, see `transport::shm`).
     pub stream_ps: [u32; 2],
+    /// The smallest eager payload sent through a cell, as measured here
+    /// (0: not measured). Used where the layout leaves
+    /// [`Layout::cell_min`] at 0; above the eager limit: no cells.
+    pub cell_min: u32,
 }
 
 impl HostPaths {
@@ -481,6 +499,7 @@ impl HostPaths {
         from: 1,
         to: 0,
         stream_ps: [0, 0],
+        cell_min: 0,
     };
 
     /// Whether a payload of `n` bytes is pulled.
@@ -534,6 +553,61 @@ impl std::fmt::Display for HostPaths {
 mod tests {
     use super::*;
 
+    /// A cell threshold set in the layout wins over the measured one; with
+    /// neither, the default; a file that says 0 (no decision) is refused,
+    /// so a link never sends every payload through a cell by accident.
+    #[test]
+    fn the_cell_threshold_is_decided_before_the_memory_is_made() {
+        let measured = HostPaths {
+            cell_min: 320,
+            ..HostPaths::NEVER
+        };
+        let set = Layout::default().cell_min(2048);
+        assert_eq!(
+            JobMap::anon_with(2, &set, measured)
+                .unwrap()
+                .layout()
+                .cell_min,
+            2048
+        );
+        let auto = Layout::default();
+        assert_eq!(auto.cell_min, 0, "chosen per host by default");
+        assert_eq!(
+            JobMap::anon_with(2, &auto, measured)
+                .unwrap()
+                .layout()
+                .cell_min,
+            320
+        );
+        assert_eq!(
+            JobMap::anon(2, &auto).unwrap().layout().cell_min,
+            crate::config::DEFAULT_CELL_MIN
+        );
+        // Lines only: no cell memory is made at all.
+        let none = HostPaths {
+            cell_min: auto.eager_limit + 1,
+            ..HostPaths::NEVER
+        };
+        let m = JobMap::anon_with(2, &auto, none).unwrap();
+        assert_eq!(m.layout().cell_bytes(), 0);
+        assert!(m.len < JobMap::anon(2, &auto).unwrap().len);
+        // A file whose header says 0 is not used.
+        let job = new_job_id();
+        let (file, path) = JobMap::create_file_with(job, 2, &auto, measured).unwrap();
+        let guard = Unlink(Some(path));
+        std::os::unix::fs::FileExt::write_at(
+            &file,
+            &0u32.to_ne_bytes(),
+            std::mem::offset_of!(JobHeader, cell_min) as u64,
+        )
+        .unwrap();
+        assert!(matches!(
+            JobMap::open(&file, job, 2),
+            Err(Error::JobMismatch { .. })
+        ));
+        drop(guard);
+    }
+
     /// The creator's single-copy decision is the host's: every rank that
     /// opens the file reads the same range, whatever it would measure, and
     /// its links pull exactly there.
@@ -545,6 +619,7 @@ mod tests {
             from: 100_000,
             to: 200_000,
             stream_ps: [64, 75],
+            cell_min: 320,
         };
         let (file, path) = JobMap::create_file_with(job, 3, &Layout::default(), chosen).unwrap();
         let maps: Vec<_> = (0..3)
@@ -553,6 +628,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         for m in &maps {
             assert_eq!(m.paths(), chosen);
+            assert_eq!(m.layout().cell_min, 320, "the creator's cell threshold");
         }
         let opt = ShmOptions {
             cma: None,

@@ -252,3 +252,60 @@ fn the_default_tries_the_other_path_now_and_then() {
         "{pulled} pulled, {streamed} streamed with {paths}"
     );
 }
+
+/// Rank 0 sends each of `sizes` to rank 1 (eager payloads); how many went
+/// through a cell, per size, by rank 0's counters.
+fn cells_used(layout: &Layout, sizes: &[usize]) -> Vec<u64> {
+    let cfg = Config {
+        wait: WaitPolicy::BUSY,
+        ..Config::default()
+    };
+    let out = Comm::threads(2, layout, cfg, |comm| {
+        let mut seen = Vec::new();
+        for &n in sizes {
+            let mut buf = vec![n as u8; n];
+            let before = comm.counters();
+            if comm.rank() == 0 {
+                comm.send(&buf, 1, 0)?;
+            } else {
+                let st = comm.recv(&mut buf, 0, 0)?;
+                assert_eq!(st.len, n);
+                assert!(buf.iter().all(|&b| b == n as u8), "{n} bytes intact");
+            }
+            comm.barrier()?;
+            seen.push(comm.counters().cells - before.cells);
+        }
+        Ok(seen)
+    });
+    out.into_iter().next().unwrap().expect("rank 0")
+}
+
+/// An eager payload from the host's cell threshold up goes through a cell,
+/// a shorter one behind its header in the line ring: by default the
+/// threshold this host's calibration chose (the same decision every rank
+/// of the host reads from the job file), else the layout's.
+#[test]
+fn eager_payloads_take_a_cell_from_the_hosts_threshold() {
+    let layout = Layout::default();
+    assert_eq!(layout.cell_min, 0, "chosen per host by default");
+    let eager = layout.eager_limit as usize;
+    let paths = tandem_driver::calibrate::host_paths(&layout);
+    let from = layout.with_cell_min_chosen(paths.cell_min).cell_min as usize;
+    let mut sizes: Vec<usize> = [64, from - 1, from, eager]
+        .into_iter()
+        .filter(|&n| (64..=eager).contains(&n))
+        .collect();
+    sizes.dedup();
+    let want: Vec<u64> = sizes.iter().map(|&n| u64::from(n >= from)).collect();
+    assert_eq!(
+        cells_used(&layout, &sizes),
+        want,
+        "sizes {sizes:?}, cells from {from} B"
+    );
+    // A threshold set in the layout is used as it is.
+    let set = Layout::default().cell_min(128);
+    assert_eq!(cells_used(&set, &[100, 127, 128, 4096]), [0, 0, 1, 1]);
+    // Above the eager limit: no cells at all.
+    let none = Layout::default().cell_min(layout.eager_limit + 1);
+    assert_eq!(cells_used(&none, &[64, 1024, eager]), [0, 0, 0]);
+}

@@ -80,6 +80,10 @@ pub struct Counters {
     pub yields: u64,
     /// Sleeps of blocking calls (after yielding found nothing).
     pub sleeps: u64,
+    /// Eager payloads sent through a shared-memory eager cell (those from
+    /// the host's cell threshold up), not behind their header in the line
+    /// ring.
+    pub cells: u64,
 }
 
 /// Fruitless polls, yields and sleeps of one rank's blocking calls, added
@@ -480,6 +484,7 @@ impl Comm {
             idle_polls: w.polls.load(Ordering::Relaxed) + e.idle_polls,
             yields: w.yields.load(Ordering::Relaxed),
             sleeps: w.sleeps.load(Ordering::Relaxed),
+            cells: e.cells_sent(),
         }
     }
 

@@ -1220,6 +1220,17 @@ impl Engine {
         self.peers.len()
     }
 
+    /// Eager payloads this rank sent through shared-memory cells.
+    pub(crate) fn cells_sent(&self) -> u64 {
+        self.peers
+            .iter()
+            .map(|p| match &p.link {
+                Link::Shm(l) => l.cells_sent(),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Number of operations in the table.
     pub(crate) fn in_use(&self) -> usize {
         self.proto.in_use()

@@ -64,6 +64,8 @@ pub struct ShmLink {
     learnt: Option<Box<PathChoice>>,
     /// Cross-memory attach to this peer refused once: stream instead.
     no_cma: bool,
+    /// Eager payloads sent through a cell.
+    cells_sent: u64,
     /// Say so when cross-memory attach is refused.
     debug: bool,
     rank: usize,
@@ -157,6 +159,7 @@ impl ShmLink {
                 from: opt.cma_min as u64,
                 to: u64::MAX,
                 stream_ps: [0, 0],
+                cell_min: 0,
             },
             Some(false) => HostPaths::NEVER,
         };
@@ -177,6 +180,7 @@ impl ShmLink {
             pulls,
             learnt: learn.then(Box::default),
             no_cma: false,
+            cells_sent: 0,
             debug: opt.debug,
             rank,
             peer: peer_rank,
@@ -205,6 +209,17 @@ impl ShmLink {
         self.no_cma
     }
 
+    /// Eager payloads this link sent through a cell.
+    pub fn cells_sent(&self) -> u64 {
+        self.cells_sent
+    }
+
+    /// The smallest eager payload this link sends through a cell
+    /// (`usize::MAX`: none).
+    pub fn cell_min(&self) -> usize {
+        self.cell_min
+    }
+
     /// An eager payload through a cell: the payload first, then the header
     /// alone in one line (so the header is never seen before its payload);
     /// `false`, writing nothing, if either has no room.
@@ -220,6 +235,7 @@ impl ShmLink {
         debug_assert!(pushed, "a cell was free");
         let wrote = self.tx_line.try_write(header, &[]);
         debug_assert!(wrote, "a line was free");
+        self.cells_sent += 1;
         true
     }
 
