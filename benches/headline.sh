@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The headline of BENCHMARKS.md, in one run on the machine at hand:
 #
-#   1. the CPU, and the rendezvous paths this host's calibration chose;
+#   1. the CPU, the rendezvous paths and the cell threshold this host's
+#      calibration chose;
 #   2. tandem's 8 B half round trip (send/recv, then persistent requests)
 #      against both cache-line floors, measured by the same two ranks right
 #      before (tandem-perf pingpong);
@@ -29,7 +30,7 @@ echo "## machine"
 lscpu | grep -E "Model name|^CPU\(s\)|Vendor ID" || true
 date -u
 echo "## calibration (TANDEM_DEBUG=INFO)"
-TANDEM_DEBUG=INFO "$perf" pingpong --min-size 8 --max-size 8 --iters 2000 2>&1 | grep "calibrated\|not calibrated" || true
+TANDEM_DEBUG=INFO "$perf" pingpong --min-size 8 --max-size 8 --iters 2000 2>&1 | grep "calibrated\|cells" || true
 
 echo "## 8 B against both floors"
 "$perf" pingpong --min-size 8 --max-size 8 --iters 200000 | grep -E "^ +8 |x the"

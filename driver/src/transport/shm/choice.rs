@@ -18,9 +18,18 @@
 //! follows a cheaper sample faster than a dearer one, and takes
 //! the path whose cost is lower (a pull wins ties within [`TIE`]: it
 //! occupies one core, not two). Until both paths have been seen in a class,
-//! the host's calibrated choice stands. Every [`PROBE`]-th payload of a
-//! class takes the other path once, so that a path that became cheaper is
-//! noticed: at most one payload in `PROBE + 1` pays for the worse path.
+//! the host's calibrated choice stands. After [`FIRST_PROBE`] payloads of
+//! a class two payloads take the other path, then one in every
+//! [`PROBE`] + 1, so that a path that became cheaper is noticed: at most
+//! one payload in `PROBE + 1` pays for the worse path, and two early on.
+//! The early ones matter for large payloads, which come few: a
+//! `tandem-perf bw` round moves 32 payloads of 64 MiB, and with the vCPUs
+//! moved apart during it the calibrated stream ran at 2.7 GB/s without a
+//! single probe (a forced pull did 10.7 GB/s at that size in such a
+//! placement, BENCHMARKS.md). A path's first payload in a class is not
+//! counted: it is often a buffer's first use, whose page faults it pays
+//! (a first pull into an untouched 64 MiB buffer measured 0.5-0.7 ns a
+//! byte where pulls then cost about 0.1), hence the two early probes.
 //! The receiver decides alone, payload by payload (the sender describes
 //! every buffer and serves a pull or a clear-to-send alike), so the two
 //! ranks never need to agree.
@@ -34,6 +43,8 @@
 pub const TIE: f64 = 1.05;
 /// Payloads of a class between two that try the other path.
 pub const PROBE: u8 = 63;
+/// Payloads of a class before the first that tries the other path.
+pub const FIRST_PROBE: u8 = 3;
 use crate::job::stream_model;
 
 /// The live costs of one link's two rendezvous paths, per size class.
@@ -45,6 +56,13 @@ pub struct PathChoice {
     stream: [f32; 64],
     /// Payloads of the class left before the next one takes the other path.
     until_probe: [u8; 64],
+    /// Per class (bit), the first probe's first payload was taken: the
+    /// next payload probes too.
+    probed: u64,
+    /// Per class (bit), a pull, resp. a stream, was seen and not counted
+    /// (a path's first payload in a class).
+    pull_seen: u64,
+    stream_seen: u64,
     /// The stream being received, timed from its first slot.
     clock: Option<StreamClock>,
 }
@@ -54,7 +72,10 @@ impl Default for PathChoice {
         Self {
             pull: [0.0; 64],
             stream: [0.0; 64],
-            until_probe: [PROBE; 64],
+            until_probe: [FIRST_PROBE; 64],
+            probed: 0,
+            pull_seen: 0,
+            stream_seen: 0,
             clock: None,
         }
     }
@@ -89,7 +110,13 @@ impl PathChoice {
         let best = self.cheaper_to_pull(n, slot).unwrap_or(calibrated);
         let probe = &mut self.until_probe[c];
         if *probe == 0 {
-            *probe = PROBE;
+            if self.probed & (1 << c) == 0 {
+                // The first probe of the class: its first payload will not
+                // count, so the next one probes as well.
+                self.probed |= 1 << c;
+            } else {
+                *probe = PROBE;
+            }
             return !best;
         }
         *probe -= 1;
@@ -110,7 +137,11 @@ impl PathChoice {
     pub fn pulled(&mut self, n: usize, ns: f64) {
         if n > 0 {
             let c = class(n);
-            self.pull[c] = blend(self.pull[c], ns / n as f64);
+            if self.pull_seen & (1 << c) == 0 {
+                self.pull_seen |= 1 << c;
+            } else {
+                self.pull[c] = blend(self.pull[c], ns / n as f64);
+            }
         }
         if let Some(c) = self.clock.as_mut() {
             c.paused_ns += ns;
@@ -149,7 +180,11 @@ impl PathChoice {
     pub fn streamed(&mut self, n: usize, bytes: usize, ns: f64) {
         if bytes > 0 {
             let c = class(n);
-            self.stream[c] = blend(self.stream[c], ns / bytes as f64);
+            if self.stream_seen & (1 << c) == 0 {
+                self.stream_seen |= 1 << c;
+            } else {
+                self.stream[c] = blend(self.stream[c], ns / bytes as f64);
+            }
         }
     }
 }
@@ -197,7 +232,7 @@ mod tests {
     #[test]
     fn the_calibrated_choice_stands_until_the_other_path_is_tried() {
         let mut c = PathChoice::default();
-        let d = run(&mut c, false, PROBE as usize, (0.03, 0.1));
+        let d = run(&mut c, false, FIRST_PROBE as usize, (0.03, 0.1));
         assert!(d.iter().all(|&p| !p), "streamed as calibrated");
         assert_eq!(c.cheaper_to_pull(KIB64, SLOT), None, "pulls not seen yet");
     }
@@ -208,10 +243,10 @@ mod tests {
         // costs 0.15 ns a byte against a pull's 0.1.
         let mut c = PathChoice::default();
         let d = run(&mut c, false, 200, (0.1, 0.15));
-        let probe = PROBE as usize;
+        let probe = FIRST_PROBE as usize;
         assert!(d[..probe].iter().all(|&p| !p));
-        assert!(d[probe], "the probe pulls");
-        assert!(d[probe + 1..].iter().filter(|&&p| p).count() >= 200 - probe - 4);
+        assert!(d[probe] && d[probe + 1], "the first probe pulls twice");
+        assert!(d[probe + 2..].iter().filter(|&&p| p).count() >= 200 - probe - 2 - 4);
         assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(true));
     }
 
@@ -220,19 +255,65 @@ mod tests {
         // Calibrated to pull (a clean source); the program then writes its
         // buffer before each send and pulls cost 3x the stream.
         let mut c = PathChoice::default();
-        let d = run(&mut c, true, 3 * (PROBE as usize + 1), (0.2, 0.066));
-        let probe = PROBE as usize;
+        let d = run(
+            &mut c,
+            true,
+            FIRST_PROBE as usize + 2 + 2 * (PROBE as usize + 1),
+            (0.2, 0.066),
+        );
+        let probe = FIRST_PROBE as usize;
         assert!(d[..probe].iter().all(|&p| p), "pulled as calibrated");
-        assert!(!d[probe], "the probe streams");
+        assert!(
+            !d[probe] && !d[probe + 1],
+            "the first probe streams twice, early"
+        );
         // From then on, streams, but for one probing pull every PROBE + 1.
-        let pulls_after = d[probe + 1..].iter().filter(|&&p| p).count();
-        assert_eq!(pulls_after, 2, "{d:?}");
+        let after: Vec<usize> = (probe + 2..d.len()).filter(|&i| d[i]).collect();
+        let every = PROBE as usize + 1;
+        assert_eq!(after, [probe + 1 + every, probe + 1 + 2 * every], "{d:?}");
         assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(false));
+    }
+
+    /// A choice whose first pull and stream of 64 KiB were seen (and, as
+    /// every path's first payload in a class, not counted).
+    fn warmed() -> PathChoice {
+        let mut c = PathChoice::default();
+        c.pulled(KIB64, 1e9);
+        c.streamed(KIB64, KIB64, 1e9);
+        assert_eq!(
+            c.cheaper_to_pull(KIB64, SLOT),
+            None,
+            "first payloads do not count"
+        );
+        c
+    }
+
+    #[test]
+    fn a_first_pull_into_an_untouched_buffer_does_not_decide() {
+        // Calibrated to stream; the vCPUs are apart and streams cost 0.17
+        // ns a byte; the first probing pull lands in a buffer never
+        // touched (0.6), the second in a warm one (0.1).
+        let mut c = PathChoice::default();
+        let n = 64 << 20;
+        let mut pulls = 0;
+        for i in 0..32 {
+            if c.pull_next(n, false, SLOT) {
+                let cost = if pulls == 0 { 0.6 } else { 0.1 };
+                c.pulled(n, cost * n as f64);
+                pulls += 1;
+            } else {
+                c.streamed(n, n - SLOT, 0.17 * (n - SLOT) as f64);
+            }
+            if i >= FIRST_PROBE as usize + 1 {
+                assert_eq!(c.cheaper_to_pull(n, SLOT), Some(true), "payload {i}");
+            }
+        }
+        assert!(pulls >= 32 - FIRST_PROBE as usize, "{pulls} of 32 pulled");
     }
 
     #[test]
     fn a_pull_within_the_tie_is_kept_and_classes_are_apart() {
-        let mut c = PathChoice::default();
+        let mut c = warmed();
         // 1.03x the modelled stream: a pull still.
         let s = 0.1;
         let model = stream_model(KIB64, SLOT, s) / KIB64 as f64;
@@ -247,7 +328,7 @@ mod tests {
 
     #[test]
     fn averages_follow_a_change_in_a_few_samples() {
-        let mut c = PathChoice::default();
+        let mut c = warmed();
         c.streamed(KIB64, KIB64, 0.05 * KIB64 as f64);
         c.pulled(KIB64, 0.04 * KIB64 as f64);
         assert_eq!(c.cheaper_to_pull(KIB64, SLOT), Some(true));
