@@ -304,7 +304,7 @@ mod tests {
             } else {
                 c.streamed(n, n - SLOT, 0.17 * (n - SLOT) as f64);
             }
-            if i >= FIRST_PROBE as usize + 1 {
+            if i > FIRST_PROBE as usize {
                 assert_eq!(c.cheaper_to_pull(n, SLOT), Some(true), "payload {i}");
             }
         }
