@@ -382,6 +382,8 @@ pub fn choose_cell_min(costs: &[CellCost], eager_limit: usize) -> u32 {
         .iter()
         .rposition(|c| !c.cell_wins())
         .map_or(0, |i| i + 1);
+    // Never below what `Layout::validate` accepts, whatever the caller
+    // measured.
     sorted[from].size.max(64) as u32
 }
 
@@ -630,7 +632,8 @@ pub fn host_paths(layout: &Layout) -> HostPaths {
         return *p;
     }
     let info = crate::config::debug_level() >= crate::config::DebugLevel::Info;
-    let mut p = if !crate::config::calibrate_enabled() {
+    let enabled = crate::config::calibrate_enabled();
+    let mut p = if !enabled {
         if info {
             eprintln!("tandem: TANDEM_CALIBRATE=0: rendezvous payloads are streamed");
         }
@@ -670,7 +673,7 @@ pub fn host_paths(layout: &Layout) -> HostPaths {
             }
         }
     };
-    if layout.cell_min == 0 && crate::config::calibrate_enabled() {
+    if layout.cell_min == 0 && enabled {
         p.cell_min = host_cells(layout, info);
     }
     c.push((*layout, p));

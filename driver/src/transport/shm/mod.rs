@@ -214,12 +214,6 @@ impl ShmLink {
         self.cells_sent
     }
 
-    /// The smallest eager payload this link sends through a cell
-    /// (`usize::MAX`: none).
-    pub fn cell_min(&self) -> usize {
-        self.cell_min
-    }
-
     /// An eager payload through a cell: the payload first, then the header
     /// alone in one line (so the header is never seen before its payload);
     /// `false`, writing nothing, if either has no room.
