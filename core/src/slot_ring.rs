@@ -261,6 +261,18 @@ impl SlotProducer<'_> {
         free
     }
 
+    /// Whether at least `n` slots are free, reloading the consumer's head
+    /// if the cached value shows fewer (so a caller that needs several
+    /// slots at once is not held back by a stale cache that shows a few).
+    #[inline]
+    pub fn has_free(&mut self, n: u64) -> bool {
+        if self.free_cached() >= n {
+            return true;
+        }
+        self.head_cache = self.ring.ctrl.head.value.load(Ordering::Acquire);
+        self.free_cached() >= n
+    }
+
     #[inline]
     fn free_cached(&self) -> u64 {
         // A corrupt head (ahead of tail) is clamped: it can never let us
@@ -284,15 +296,30 @@ impl SlotProducer<'_> {
     #[must_use = "`false` means nothing was written: every slot is still full"]
     #[inline]
     pub fn try_push(&mut self, src: &[u8]) -> bool {
+        self.try_push_padded(src, 0)
+    }
+
+    /// Like [`try_push`](Self::try_push), publishing with the slot the
+    /// `pad` slots after it, left unwritten, in one step: the next push
+    /// starts `1 + pad` slots on (so a message of several slots can keep
+    /// its first slot at a fixed alignment). `false`, writing nothing, if
+    /// fewer than `1 + pad` slots are free. The consumer takes them with
+    /// [`SlotConsumer::try_pop_padded`] and the same `pad`.
+    ///
+    /// # Panics
+    /// If `src` is longer than a slot.
+    #[must_use = "`false` means nothing was written: too few slots are free"]
+    #[inline]
+    pub fn try_push_padded(&mut self, src: &[u8], pad: u64) -> bool {
         assert!(
             src.len() <= self.ring.slot_bytes(),
             "chunk larger than a slot"
         );
-        if self.free() == 0 {
+        if !self.has_free(1 + pad) {
             return false;
         }
         crate::sync::copy_to_blocks(self.ring.slot(self.tail), src);
-        self.tail += 1;
+        self.tail += 1 + pad;
         self.ring
             .ctrl
             .tail
@@ -343,15 +370,28 @@ impl SlotConsumer<'_> {
     #[must_use = "`false` means nothing was read: no slot is published yet"]
     #[inline]
     pub fn try_pop(&mut self, dst: &mut [u8]) -> bool {
+        self.try_pop_padded(dst, 0)
+    }
+
+    /// Like [`try_pop`](Self::try_pop) for a slot pushed with
+    /// [`SlotProducer::try_push_padded`]: returns it and the `pad` slots
+    /// after it in one step; `false`, reading nothing, until all `1 + pad`
+    /// are published.
+    ///
+    /// # Panics
+    /// If `dst` is longer than a slot.
+    #[must_use = "`false` means nothing was read: the slots are not published yet"]
+    #[inline]
+    pub fn try_pop_padded(&mut self, dst: &mut [u8], pad: u64) -> bool {
         assert!(
             dst.len() <= self.ring.slot_bytes(),
             "chunk larger than a slot"
         );
-        if self.available() == 0 {
+        if !self.has_available(1 + pad) {
             return false;
         }
         crate::sync::copy_from_blocks(self.ring.slot(self.head), dst);
-        self.release_one();
+        self.release(1 + pad);
         true
     }
 
@@ -360,16 +400,37 @@ impl SlotConsumer<'_> {
     #[must_use = "`false` means nothing was skipped: no slot is published yet"]
     #[inline]
     pub fn try_skip(&mut self) -> bool {
-        if self.available() == 0 {
+        self.try_skip_padded(0)
+    }
+
+    /// [`try_skip`](Self::try_skip) of a slot pushed with `pad` (see
+    /// [`try_pop_padded`](Self::try_pop_padded)).
+    #[must_use = "`false` means nothing was skipped: the slots are not published yet"]
+    #[inline]
+    pub fn try_skip_padded(&mut self, pad: u64) -> bool {
+        if !self.has_available(1 + pad) {
             return false;
         }
-        self.release_one();
+        self.release(1 + pad);
         true
     }
 
+    /// Whether at least `n` slots are published, reloading the producer's
+    /// tail if the cached value shows fewer.
     #[inline]
-    fn release_one(&mut self) {
-        self.head += 1;
+    fn has_available(&mut self, n: u64) -> bool {
+        if self.tail_cache < self.head + n {
+            self.tail_cache = self.ring.ctrl.tail.value.load(Ordering::Acquire);
+        }
+        self.tail_cache
+            .saturating_sub(self.head)
+            .min(self.ring.steps)
+            >= n
+    }
+
+    #[inline]
+    fn release(&mut self, n: u64) {
+        self.head += n;
         self.ring
             .ctrl
             .head
@@ -435,6 +496,56 @@ mod tests {
         }
         assert_eq!(tx.tail(), 40);
         assert_eq!(rx.head(), 40);
+    }
+
+    /// A producer that needs several slots at once sees them free once the
+    /// consumer returned them, although its cache still showed a few free
+    /// (`free` reloads only at none).
+    #[test]
+    fn has_free_reloads_a_cache_that_shows_too_few() {
+        let ctrl = SlotRingCtrl::default();
+        let b = blocks(4);
+        let ring = SlotRing::new(&ctrl, &b, 4, 64).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        assert!(tx.try_push(&[1]) && tx.try_push(&[2]));
+        assert!(rx.try_skip() && rx.try_skip());
+        assert_eq!(tx.free(), 2, "the cache still shows two");
+        assert!(tx.has_free(4), "both returned slots are seen");
+        assert!(!tx.has_free(5), "never more than the ring");
+        assert!(tx.try_push(&[3]) && tx.try_push(&[4]) && tx.try_push(&[5]) && tx.try_push(&[6]));
+        assert!(!tx.has_free(1));
+    }
+
+    /// Padded pushes keep each message's first slot at a multiple of the
+    /// message size; a padded slot is taken only once its padding is
+    /// published with it, and the padding counts against the free slots.
+    #[test]
+    fn padded_slots_keep_messages_aligned() {
+        let ctrl = SlotRingCtrl::default();
+        let b = blocks(8);
+        let ring = SlotRing::new(&ctrl, &b, 8, 64).unwrap();
+        let (mut tx, mut rx) = (ring.producer(), ring.consumer());
+        let mut out = [0u8; 1];
+        for round in 0u8..5 {
+            // A message of one slot padded to four, then one of two slots.
+            assert!(tx.try_push_padded(&[round], 3));
+            assert_eq!(tx.tail() % 4, 0);
+            assert!(tx.try_push(&[round + 100]));
+            assert!(
+                !tx.try_push_padded(&[0], 3),
+                "four are needed, three are free"
+            );
+            assert!(tx.try_push_padded(&[round + 200], 2));
+            assert_eq!(tx.tail() % 4, 0);
+            assert!(rx.try_pop_padded(&mut out, 3));
+            assert_eq!(out[0], round);
+            assert!(rx.try_pop(&mut out));
+            assert_eq!(out[0], round + 100);
+            assert!(!rx.try_pop_padded(&mut out, 3), "only 1 + 2 published");
+            assert!(rx.try_skip_padded(2), "skipped with its padding");
+            assert_eq!(rx.head() % 4, 0);
+            assert!(!rx.try_pop(&mut out));
+        }
     }
 
     #[test]

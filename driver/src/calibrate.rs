@@ -435,8 +435,8 @@ impl Patience<'_> {
         let mut spins = 0;
         loop {
             if l.peek(&mut peeked) == Peek::Header && l.body_ready(dst.len()) {
-                l.consume(&peeked, dst.len(), dst);
-                return true;
+                // Torn only if the other thread stopped: the measurement ends.
+                return l.consume(&peeked, dst.len(), dst);
             }
             if !self.wait(&mut spins) {
                 return false;

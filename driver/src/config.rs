@@ -71,9 +71,11 @@ pub struct Layout {
     /// Eager cells per channel (`TANDEM_CELLS`, a power of two up to 4096,
     /// or 0 for none): contiguous `eager_limit`-byte slots beside the line
     /// ring. An eager payload of `cell_min` bytes or more is copied into a
-    /// cell in one piece and announced by its header alone in one line, so
-    /// a message of a few KiB costs one copy and two flags instead of a
-    /// flag per 56 bytes.
+    /// cell in pieces of up to [`CELL_PIECE`] bytes, each published on its
+    /// own, and announced by its header alone in one line after the first
+    /// piece, so a message of a few KiB costs a flag per piece instead of a
+    /// flag per 56 bytes, and the receiver copies out the first pieces
+    /// while the sender copies in the last.
     pub cells: u32,
     /// Smallest eager payload sent through a cell (`TANDEM_CELL_MIN`, bytes,
     /// at least 64); shorter ones go through the line ring, where they cost
@@ -95,6 +97,14 @@ pub struct Layout {
     /// `envelopes - credits` rendezvous sends to one peer are pending.
     pub envelopes: u32,
 }
+
+/// The largest piece of an eager cell ([`Layout::cell_bytes`]): a payload
+/// of several pieces is published piece by piece, its header after the
+/// first, so its two copies (the sender's in, the receiver's out) overlap.
+/// 2 KiB measured best on the AMD guest (BENCHMARKS.md, "Eager cells in
+/// pieces"): 1 KiB pieces cost as many flags as the overlap saves, and
+/// whole cells do not overlap at all.
+pub const CELL_PIECE: usize = 2048;
 
 /// The cell threshold of a job whose host chose none: [`Layout::cell_min`]
 /// 0 where nothing was measured.
@@ -151,6 +161,24 @@ impl Layout {
             0
         } else {
             (self.eager_limit as usize).next_multiple_of(64)
+        }
+    }
+
+    /// Bytes per piece of an eager cell: [`CELL_PIECE`], or the whole
+    /// cell if it is smaller. A cell is written and read a piece at a time,
+    /// each piece published on its own, so the receiver copies the first
+    /// pieces out while the sender still copies the last ones in.
+    pub(crate) fn cell_piece(&self) -> usize {
+        self.cell_bytes().min(CELL_PIECE)
+    }
+
+    /// Pieces the eager cells of one channel hold in all: `cells` cells of
+    /// [`cell_bytes`](Self::cell_bytes) each, a cell rounded up to a power
+    /// of two of pieces (0: no cells).
+    pub(crate) fn cell_pieces(&self) -> u64 {
+        match self.cell_bytes() {
+            0 => 0,
+            b => self.cells as u64 * b.div_ceil(self.cell_piece()).next_power_of_two() as u64,
         }
     }
 

@@ -28,7 +28,7 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 pub(crate) const WAIT_VALID: u64 = 1 << 63;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 const PAGE: usize = 4096;
 const PIDS_AT: usize = 128;
 /// Most ranks one shared-memory job supports.
@@ -83,13 +83,13 @@ fn slot_len(l: &Layout) -> usize {
     )
 }
 
-/// The eager cells: a slot ring of `cells` slots of `cell_bytes` (none if
-/// no payload goes through a cell).
+/// The eager cells: a slot ring of [`Layout::cell_pieces`] slots of
+/// [`Layout::cell_piece`] bytes (none if no payload goes through a cell).
 fn cell_len(l: &Layout) -> usize {
-    match l.cell_bytes() {
+    match l.cell_pieces() {
         0 => 0,
-        b => round_up(
-            SlotRing::bytes_needed(l.cells as u64, b).expect("Layout::validate bounds the cells"),
+        n => round_up(
+            SlotRing::bytes_needed(n, l.cell_piece()).expect("Layout::validate bounds the cells"),
         ),
     }
 }
@@ -414,8 +414,8 @@ impl JobMap {
                 SlotRing::from_raw(
                     sp.add(slot_len(l)),
                     cell_len(l),
-                    l.cells as u64,
-                    l.cell_bytes(),
+                    l.cell_pieces(),
+                    l.cell_piece(),
                 )
                 .expect("validated cell layout")
             });

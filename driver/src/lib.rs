@@ -80,7 +80,7 @@ pub use comm::{
 };
 pub use config::{
     CollConfig, Config, Layout, NetConfig, RdmaConfig, Rendezvous, TransportChoice, WaitPolicy,
-    DEFAULT_CELL_MIN, DEFAULT_DEADLOCK_AFTER, DEFAULT_EVENTS, DEFAULT_FAILURE_TIMEOUT,
+    CELL_PIECE, DEFAULT_CELL_MIN, DEFAULT_DEADLOCK_AFTER, DEFAULT_EVENTS, DEFAULT_FAILURE_TIMEOUT,
 };
 pub use error::{Error, ErrorClass, IoError, OpKind, Result, Wait};
 pub use half::{bf16, f16};

@@ -123,6 +123,59 @@ fn multi_block_slots_wrap() {
     check("slot_ring::multi_block_slots_wrap", || spsc(2, 128, 3, 100));
 }
 
+/// Shared memory's eager cells: messages of one or two slots, each padded
+/// to a cell of two slots, in a ring of two cells. The consumer reads each
+/// slot as soon as it is published (the first slot of a two-slot message
+/// before the second is written), and every message starts a cell. With
+/// `pads` false the producer forgets the padding (the broken variant).
+fn padded_cells(pads: bool) {
+    // Slots per message, in order.
+    const MSGS: [u64; 3] = [1, 2, 1];
+    let pad_of = |i: u64, k: u64| if i + 1 == k { 2 - k } else { 0 };
+    let mem = Arc::new(SlotMem::new(4));
+    let producer = {
+        let mem = mem.clone();
+        thread::spawn(move || {
+            let ring = SlotRing::new(&mem.ctrl, &mem.blocks, 4, 64).unwrap();
+            let mut tx = ring.producer();
+            let mut v = 0;
+            for k in MSGS {
+                while !tx.has_free(2) {
+                    spin_hint();
+                }
+                for i in 0..k {
+                    let pad = if pads { pad_of(i, k) } else { 0 };
+                    assert!(tx.try_push_padded(&pattern(v, 64), pad), "room was checked");
+                    v += 1;
+                }
+            }
+        })
+    };
+    let ring = SlotRing::new(&mem.ctrl, &mem.blocks, 4, 64).unwrap();
+    let mut rx = ring.consumer();
+    let mut buf = [0u8; 64];
+    let mut v = 0;
+    for k in MSGS {
+        assert_eq!(rx.head() % 2, 0, "a message starts a cell");
+        for i in 0..k {
+            while !rx.try_pop_padded(&mut buf, pad_of(i, k)) {
+                spin_hint();
+            }
+            assert_eq!(decode(&buf), v, "a slot out of place");
+            v += 1;
+        }
+    }
+    producer.join().unwrap();
+    assert_eq!(rx.head(), 6);
+}
+
+#[test]
+fn padded_cells_stay_aligned() {
+    check("slot_ring::padded_cells_stay_aligned", || {
+        padded_cells(true)
+    });
+}
+
 // ---------------------------------------------------------------------------
 // Broken uses: each must fail, or the checks above prove nothing.
 // ---------------------------------------------------------------------------
@@ -247,4 +300,23 @@ fn broken_producer_ignores_head() {
         }
         producer.join().unwrap();
     });
+}
+
+/// A producer that forgets the padding: the consumer, expecting it, skips
+/// slots that were never written, or takes the next message's slot as
+/// padding. The model must catch it.
+#[test]
+#[should_panic(expected = "broken variant caught")]
+fn broken_producer_forgets_the_padding() {
+    let accepted = [
+        "Causality violation",
+        "a slot out of place",
+        "is not byte-exact",
+        "deadlock",
+    ];
+    check_broken(
+        "slot_ring::broken_producer_forgets_the_padding",
+        &accepted,
+        || padded_cells(false),
+    );
 }

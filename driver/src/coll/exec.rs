@@ -803,6 +803,10 @@ impl Active {
                 self.lanes[l].fast = false;
                 return Ok(Some(delivered(st, buf.len())));
             }
+            Fast::Failed(err) => {
+                self.lanes[l].fast = false;
+                return Ok(Some(Err(err)));
+            }
             Fast::NotYet if !e.has_unexpected() => return Ok(None),
             Fast::NotYet | Fast::Fallback => {}
         }

@@ -912,6 +912,7 @@ impl Comm {
                         std::hint::spin_loop()
                     }
                     Fast::Fallback => break 'fast,
+                    Fast::Failed(err) => return Some(Err(err)),
                 }
             }
             if e.in_use() > 0 {

@@ -21,6 +21,9 @@ pub(crate) struct UserBuf {
     /// What was registered: bytes from the start, and whether writable.
     pub(crate) reg_len: usize,
     pub(crate) reg_writable: bool,
+    /// The receive matched a message its sender did not finish writing
+    /// (it died or stopped in the middle): it fails instead of completing.
+    pub(crate) torn: bool,
 }
 
 impl UserBuf {
@@ -34,6 +37,7 @@ impl UserBuf {
         reg_peer: 0,
         reg_len: 0,
         reg_writable: false,
+        torn: false,
     };
 
     /// Records a send buffer (only ever read).
@@ -47,6 +51,7 @@ impl UserBuf {
             reg_peer: 0,
             reg_len: 0,
             reg_writable: false,
+            torn: false,
         }
     }
 
@@ -61,6 +66,7 @@ impl UserBuf {
             reg_peer: 0,
             reg_len: 0,
             reg_writable: false,
+            torn: false,
         }
     }
 

@@ -144,6 +144,9 @@ pub(crate) struct Engine {
     side: Vec<UserBuf>,
     /// `eager_limit` bytes per protocol entry, for unexpected eager payloads.
     slots: Vec<u8>,
+    /// Slots holding a stored payload its sender did not finish writing (it
+    /// died or stopped in the middle): the receive that matches one fails.
+    torn_slots: Vec<usize>,
     pending_pulls: Vec<PendingPull>,
     limits: Limits,
     eager_limit: usize,
@@ -258,6 +261,7 @@ impl Engine {
             proto,
             side: vec![UserBuf::EMPTY; q],
             slots: vec![0u8; n * credits * protocol.eager_limit as usize],
+            torn_slots: Vec::new(),
             pending_pulls: Vec::with_capacity(q),
             limits: Limits {
                 eager_max: protocol.eager_limit as u64,
@@ -386,6 +390,7 @@ impl Engine {
             let at = c.slot * self.eager_limit;
             buf[..n].copy_from_slice(&self.slots[at..at + n]);
             self.side[h.index()].moved = n;
+            self.side[h.index()].torn = take_torn(&mut self.torn_slots, c.slot);
         }
         self.pulls();
         Ok(h)
@@ -576,7 +581,10 @@ impl Engine {
             Ok(false) | Err(_) => return Fast::Fallback,
         }
         let n = len.min(buf.len());
-        ch.link.consume(&line, len, &mut buf[..n]);
+        if !ch.link.consume(&line, len, &mut buf[..n]) {
+            self.tear(src);
+            return Fast::Failed(self.lost(src));
+        }
         self.rec
             .wire(Code::Arrived, ld8(&line, 0), ld8(&line, 8), src, len as u64);
         if self.proto.credit_owed(src as u32) {
@@ -823,6 +831,7 @@ impl Engine {
                     MemDesc::NONE
                 };
                 let (side, slots, el) = (&mut self.side, &self.slots, self.eager_limit);
+                let torn = &mut self.torn_slots;
                 let act = self
                     .proto
                     .on_message(p as u32, &h, desc, &mut |c: proto::SlotCopy| {
@@ -832,24 +841,31 @@ impl Engine {
                         let n = c.len as usize;
                         dst[..n].copy_from_slice(&slots[c.slot * el..c.slot * el + n]);
                         s.moved = n;
+                        s.torn = take_torn(torn, c.slot);
                     });
                 let act = match act {
                     Ok(a) => a,
                     Err(e) => return self.protocol_error(p, e),
                 };
                 let ch = &mut self.peers[p];
-                match act {
+                let whole = match act {
                     Action::Deliver { op, len } => {
                         let s = &mut self.side[op.index()];
                         // SAFETY: the receive was pending until this message.
                         let dst = unsafe { &mut s.dst()[..len as usize] };
                         s.moved = len as usize;
-                        ch.link.consume(&first, body, dst);
+                        let whole = ch.link.consume(&first, body, dst);
+                        s.torn = !whole;
+                        whole
                     }
                     Action::Store { slot } => {
                         let at = slot * self.eager_limit;
                         let dst = &mut self.slots[at..at + body];
-                        ch.link.consume(&first, body, dst);
+                        let whole = ch.link.consume(&first, body, dst);
+                        if !whole {
+                            self.torn_slots.push(slot);
+                        }
+                        whole
                     }
                     Action::None => ch.link.consume(&first, body, &mut []),
                     Action::Stream { op, len, .. } => {
@@ -860,8 +876,11 @@ impl Engine {
                             done: 0,
                             remote: desc,
                         });
-                        ch.link.consume(&first, body, &mut []);
+                        ch.link.consume(&first, body, &mut [])
                     }
+                };
+                if !whole {
+                    return self.tear(p);
                 }
                 round = true;
             }
@@ -976,6 +995,20 @@ impl Engine {
 
     /// Peer `p` broke the protocol: its link is unusable from now on.
     /// Returns `true` (something happened) for the progress loop.
+    /// A message from `p` could not be read whole (its sender died or
+    /// stopped in the middle of writing it, or the frame contradicts its
+    /// header): the link fails with the reason its transport gives.
+    #[cold]
+    #[inline(never)]
+    fn tear(&mut self, p: usize) -> bool {
+        let e = match self.peers[p].link.liveness() {
+            Liveness::Lost(e) => e,
+            Liveness::Alive => Error::PeerLost { rank: p },
+        };
+        self.break_channel(p, e);
+        true
+    }
+
     fn protocol_error(&mut self, p: usize, e: impl std::fmt::Display) -> bool {
         let detail = e.to_string();
         self.break_channel(p, Error::Protocol { peer: p, detail });
@@ -1039,6 +1072,13 @@ impl Engine {
             Taken::Pending if self.ft.revoked_any => self.take_revoked(id),
             Taken::Pending => None,
             Taken::Done(r) => {
+                // A receive that matched a message torn in the middle.
+                let r = match r {
+                    Ok(s) if self.side[id.index()].torn => {
+                        Err(OpError::PeerLost { peer: s.source })
+                    }
+                    r => r,
+                };
                 self.unregister(id);
                 self.side[id.index()] = UserBuf::EMPTY;
                 match &r {
@@ -1338,6 +1378,25 @@ pub(crate) enum Fast {
     NotYet,
     /// The general path must handle it.
     Fallback,
+    /// The message was torn (its sender died or stopped in the middle of
+    /// writing it): the link failed with this error.
+    Failed(Error),
+}
+
+/// Whether `slot` holds a torn payload (forgetting it: the slot is about to
+/// be reused).
+#[inline]
+fn take_torn(torn: &mut Vec<usize>, slot: usize) -> bool {
+    if torn.is_empty() {
+        return false;
+    }
+    match torn.iter().position(|&s| s == slot) {
+        Some(i) => {
+            torn.swap_remove(i);
+            true
+        }
+        None => false,
+    }
 }
 
 #[cfg(test)]

@@ -932,6 +932,14 @@ impl World {
                 self.ranks[r].state = State::Ready;
                 self.events += 1;
             }
+            Fast::Failed(e) => {
+                trace!(self, "rank {r}: recv#{i} fast: torn: {e}");
+                let rv = &mut self.recvs[i];
+                rv.snapshot = Some(rv.mem.clone());
+                rv.result = Some(Err(e));
+                self.ranks[r].state = State::Ready;
+                self.events += 1;
+            }
             Fast::NotYet if spins > 1 => {
                 self.ranks[r].state = State::Fast {
                     recv: i,
@@ -1769,6 +1777,11 @@ fn sim_catches_broken_transports() {
 /// Two engines over a calm, strictly checking net whose links never pull
 /// (the sender streams), eager limit 16.
 fn strict_pair() -> (Shared, Vec<Engine>) {
+    strict_pair_with(Fault::None)
+}
+
+/// [`strict_pair`] whose net plays `fault` at its first chance.
+fn strict_pair_with(fault: Fault) -> (Shared, Vec<Engine>) {
     let opts = SimOptions {
         cap: 4096,
         delay: 0,
@@ -1777,7 +1790,7 @@ fn strict_pair() -> (Shared, Vec<Engine>) {
         pull_done: 1000,
         lost_at_once: false,
         pulls: vec![PullMode::Stream; 4],
-        fault: Fault::None,
+        fault,
         fault_after: 0,
     };
     let net = Net::new(2, 1, opts);
@@ -1792,6 +1805,59 @@ fn strict_pair() -> (Shared, Vec<Engine>) {
         .map(|r| Engine::new(r, Net::links(&net, r), protocol, &cfg, None).expect("engine"))
         .collect();
     (net, eng)
+}
+
+/// An eager message whose sender dies in the middle of writing it is never
+/// delivered as if whole: the receive it matches fails with the peer lost,
+/// whether it was posted before the message came, posted after the message
+/// was stored, or polled for on the fast path.
+#[test]
+fn a_torn_eager_message_fails_its_receive() {
+    for when in ["posted", "stored", "polled"] {
+        let (net, mut eng) = strict_pair_with(Fault::Tear);
+        let data = [9u8; 12];
+        let mut buf = [0u8; 16];
+        eng[0].post_send(&data, 1, 1, 5, false, 0).unwrap();
+        let got = match when {
+            "posted" => {
+                let r = eng[1].post_recv(&mut buf, 0, 1, 5, 0).unwrap();
+                settle(&mut eng);
+                eng[1].take(r).expect("finished")
+            }
+            "stored" => {
+                settle(&mut eng);
+                assert!(lock(&net).fault_fired, "torn while stored");
+                let r = eng[1].post_recv(&mut buf, 0, 1, 5, 0).unwrap();
+                settle(&mut eng);
+                eng[1].take(r).expect("finished")
+            }
+            _ => loop {
+                eng[0].progress();
+                match eng[1].try_recv_now(&mut buf, 0, 1, 5) {
+                    Fast::Failed(e) => break Err(e),
+                    Fast::Done(st) => break Ok(st),
+                    Fast::NotYet => {}
+                    Fast::Fallback => panic!("the fast path handles an eager message"),
+                }
+            },
+        };
+        assert!(lock(&net).fault_fired, "{when}: the fault struck");
+        match got {
+            Err(Error::PeerLost { rank: 0 }) => {}
+            other => panic!("{when}: a torn message gave {other:?}"),
+        }
+        // Nothing from the dead sender is received after it either.
+        let r = eng[1].post_recv(&mut buf, 0, 1, 6, 0);
+        if let Ok(r) = r {
+            settle(&mut eng);
+            assert!(
+                matches!(eng[1].take(r), Some(Err(_))),
+                "{when}: a receive from the lost peer fails"
+            );
+        }
+        let v = lock(&net).violations.clone();
+        assert!(v.is_empty(), "{when}: {v:#?}");
+    }
 }
 
 fn settle(eng: &mut [Engine]) {

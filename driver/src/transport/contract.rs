@@ -80,7 +80,7 @@ fn take(rx: &mut impl Transport, want: u64, len: usize, dst: &mut Vec<u8>) -> bo
             }
             dst.clear();
             dst.resize(len, 0);
-            rx.consume(&out, len, dst);
+            assert!(rx.consume(&out, len, dst), "read whole");
             assert!(*dst == b, "message {want}: body of {len} bytes");
             true
         }
@@ -186,7 +186,7 @@ fn short_consume(a: &mut impl Transport, b: &mut impl Transport, eager: usize, f
         a.flush();
     }
     let mut part = [0u8; 10];
-    b.consume(&out, len, &mut part);
+    assert!(b.consume(&out, len, &mut part), "read whole");
     assert_eq!(part[..], body(first, len)[..10]);
     let mut dst = Vec::new();
     while !take(b, first + 1, len, &mut dst) {
@@ -288,6 +288,30 @@ mod tests {
     #[test]
     fn shared_memory_keeps_the_transport_contract() {
         let layout = Layout::default();
+        suite(
+            || {
+                let map = Arc::new(JobMap::anon(2, &layout).expect("job memory"));
+                let opt = ShmOptions {
+                    cma: Some(false),
+                    cma_min: usize::MAX,
+                    debug: false,
+                };
+                (
+                    ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
+                    ShmLink::new(map, 1, 0, 1, 0, opt),
+                )
+            },
+            layout.eager_limit as usize,
+        );
+    }
+
+    /// Cells of every size, an eager limit that is no whole number of
+    /// pieces (three pieces, the last short, in a cell of four).
+    #[test]
+    fn shared_memory_cells_keep_the_transport_contract() {
+        let layout = Layout::default().eager_limit(5000).cell_min(64);
+        assert_eq!(layout.cell_piece(), crate::CELL_PIECE);
+        assert_eq!(layout.cell_pieces(), 16 * 4);
         suite(
             || {
                 let map = Arc::new(JobMap::anon(2, &layout).expect("job memory"));

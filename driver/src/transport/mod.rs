@@ -141,7 +141,9 @@ impl Route {
 /// * a transport that fails (a reset connection) records why and reports
 ///   it through [`liveness`](Self::liveness); its other methods then
 ///   simply make no progress;
-/// * no method blocks or allocates.
+/// * no method blocks or allocates; [`consume`](Self::consume) alone may
+///   wait, and only for the rest of a message whose sender is writing it
+///   at that moment.
 pub trait Transport {
     /// Whether a message of `bytes` (header + body) would fit now.
     fn room(&mut self, bytes: usize) -> bool;
@@ -166,7 +168,18 @@ pub trait Transport {
     /// Consumes the peeked message, copying the first `dst.len()` bytes of
     /// its `body` into `dst` (the rest is dropped). `peeked` is what
     /// [`peek`](Self::peek) returned. Only after `body_ready(body)`.
-    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]);
+    ///
+    /// `body_ready` may have seen only the first part of a body whose
+    /// sender still writes the rest (shared memory publishes an eager cell
+    /// piece by piece, so that its two copies overlap); `consume` then
+    /// waits for the rest, as long as the sender's copy takes.
+    ///
+    /// Returns `false` if the message cannot be read whole: its sender died
+    /// or stopped in the middle of writing it, or the frame contradicts its
+    /// header. `dst` then holds no usable message, the link has failed, and
+    /// [`liveness`](Self::liveness) says why.
+    #[must_use = "`false`: the message is torn and must not be delivered"]
+    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) -> bool;
 
     /// Pushes rendezvous payload `src` (what is left of the front stream)
     /// toward the receiver's buffer `remote` (the CTS's descriptor; `src`
@@ -315,7 +328,7 @@ impl Transport for Link {
         dispatch!(self, l => l.body_ready(body))
     }
     #[inline(always)]
-    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
+    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) -> bool {
         dispatch!(self, l => l.consume(peeked, body, dst))
     }
     #[inline]

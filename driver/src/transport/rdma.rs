@@ -920,9 +920,9 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
         }
     }
 
-    fn consume(&mut self, _peeked: &[u8; PEEK_LEN], _body: usize, dst: &mut [u8]) {
+    fn consume(&mut self, _peeked: &[u8; PEEK_LEN], _body: usize, dst: &mut [u8]) -> bool {
         let Some((off, have)) = self.front.take() else {
-            return;
+            return false;
         };
         let at = off + PREFIX + HEADER_LEN;
         let n = dst.len().min(have);
@@ -933,6 +933,7 @@ impl<Q: QueuePair> Transport for RdmaLink<Q> {
         }
         self.rx_pos += align(PREFIX + HEADER_LEN + have) as u64;
         self.pop_wc();
+        true
     }
 
     fn stream_out(&mut self, remote: &MemDesc, offset: usize, src: &[u8]) -> usize {
@@ -1262,7 +1263,7 @@ pub(crate) mod tests {
             }
         }
         assert!(l.body_ready(dst.len()));
-        l.consume(&out, dst.len(), dst);
+        assert!(l.consume(&out, dst.len(), dst), "read whole");
         out
     }
 

@@ -90,6 +90,10 @@ pub enum Fault {
     SwapChunks,
     /// A payload byte of an eager message or a stream chunk is flipped.
     Corrupt,
+    /// The sender of an eager message dies in the middle of writing it (as
+    /// a shared-memory sender between the pieces of a cell): `consume`
+    /// reports the message torn, and the peer is lost with nothing after it.
+    Tear,
 }
 
 /// What the seeded transport may do.
@@ -389,7 +393,7 @@ impl Transport for SimLink {
         prompt(net, self.peer) || !net.rng.chance_per_mille(delay)
     }
 
-    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
+    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) -> bool {
         let net = &mut *lock(&self.net);
         let i = self.inn(net.n);
         let Some(Frame::Msg { head, body: b }) = net.pipes[i].frames.front() else {
@@ -397,7 +401,7 @@ impl Transport for SimLink {
                 "rank {}: consume from {} without a message in front",
                 self.me, self.peer
             ));
-            return;
+            return false;
         };
         if head[..] != peeked[..HEADER_LEN] || b.len() != body {
             let v = format!(
@@ -409,11 +413,22 @@ impl Transport for SimLink {
             );
             net.violations.push(v);
         }
+        let eager = head[1] == tandem_core::wire::Kind::Eager as u8 && !b.is_empty();
         let n = dst.len().min(b.len());
         dst[..n].copy_from_slice(&b[..n]);
+        if eager && net.strike(Fault::Tear) {
+            // What `dst` holds must not count: the sender died before the
+            // end, and nothing it sent after arrives.
+            net.dead[self.peer] = true;
+            net.pipes[i].frames.clear();
+            net.pipes[i].bytes = 0;
+            net.activity += 1;
+            return false;
+        }
         let f = net.pipes[i].frames.pop_front().expect("checked");
         net.pipes[i].bytes -= f.size();
         net.activity += 1;
+        true
     }
 
     fn stream_out(&mut self, remote: &MemDesc, offset: usize, src: &[u8]) -> usize {

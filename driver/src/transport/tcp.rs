@@ -441,19 +441,20 @@ impl Transport for TcpLink {
         true
     }
 
-    fn consume(&mut self, _peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
+    fn consume(&mut self, _peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) -> bool {
         let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
         let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
         if len != HEADER_LEN + body {
             self.protocol(format!(
                 "TCP frame of {len} bytes for a message with a {body}-byte body"
             ));
-            return;
+            return false;
         }
         let at = self.rx_start + PREFIX + HEADER_LEN;
         let n = dst.len().min(body);
         dst[..n].copy_from_slice(&self.rx[at..at + n]);
         self.rx_start += PREFIX + len;
+        true
     }
 
     fn stream_out(&mut self, _remote: &MemDesc, _offset: usize, src: &[u8]) -> usize {

@@ -7,11 +7,18 @@
 //! * the line ring carries every header; an eager payload shorter than
 //!   `cell_min` follows its header in the same lines, and the [`MemDesc`]
 //!   body of an RTS or CTS fills the rest of the header's line;
-//! * the **eager cells**, a slot ring of `eager_limit`-byte slots, carry
-//!   longer eager payloads in one contiguous copy: the sender fills a cell,
-//!   then writes the header alone in one line, so the receiver that sees the
-//!   header finds the payload published (the cell's release is ordered
-//!   before the line's);
+//! * the **eager cells** carry longer eager payloads in contiguous pieces
+//!   of up to [`CELL_PIECE`](crate::CELL_PIECE) bytes, each a slot of a
+//!   slot ring published on its own. The sender fills the first piece,
+//!   writes the header alone in one line, then fills the other pieces; the
+//!   receiver that sees the header finds the first piece published (its
+//!   release is ordered before the line's) and copies each piece out as it
+//!   is published, so both copies of a payload of several pieces overlap.
+//!   The sender starts only with room for every piece, so it never waits
+//!   in the middle; the receiver waits for the rest only while the sender
+//!   writes it, and tells a sender that died or stopped in between
+//!   ([`PIECE_PATIENCE`]) by failing the link instead of delivering a torn
+//!   message;
 //! * a rendezvous payload is either pulled **single-copy** by the receiver
 //!   with `process_vm_readv` (Linux cross-memory attach), or streamed by
 //!   the sender through the slot ring, cut into slot-sized chunks and
@@ -43,6 +50,12 @@ use tandem_core::wire::HEADER_LEN;
 
 const _: () = assert!(PEEK_LEN == LINE_PAYLOAD, "a peek is one line");
 
+/// How long a receiver waits for the next piece of an eager cell whose
+/// sender lives but publishes nothing (a sender that dies is seen at once):
+/// the sender writes all pieces in one call, so only a stopped process
+/// (SIGSTOP, a debugger) pauses it this long.
+pub const PIECE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The shared-memory link to one peer.
 pub struct ShmLink {
     tx_line: LineProducer<'static>,
@@ -54,6 +67,15 @@ pub struct ShmLink {
     rx_cell: Option<SlotConsumer<'static>>,
     /// Smallest eager payload sent through a cell (`usize::MAX`: none).
     cell_min: usize,
+    /// Bytes per piece of a cell.
+    piece: usize,
+    /// Pieces per cell (a payload's first piece always starts a cell: its
+    /// last piece is published with the cell's unused pieces).
+    per_cell: u64,
+    /// How long to wait for a cell's next piece from a live sender.
+    patience: std::time::Duration,
+    /// Why a message could not be read whole (the link has failed).
+    torn: Option<Error>,
     slot_bytes: usize,
     /// The peer's index in the mapping (for its pid).
     peer_local: usize,
@@ -175,6 +197,10 @@ impl ShmLink {
             tx_cell: tx_cell.map(|c| c.producer()),
             rx_cell: rx_cell.map(|c| c.consumer()),
             cell_min,
+            piece: map.layout().cell_piece().max(1),
+            per_cell: (map.layout().cell_pieces() / u64::from(map.layout().cells.max(1))).max(1),
+            patience: PIECE_PATIENCE,
+            torn: None,
             slot_bytes: map.layout().slot_bytes as usize,
             peer_local: peer,
             pulls,
@@ -214,23 +240,131 @@ impl ShmLink {
         self.cells_sent
     }
 
-    /// An eager payload through a cell: the payload first, then the header
-    /// alone in one line (so the header is never seen before its payload);
-    /// `false`, writing nothing, if either has no room.
+    /// Sets how long a receiver waits for the next piece of a cell from a
+    /// live sender (default [`PIECE_PATIENCE`]).
+    pub fn set_piece_patience(&mut self, d: std::time::Duration) {
+        self.patience = d;
+    }
+
+    /// Pieces of a cell a payload of `body` bytes takes.
+    #[inline(always)]
+    fn pieces(&self, body: usize) -> u64 {
+        body.div_ceil(self.piece).max(1) as u64
+    }
+
+    /// An eager payload through a cell: its first piece, then the header
+    /// alone in one line (so the header is never seen before the first
+    /// piece), then the other pieces; `false`, writing nothing, unless a
+    /// line and every piece have room (so nothing waits in the middle).
     #[inline(never)]
     fn send_via_cell(&mut self, header: &[u8; HEADER_LEN], body: &[u8]) -> bool {
+        let (per_cell, piece) = (self.per_cell, self.piece);
+        // The progress layer sends at most the eager limit: one cell.
+        let Some(pad) = per_cell.checked_sub(self.pieces(body.len())) else {
+            debug_assert!(false, "an eager payload larger than a cell");
+            return false;
+        };
         let Some(c) = self.tx_cell.as_mut() else {
             return false;
         };
-        if !self.tx_line.line_free() || c.free() == 0 {
+        if !self.tx_line.line_free() || !c.has_free(per_cell) {
             return false;
         }
-        let pushed = c.try_push(body);
-        debug_assert!(pushed, "a cell was free");
+        let mut rest = body.chunks(piece);
+        let first = rest.next().unwrap_or(&[]);
+        // The last piece is published with the cell's unused ones.
+        let pushed = c.try_push_padded(first, if rest.len() == 0 { pad } else { 0 });
+        debug_assert!(pushed, "the cell was free");
         let wrote = self.tx_line.try_write(header, &[]);
         debug_assert!(wrote, "a line was free");
+        while let Some(p) = rest.next() {
+            let pushed = c.try_push_padded(p, if rest.len() == 0 { pad } else { 0 });
+            debug_assert!(pushed, "the cell was free");
+        }
         self.cells_sent += 1;
         true
+    }
+
+    /// Reads the cell of a `body`-byte payload whose header was peeked,
+    /// its first `dst.len()` bytes into `dst`, piece by piece as the sender
+    /// publishes them; `false` if the sender stopped or died in between
+    /// (recorded in `torn`).
+    #[inline(never)]
+    fn take_cell(&mut self, body: usize, dst: &mut [u8]) -> bool {
+        let n = dst.len().min(body);
+        let pieces = self.pieces(body) as usize;
+        let Some(pad) = self.per_cell.checked_sub(pieces as u64) else {
+            return self.tear(0, pieces, "its header announces more than a cell holds");
+        };
+        for i in 0..pieces {
+            let Some(c) = self.rx_cell.as_mut() else {
+                return self.tear(i, pieces, "the layout has no cells");
+            };
+            if c.available() == 0 && !self.await_piece(i, pieces) {
+                return false;
+            }
+            let Some(c) = self.rx_cell.as_mut() else {
+                return false;
+            };
+            let at = i * self.piece;
+            let end = n.min(at + self.piece);
+            let pad = if i + 1 == pieces { pad } else { 0 };
+            let got = if at < end {
+                c.try_pop_padded(&mut dst[at..end], pad)
+            } else {
+                c.try_skip_padded(pad)
+            };
+            debug_assert!(got, "the piece was published");
+        }
+        true
+    }
+
+    /// Waits for piece `i` of `pieces` while the sender lives and the
+    /// patience lasts; `false` (torn) otherwise.
+    #[cold]
+    #[inline(never)]
+    fn await_piece(&mut self, i: usize, pieces: usize) -> bool {
+        const SPINS: u32 = 1 << 12;
+        let mut polls = 0u32;
+        let mut since: Option<std::time::Instant> = None;
+        loop {
+            if self.rx_cell.as_mut().is_some_and(|c| c.available() > 0) {
+                return true;
+            }
+            polls = polls.wrapping_add(1);
+            if polls < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            // The sender is off its core (more ranks than cores): let it run.
+            std::thread::yield_now();
+            if polls % 64 != 0 {
+                continue;
+            }
+            if let Liveness::Lost(e) = self.liveness() {
+                self.torn = Some(e);
+                return false;
+            }
+            let t = *since.get_or_insert_with(std::time::Instant::now);
+            if t.elapsed() >= self.patience {
+                let why = format!(
+                    "it published nothing for {:.1} s in the middle of an eager message",
+                    self.patience.as_secs_f64()
+                );
+                return self.tear(i, pieces, &why);
+            }
+        }
+    }
+
+    /// Records that a message could not be read whole; `false`.
+    #[cold]
+    fn tear(&mut self, i: usize, pieces: usize, why: &str) -> bool {
+        self.torn = Some(Error::PeerSilent {
+            rank: self.peer,
+            host: "this host".into(),
+            evidence: format!("{why} ({i} of its {pieces} pieces arrived)"),
+        });
+        false
     }
 
     /// The next line of the ring, if it is free, to write one whole
@@ -260,8 +394,11 @@ impl ShmLink {
 impl Transport for ShmLink {
     #[inline(always)]
     fn room(&mut self, bytes: usize) -> bool {
-        if bytes.saturating_sub(HEADER_LEN) >= self.cell_min {
-            return self.tx_line.line_free() && self.tx_cell.as_mut().is_some_and(|c| c.free() > 0);
+        let body = bytes.saturating_sub(HEADER_LEN);
+        if body >= self.cell_min {
+            let per_cell = self.per_cell;
+            return self.tx_line.line_free()
+                && self.tx_cell.as_mut().is_some_and(|c| c.has_free(per_cell));
         }
         let lines = tandem_core::line_ring::lines_for(bytes) as u64;
         self.tx_line.free(lines) >= lines
@@ -287,22 +424,20 @@ impl Transport for ShmLink {
     #[inline(always)]
     fn body_ready(&mut self, body: usize) -> bool {
         if body >= self.cell_min {
+            // The first piece: `consume` takes the others as they come.
             return self.rx_cell.as_mut().is_some_and(|c| c.available() > 0);
         }
         HEADER_LEN + body <= LINE_PAYLOAD || self.rx_line.message_ready(HEADER_LEN, body)
     }
 
     #[inline(always)]
-    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) {
+    fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) -> bool {
+        if self.torn.is_some() {
+            return false;
+        }
         if body >= self.cell_min {
-            let n = dst.len().min(body);
-            if let Some(c) = self.rx_cell.as_mut() {
-                let got = if n == 0 {
-                    c.try_skip()
-                } else {
-                    c.try_pop(&mut dst[..n])
-                };
-                debug_assert!(got, "readiness was checked");
+            if !self.take_cell(body, dst) {
+                return false;
             }
             self.rx_line.consume_peeked_line();
         } else if HEADER_LEN + body <= LINE_PAYLOAD {
@@ -314,6 +449,7 @@ impl Transport for ShmLink {
             let read = self.rx_line.try_read(HEADER_LEN, body, &mut dst[..n]);
             debug_assert!(read, "readiness was checked");
         }
+        true
     }
 
     fn stream_out(&mut self, _remote: &MemDesc, _offset: usize, src: &[u8]) -> usize {
@@ -383,6 +519,9 @@ impl Transport for ShmLink {
     }
 
     fn liveness(&mut self) -> Liveness {
+        if let Some(e) = &self.torn {
+            return Liveness::Lost(e.clone());
+        }
         let own = self.own_pid;
         let pid = self.peer_pid();
         // Not attached yet, or a thread of this very process.
@@ -415,5 +554,132 @@ impl Transport for ShmLink {
 
     fn route(&self) -> super::Route {
         super::Route::Shm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Layout, CELL_PIECE};
+    use std::time::{Duration, Instant};
+    use tandem_core::wire::{Header, Kind as WireKind};
+
+    fn pair(layout: &Layout) -> (ShmLink, ShmLink) {
+        let map = Arc::new(JobMap::anon(2, layout).expect("job memory"));
+        let opt = ShmOptions {
+            cma: Some(false),
+            cma_min: usize::MAX,
+            debug: false,
+        };
+        (
+            ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
+            ShmLink::new(map, 1, 0, 1, 0, opt),
+        )
+    }
+
+    fn eager(len: usize) -> [u8; HEADER_LEN] {
+        Header::new(WireKind::Eager, 0, 0, len as u64).encode()
+    }
+
+    fn pattern(i: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|k| (i * 31 + k * 7) as u8).collect()
+    }
+
+    /// Payloads of several pieces between two threads: the receiver copies
+    /// pieces out while the sender still writes the later ones, and every
+    /// payload arrives whole and in order, truncated ones included.
+    #[test]
+    fn cells_of_several_pieces_arrive_whole_while_still_being_written() {
+        let layout = Layout::default().cell_min(64);
+        let (mut tx, mut rx) = pair(&layout);
+        assert_eq!(layout.cell_piece(), CELL_PIECE);
+        let eager_limit = layout.eager_limit as usize;
+        let len = |i: usize| 64 + (i * 977) % (eager_limit - 63);
+        const N: usize = 20_000;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for i in 0..N {
+                    let (h, b) = (eager(len(i)), pattern(i, len(i)));
+                    let end = Instant::now() + Duration::from_secs(20);
+                    while !tx.try_send(&h, &b) {
+                        assert!(Instant::now() < end, "message {i} never had room");
+                        std::thread::yield_now();
+                    }
+                }
+                assert_eq!(tx.cells_sent(), N as u64);
+            });
+            let mut dst = vec![0u8; eager_limit];
+            let mut out = [0u8; PEEK_LEN];
+            for i in 0..N {
+                let n = len(i);
+                let end = Instant::now() + Duration::from_secs(20);
+                while !(rx.peek(&mut out) == Peek::Header && rx.body_ready(n)) {
+                    assert!(Instant::now() < end, "message {i} never came");
+                    std::thread::yield_now();
+                }
+                assert_eq!(out[..HEADER_LEN], eager(n));
+                // Every seventh one read only in part: the rest is dropped.
+                let take = if i % 7 == 0 { n / 3 } else { n };
+                assert!(rx.consume(&out, n, &mut dst[..take]), "message {i}");
+                assert!(dst[..take] == pattern(i, n)[..take], "message {i} of {n} B");
+            }
+        });
+    }
+
+    /// A sender that published a cell's first piece and its header, then
+    /// nothing more: the receiver reads no torn message; the link fails
+    /// with what was seen.
+    #[test]
+    fn a_cell_whose_sender_stops_in_the_middle_is_torn() {
+        let layout = Layout::default().cell_min(64);
+        let (mut tx, mut rx) = pair(&layout);
+        rx.set_piece_patience(Duration::from_millis(100));
+        let n = 3 * CELL_PIECE + 10;
+        let body = pattern(1, n);
+        // What `send_via_cell` does, stopped after the header.
+        let c = tx.tx_cell.as_mut().expect("cells");
+        assert!(c.try_push(&body[..CELL_PIECE]));
+        assert!(tx.tx_line.try_write(&eager(n), &[]));
+        let mut out = [0u8; PEEK_LEN];
+        assert_eq!(rx.peek(&mut out), Peek::Header);
+        assert!(rx.body_ready(n), "the first piece is there");
+        let mut dst = vec![0u8; n];
+        let t = Instant::now();
+        assert!(!rx.consume(&out, n, &mut dst), "a torn message is not read");
+        assert!(
+            t.elapsed() >= Duration::from_millis(100),
+            "it waited its patience"
+        );
+        match rx.liveness() {
+            Liveness::Lost(Error::PeerSilent {
+                rank: 0, evidence, ..
+            }) => {
+                assert!(evidence.contains("1 of its 4 pieces arrived"), "{evidence}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!rx.consume(&out, n, &mut dst), "the link stays failed");
+    }
+
+    /// A sender never starts a cell without room for all its pieces, though
+    /// a stale view of the ring showed some free.
+    #[test]
+    fn a_cell_starts_only_with_room_for_every_piece() {
+        let layout = Layout::default().cell_min(64).cells(1);
+        let (mut tx, mut rx) = pair(&layout);
+        let whole = layout.eager_limit as usize;
+        let mut out = [0u8; PEEK_LEN];
+        let mut dst = vec![0u8; whole];
+        // One piece in flight: a whole cell does not fit.
+        assert!(tx.try_send(&eager(100), &pattern(0, 100)));
+        assert!(!tx.room(HEADER_LEN + whole));
+        assert!(!tx.try_send(&eager(whole), &pattern(1, whole)));
+        assert_eq!(rx.peek(&mut out), Peek::Header);
+        assert!(rx.consume(&out, 100, &mut dst[..100]));
+        assert!(tx.room(HEADER_LEN + whole), "room once the piece is back");
+        assert!(tx.try_send(&eager(whole), &pattern(1, whole)));
+        assert_eq!(rx.peek(&mut out), Peek::Header);
+        assert!(rx.consume(&out, whole, &mut dst));
+        assert!(dst == pattern(1, whole));
     }
 }

@@ -547,7 +547,7 @@ fn take_message(link: &mut TcpLink, d: &mut Dir, rng: &mut Rng, out: &[u8; PEEK_
         b.len()
     };
     let mut dst = vec![0u8; keep];
-    link.consume(out, b.len(), &mut dst);
+    assert!(link.consume(out, b.len(), &mut dst), "read whole");
     assert_alive(link);
     assert!(dst[..] == b[..keep], "message {i}: body altered");
     d.rx.msgs += 1;
@@ -940,7 +940,7 @@ fn header_queued_mid_chunk_follows_that_chunk() {
                 assert_eq!(got, CHUNK, "the header came after {got} stream bytes");
                 assert_eq!(out[..HEADER_LEN], h);
                 let mut body = [0u8; 21];
-                b.consume(&out, 21, &mut body);
+                assert!(b.consume(&out, 21, &mut body), "read whole");
                 assert_eq!(&body, b"after the first chunk");
                 seen = true;
             }
@@ -1088,7 +1088,7 @@ fn look(link: &mut TcpLink, stream: Option<usize>, delivered: &mut Vec<Vec<u8>>)
             let n = u32::from_le_bytes(out[..4].try_into().expect("4 bytes")) as usize;
             let mut body = vec![0u8; n];
             assert!(link.body_ready(n));
-            link.consume(&out, n, &mut body);
+            assert!(link.consume(&out, n, &mut body), "read whole");
             let mut m = out[..HEADER_LEN].to_vec();
             m.extend_from_slice(&body);
             delivered.push(m);
@@ -1197,7 +1197,10 @@ fn consume_with_the_wrong_body_length_is_a_protocol_error() {
             assert!(Instant::now() < end, "the message never came");
         }
         let mut body = [0u8; 11];
-        link.consume(&out, 11, &mut body);
+        assert!(
+            !link.consume(&out, 11, &mut body),
+            "a frame that contradicts its header is not read"
+        );
         match link.liveness() {
             Liveness::Lost(Error::Protocol { peer, detail }) => {
                 assert_eq!(peer, PEER);
@@ -1230,7 +1233,7 @@ fn closed_peer_is_lost_after_its_bytes_are_delivered() {
         }
         assert_eq!(out[..HEADER_LEN], h);
         let mut body = [0u8; 10];
-        link.consume(&out, 10, &mut body);
+        assert!(link.consume(&out, 10, &mut body), "read whole");
         assert_eq!(&body, b"last words");
         let mut buf = [0u8; 100];
         let mut got = 0;
@@ -1317,7 +1320,7 @@ fn dropping_a_link_sends_what_it_queued() {
             match b.peek(&mut out) {
                 Peek::Header => {
                     assert_eq!(out[..HEADER_LEN], header(u64::from(got)), "message {got}");
-                    b.consume(&out, body.len(), &mut buf);
+                    assert!(b.consume(&out, body.len(), &mut buf), "read whole");
                     assert!(buf == body, "message {got}: body");
                     got += 1;
                 }
@@ -1370,7 +1373,7 @@ fn bytes_read_before_a_failure_are_still_delivered() {
         assert_eq!(link.peek(&mut out), Peek::Header);
         assert_eq!(out[..HEADER_LEN], h);
         let mut body = [0u8; 10];
-        link.consume(&out, 10, &mut body);
+        assert!(link.consume(&out, 10, &mut body), "read whole");
         assert_eq!(&body, b"ten bytes!");
         assert_eq!(link.peek(&mut out), Peek::StreamData);
         let mut buf = [0u8; 100];
@@ -1448,7 +1451,7 @@ fn a_message_cut_by_a_full_receive_buffer_is_moved_up_and_completed() {
                     filled_to_the_end |= b.rx_end == cap && b.rx_start > 0;
                     assert_eq!(out[..HEADER_LEN], header(got), "message {got}");
                     assert!(b.body_ready(body.len()));
-                    b.consume(&out, body.len(), &mut buf);
+                    assert!(b.consume(&out, body.len(), &mut buf), "read whole");
                     assert!(buf == body, "message {got}: body");
                     got += 1;
                 }
