@@ -71,7 +71,7 @@ pub struct Layout {
     /// Eager cells per channel (`TANDEM_CELLS`, a power of two up to 4096,
     /// or 0 for none): contiguous `eager_limit`-byte slots beside the line
     /// ring. An eager payload of `cell_min` bytes or more is copied into a
-    /// cell in pieces of up to [`CELL_PIECE`] bytes, each published on its
+    /// cell in pieces of up to `cell_piece` bytes, each published on its
     /// own, and announced by its header alone in one line after the first
     /// piece, so a message of a few KiB costs a flag per piece instead of a
     /// flag per 56 bytes, and the receiver copies out the first pieces
@@ -85,6 +85,11 @@ pub struct Layout {
     /// measured (`TANDEM_CALIBRATE=0`, one core). A value above
     /// `eager_limit` sends every eager payload through the line ring.
     pub cell_min: u32,
+    /// Bytes per piece of an eager cell (`TANDEM_CELL_PIECE`, a multiple of
+    /// 64; 0, the default: [`CELL_PIECE`]). A piece as large as
+    /// `eager_limit` writes each payload whole before announcing it (no
+    /// overlap of the two copies); small pieces cost a flag each.
+    pub cell_piece: u32,
     /// Matching messages a rank may have outstanding at each peer: each
     /// peer reserves this many receive entries (and `eager_limit`-byte
     /// buffers) per sender (`TANDEM_CREDITS`, 1..=16384).
@@ -98,7 +103,7 @@ pub struct Layout {
     pub envelopes: u32,
 }
 
-/// The largest piece of an eager cell ([`Layout::cell_bytes`]): a payload
+/// The default piece of an eager cell ([`Layout::cell_piece`] 0): a payload
 /// of several pieces is published piece by piece, its header after the
 /// first, so its two copies (the sender's in, the receiver's out) overlap.
 /// 2 KiB measured best on the AMD guest (BENCHMARKS.md, "Eager cells in
@@ -119,6 +124,7 @@ impl Default for Layout {
             eager_limit: 8192,
             cells: 16,
             cell_min: 0,
+            cell_piece: 0,
             credits: 32,
             envelopes: 1024,
         }
@@ -136,6 +142,7 @@ impl Default for Layout {
 /// assert!(Layout::default().envelopes(4).validate().is_err(), "envelopes <= credits");
 /// assert!(Layout::default().cells(3).validate().is_err(), "not a power of two");
 /// assert!(Layout::default().cell_min(32).validate().is_err(), "below a line's worth");
+/// assert!(Layout::default().cell_piece(100).validate().is_err(), "not whole lines");
 /// assert_eq!(Layout::default().cells(0).cell_bytes(), 0, "no cells");
 /// assert_eq!(Layout::default().eager_limit(1000).cell_min(64).cell_bytes(), 1024);
 /// ```
@@ -168,8 +175,12 @@ impl Layout {
     /// cell if it is smaller. A cell is written and read a piece at a time,
     /// each piece published on its own, so the receiver copies the first
     /// pieces out while the sender still copies the last ones in.
-    pub(crate) fn cell_piece(&self) -> usize {
-        self.cell_bytes().min(CELL_PIECE)
+    pub(crate) fn piece_bytes(&self) -> usize {
+        let piece = match self.cell_piece {
+            0 => CELL_PIECE,
+            p => p as usize,
+        };
+        self.cell_bytes().min(piece)
     }
 
     /// Pieces the eager cells of one channel hold in all: `cells` cells of
@@ -178,7 +189,7 @@ impl Layout {
     pub(crate) fn cell_pieces(&self) -> u64 {
         match self.cell_bytes() {
             0 => 0,
-            b => self.cells as u64 * b.div_ceil(self.cell_piece()).next_power_of_two() as u64,
+            b => self.cells as u64 * b.div_ceil(self.piece_bytes()).next_power_of_two() as u64,
         }
     }
 
@@ -218,6 +229,12 @@ impl Layout {
         self.cell_min = v;
         self
     }
+    /// Sets `cell_piece`.
+    #[must_use = "a builder method returns the changed value; it does not change the receiver"]
+    pub fn cell_piece(mut self, v: u32) -> Self {
+        self.cell_piece = v;
+        self
+    }
     /// Sets `credits`.
     #[must_use = "a builder method returns the changed value; it does not change the receiver"]
     pub fn credits(mut self, v: u32) -> Self {
@@ -253,7 +270,7 @@ impl Layout {
     /// Every field with the variable that sets it: what
     /// [`from_env`](Self::from_env) reads and what a launcher passes on to
     /// ranks it starts elsewhere (one list, so the two cannot drift).
-    pub(crate) fn vars(&self) -> [(&'static str, u32); 8] {
+    pub(crate) fn vars(&self) -> [(&'static str, u32); 9] {
         [
             ("TANDEM_LINES", self.lines),
             ("TANDEM_SLOT_STEPS", self.slot_steps),
@@ -261,13 +278,14 @@ impl Layout {
             ("TANDEM_EAGER_LIMIT", self.eager_limit),
             ("TANDEM_CELLS", self.cells),
             ("TANDEM_CELL_MIN", self.cell_min),
+            ("TANDEM_CELL_PIECE", self.cell_piece),
             ("TANDEM_CREDITS", self.credits),
             ("TANDEM_ENVELOPES", self.envelopes),
         ]
     }
 
     /// The fields in [`vars`](Self::vars)'s order.
-    fn fields_mut(&mut self) -> [&mut u32; 8] {
+    fn fields_mut(&mut self) -> [&mut u32; 9] {
         [
             &mut self.lines,
             &mut self.slot_steps,
@@ -275,6 +293,7 @@ impl Layout {
             &mut self.eager_limit,
             &mut self.cells,
             &mut self.cell_min,
+            &mut self.cell_piece,
             &mut self.credits,
             &mut self.envelopes,
         ]
@@ -288,7 +307,8 @@ impl Layout {
     /// above 2^24, `slot_steps` above 2^16 or `slot_bytes` above 2^30);
     /// `slot_steps` not a power of two; `slot_bytes` not a non-zero multiple
     /// of 64; `cells` neither 0 nor a power of two up to 4096; `cell_min`
-    /// neither 0 nor at least 64; `credits` outside 1..=16384; `envelopes` not above `credits`
+    /// neither 0 nor at least 64; `cell_piece` not a multiple of 64 or
+    /// above 2^24; `credits` outside 1..=16384; `envelopes` not above `credits`
     /// or above 16384; `eager_limit` more than a message in the line ring can
     /// carry (`lines * 56 - 32` bytes).
     pub fn validate(&self) -> Result<()> {
@@ -325,6 +345,12 @@ impl Layout {
             return Err(Error::Config(format!(
                 "cell_min must be 0 (chosen per host) or at least 64, got {}",
                 self.cell_min
+            )));
+        }
+        if self.cell_piece % 64 != 0 || self.cell_piece > 1 << 24 {
+            return Err(Error::Config(format!(
+                "cell_piece must be 0 (the default) or a multiple of 64 up to 2^24, got {}",
+                self.cell_piece
             )));
         }
         if self.credits == 0 || self.credits > 1 << 14 {
@@ -1138,11 +1164,11 @@ mod tests {
     #[test]
     fn layout_variables_and_fields_line_up() {
         let base = Layout::default();
-        for i in 0..8 {
+        for i in 0..9 {
             let mut l = base;
             *l.fields_mut()[i] += 1;
             let (a, b) = (base.vars(), l.vars());
-            for j in 0..8 {
+            for j in 0..9 {
                 assert_eq!(a[j].0, b[j].0);
                 assert_eq!(
                     a[j].1 + u32::from(i == j),
@@ -1155,7 +1181,7 @@ mod tests {
         let mut names: Vec<_> = base.vars().map(|(n, _)| n).to_vec();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 8);
+        assert_eq!(names.len(), 9);
     }
 
     /// Seconds from the environment: numbers a `Duration` holds are taken;

@@ -48,6 +48,7 @@ struct JobHeader {
     envelopes: u32,
     cells: u32,
     cell_min: u32,
+    cell_piece: u32,
     total_len: u64,
     attached: AtomicU32,
     /// The host's single-copy range ([`HostPaths`]), decided by the file's
@@ -84,12 +85,12 @@ fn slot_len(l: &Layout) -> usize {
 }
 
 /// The eager cells: a slot ring of [`Layout::cell_pieces`] slots of
-/// [`Layout::cell_piece`] bytes (none if no payload goes through a cell).
+/// [`Layout::piece_bytes`] bytes (none if no payload goes through a cell).
 fn cell_len(l: &Layout) -> usize {
     match l.cell_pieces() {
         0 => 0,
         n => round_up(
-            SlotRing::bytes_needed(n, l.cell_piece()).expect("Layout::validate bounds the cells"),
+            SlotRing::bytes_needed(n, l.piece_bytes()).expect("Layout::validate bounds the cells"),
         ),
     }
 }
@@ -212,6 +213,7 @@ impl JobMap {
         h.envelopes = layout.envelopes;
         h.cells = layout.cells;
         h.cell_min = layout.cell_min;
+        h.cell_piece = layout.cell_piece;
         h.total_len = len as u64;
         h.pull_from = paths.from;
         h.pull_to = paths.to;
@@ -264,6 +266,7 @@ impl JobMap {
             envelopes: h.envelopes,
             cells: h.cells,
             cell_min: h.cell_min,
+            cell_piece: h.cell_piece,
         };
         layout.validate()?;
         if layout.cell_min == 0 {
@@ -415,7 +418,7 @@ impl JobMap {
                     sp.add(slot_len(l)),
                     cell_len(l),
                     l.cell_pieces(),
-                    l.cell_piece(),
+                    l.piece_bytes(),
                 )
                 .expect("validated cell layout")
             });
@@ -606,6 +609,23 @@ mod tests {
             Err(Error::JobMismatch { .. })
         ));
         drop(guard);
+    }
+
+    /// The cells' piece size is the creator's: every rank reads it from
+    /// the file, so all cut the cell memory alike.
+    #[test]
+    fn every_rank_reads_the_creators_cell_pieces() {
+        let job = new_job_id();
+        let layout = Layout::default().cell_min(256).cell_piece(1024);
+        let (file, path) = JobMap::create_file_with(job, 2, &layout, HostPaths::NEVER).unwrap();
+        let map = JobMap::open(&file, job, 2).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(map.layout().cell_piece, 1024);
+        assert_eq!(map.layout().piece_bytes(), 1024);
+        assert_eq!(map.layout().cell_pieces(), 16 * 8);
+        let whole = Layout::default().cell_piece(1 << 20);
+        assert_eq!(whole.piece_bytes(), whole.cell_bytes(), "at most a cell");
+        assert_eq!(whole.cell_pieces(), 16);
     }
 
     /// The creator's single-copy decision is the host's: every rank that

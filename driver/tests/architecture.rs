@@ -226,12 +226,15 @@ fn readme_lists_every_environment_variable() {
             }
             // String literals only: a variable read, set or passed on.
             let c = code(&f);
+            // The name that starts the literal (not the first name of the
+            // text after it in sorted order: that may be a later name cut
+            // short at the window's end).
             for (at, _) in c.match_indices("\"TANDEM_") {
-                read.extend(
-                    tandem_vars(&c[at + 1..at + 60.min(c.len() - at)])
-                        .into_iter()
-                        .take(1),
-                );
+                let name: String = c[at + 1..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                read.extend(tandem_vars(&name));
             }
         }
     }

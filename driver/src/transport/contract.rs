@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn shared_memory_cells_keep_the_transport_contract() {
         let layout = Layout::default().eager_limit(5000).cell_min(64);
-        assert_eq!(layout.cell_piece(), crate::CELL_PIECE);
+        assert_eq!(layout.piece_bytes(), crate::CELL_PIECE);
         assert_eq!(layout.cell_pieces(), 16 * 4);
         suite(
             || {

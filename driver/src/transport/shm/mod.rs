@@ -197,7 +197,7 @@ impl ShmLink {
             tx_cell: tx_cell.map(|c| c.producer()),
             rx_cell: rx_cell.map(|c| c.consumer()),
             cell_min,
-            piece: map.layout().cell_piece().max(1),
+            piece: map.layout().piece_bytes().max(1),
             per_cell: (map.layout().cell_pieces() / u64::from(map.layout().cells.max(1))).max(1),
             patience: PIECE_PATIENCE,
             torn: None,
@@ -592,7 +592,7 @@ mod tests {
     fn cells_of_several_pieces_arrive_whole_while_still_being_written() {
         let layout = Layout::default().cell_min(64);
         let (mut tx, mut rx) = pair(&layout);
-        assert_eq!(layout.cell_piece(), CELL_PIECE);
+        assert_eq!(layout.piece_bytes(), CELL_PIECE);
         let eager_limit = layout.eager_limit as usize;
         let len = |i: usize| 64 + (i * 977) % (eager_limit - 63);
         const N: usize = 20_000;
