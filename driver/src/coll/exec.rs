@@ -803,7 +803,8 @@ impl Active {
                 self.lanes[l].fast = false;
                 return Ok(Some(delivered(st, buf.len())));
             }
-            Fast::Failed(err) => {
+            Fast::Failed => {
+                let err = e.lost(lane.rpeer);
                 self.lanes[l].fast = false;
                 return Ok(Some(Err(err)));
             }

@@ -912,7 +912,7 @@ impl Comm {
                         std::hint::spin_loop()
                     }
                     Fast::Fallback => break 'fast,
-                    Fast::Failed(err) => return Some(Err(err)),
+                    Fast::Failed => return Some(Err(e.lost(src))),
                 }
             }
             if e.in_use() > 0 {

@@ -932,7 +932,8 @@ impl World {
                 self.ranks[r].state = State::Ready;
                 self.events += 1;
             }
-            Fast::Failed(e) => {
+            Fast::Failed => {
+                let e = self.eng[r].lost(src);
                 trace!(self, "rank {r}: recv#{i} fast: torn: {e}");
                 let rv = &mut self.recvs[i];
                 rv.snapshot = Some(rv.mem.clone());
@@ -1834,7 +1835,7 @@ fn a_torn_eager_message_fails_its_receive() {
             _ => loop {
                 eng[0].progress();
                 match eng[1].try_recv_now(&mut buf, 0, 1, 5) {
-                    Fast::Failed(e) => break Err(e),
+                    Fast::Failed => break Err(eng[1].lost(0)),
                     Fast::Done(st) => break Ok(st),
                     Fast::NotYet => {}
                     Fast::Fallback => panic!("the fast path handles an eager message"),
