@@ -303,8 +303,9 @@ impl SlotProducer<'_> {
     /// `pad` slots after it, left unwritten, in one step: the next push
     /// starts `1 + pad` slots on (so a message of several slots can keep
     /// its first slot at a fixed alignment). `false`, writing nothing, if
-    /// fewer than `1 + pad` slots are free. The consumer takes them with
-    /// [`SlotConsumer::try_pop_padded`] and the same `pad`.
+    /// fewer than `1 + pad` slots are free. The consumer reads the slot
+    /// and returns it with its padding ([`SlotConsumer::try_read_ahead`],
+    /// [`SlotConsumer::try_release`]).
     ///
     /// # Panics
     /// If `src` is longer than a slot.
@@ -370,28 +371,10 @@ impl SlotConsumer<'_> {
     #[must_use = "`false` means nothing was read: no slot is published yet"]
     #[inline]
     pub fn try_pop(&mut self, dst: &mut [u8]) -> bool {
-        self.try_pop_padded(dst, 0)
-    }
-
-    /// Like [`try_pop`](Self::try_pop) for a slot pushed with
-    /// [`SlotProducer::try_push_padded`]: returns it and the `pad` slots
-    /// after it in one step; `false`, reading nothing, until all `1 + pad`
-    /// are published.
-    ///
-    /// # Panics
-    /// If `dst` is longer than a slot.
-    #[must_use = "`false` means nothing was read: the slots are not published yet"]
-    #[inline]
-    pub fn try_pop_padded(&mut self, dst: &mut [u8], pad: u64) -> bool {
-        assert!(
-            dst.len() <= self.ring.slot_bytes(),
-            "chunk larger than a slot"
-        );
-        if !self.has_available(1 + pad) {
+        if !self.try_read_ahead(0, dst) {
             return false;
         }
-        crate::sync::copy_from_blocks(self.ring.slot(self.head), dst);
-        self.release(1 + pad);
+        self.release(1);
         true
     }
 
@@ -400,25 +383,51 @@ impl SlotConsumer<'_> {
     #[must_use = "`false` means nothing was skipped: no slot is published yet"]
     #[inline]
     pub fn try_skip(&mut self) -> bool {
-        self.try_skip_padded(0)
+        self.try_release(1)
     }
 
-    /// [`try_skip`](Self::try_skip) of a slot pushed with `pad` (see
-    /// [`try_pop_padded`](Self::try_pop_padded)).
-    #[must_use = "`false` means nothing was skipped: the slots are not published yet"]
+    /// Copies the first `dst.len()` bytes of the slot `i` steps past the
+    /// next one into `dst`, returning no slot (a message of several slots
+    /// is read slot by slot as the producer publishes them, then returned
+    /// at once with [`try_release`](Self::try_release), so the producer
+    /// sees one store of the head per message); `false`, reading nothing,
+    /// if that slot is not published yet.
+    ///
+    /// # Panics
+    /// If `dst` is longer than a slot.
+    #[must_use = "`false` means nothing was read: the slot is not published yet"]
     #[inline]
-    pub fn try_skip_padded(&mut self, pad: u64) -> bool {
-        if !self.has_available(1 + pad) {
+    pub fn try_read_ahead(&mut self, i: u64, dst: &mut [u8]) -> bool {
+        assert!(
+            dst.len() <= self.ring.slot_bytes(),
+            "chunk larger than a slot"
+        );
+        if !self.has_available(i + 1) {
             return false;
         }
-        self.release(1 + pad);
+        crate::sync::copy_from_blocks(self.ring.slot(self.head + i), dst);
+        true
+    }
+
+    /// Returns the next `n` slots (read with
+    /// [`try_read_ahead`](Self::try_read_ahead), or skipped) to the
+    /// producer in one store; `false`, returning none, if fewer than `n`
+    /// are published.
+    #[must_use = "`false` means nothing was returned: the slots are not published yet"]
+    #[inline]
+    pub fn try_release(&mut self, n: u64) -> bool {
+        if !self.has_available(n) {
+            return false;
+        }
+        self.release(n);
         true
     }
 
     /// Whether at least `n` slots are published, reloading the producer's
-    /// tail if the cached value shows fewer.
+    /// tail if the cached value shows fewer (`available` reloads only at
+    /// none).
     #[inline]
-    fn has_available(&mut self, n: u64) -> bool {
+    pub fn has_available(&mut self, n: u64) -> bool {
         if self.tail_cache < self.head + n {
             self.tail_cache = self.ring.ctrl.tail.value.load(Ordering::Acquire);
         }
@@ -517,8 +526,8 @@ mod tests {
     }
 
     /// Padded pushes keep each message's first slot at a multiple of the
-    /// message size; a padded slot is taken only once its padding is
-    /// published with it, and the padding counts against the free slots.
+    /// message size; the consumer reads a message's slots as they are
+    /// published and returns them, padding included, in one step.
     #[test]
     fn padded_slots_keep_messages_aligned() {
         let ctrl = SlotRingCtrl::default();
@@ -535,14 +544,18 @@ mod tests {
                 !tx.try_push_padded(&[0], 3),
                 "four are needed, three are free"
             );
+            assert!(rx.try_read_ahead(0, &mut out));
+            assert_eq!(out[0], round);
+            assert!(rx.try_release(4));
+            assert!(rx.try_read_ahead(0, &mut out));
+            assert_eq!(out[0], round + 100);
+            assert!(!rx.try_read_ahead(1, &mut out), "not published yet");
             assert!(tx.try_push_padded(&[round + 200], 2));
             assert_eq!(tx.tail() % 4, 0);
-            assert!(rx.try_pop_padded(&mut out, 3));
-            assert_eq!(out[0], round);
-            assert!(rx.try_pop(&mut out));
-            assert_eq!(out[0], round + 100);
-            assert!(!rx.try_pop_padded(&mut out, 3), "only 1 + 2 published");
-            assert!(rx.try_skip_padded(2), "skipped with its padding");
+            assert!(rx.try_read_ahead(1, &mut out));
+            assert_eq!(out[0], round + 200);
+            assert!(!rx.try_release(5), "only four published");
+            assert!(rx.try_release(4));
             assert_eq!(rx.head() % 4, 0);
             assert!(!rx.try_pop(&mut out));
         }

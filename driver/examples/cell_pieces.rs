@@ -1,11 +1,14 @@
 //! Eager cells cut into pieces of different sizes, side by side in one
 //! process: for each piece size on the command line, a pair of
 //! shared-memory links between two threads pinned to two cores, and a
-//! ping-pong of eager payloads (1, 2, 4 and 8 KiB) through their cells.
-//! The piece sizes take turns round by round, so the machine's drift and
-//! the vCPUs' placement hit all of them alike; it prints, per piece size
-//! and payload, the median and the best of the rounds' half round trips
-//! in ns (BENCHMARKS.md, "Eager cells in pieces").
+//! ping-pong of eager payloads (1, 2, 4 and 8 KiB) through their cells,
+//! then a stream of them one way (the sender as far ahead as the cells
+//! let it, as in a window of non-blocking sends). The piece sizes take
+//! turns round by round, so the machine's drift and the vCPUs' placement
+//! hit all of them alike; it prints, per piece size and payload, the
+//! median and the best of the rounds' half round trips, and the median
+//! time per streamed message, in ns (BENCHMARKS.md, "Eager cells in
+//! pieces").
 //!
 //! `cargo run --release -p tandem-driver --example cell_pieces -- 8192 2048 1024`
 
@@ -90,6 +93,10 @@ fn main() -> Result<(), tandem_driver::Error> {
                             recv(l, &mut buf[..n]);
                             send(l, &buf[..n]);
                         }
+                        for _ in 0..WARM + ITERS {
+                            recv(l, &mut buf[..n]);
+                        }
+                        send(l, &buf[..0]);
                     }
                 }
             }
@@ -109,21 +116,41 @@ fn main() -> Result<(), tandem_driver::Error> {
                         send(l, &out[..n]);
                         recv(l, &mut back[..n]);
                     }
-                    t[k][si].push(start.elapsed().as_nanos() as f64 / (2 * ITERS) as f64);
+                    let pp = start.elapsed().as_nanos() as f64 / (2 * ITERS) as f64;
+                    for _ in 0..WARM {
+                        send(l, &out[..n]);
+                    }
+                    let start = Instant::now();
+                    for _ in 0..ITERS {
+                        send(l, &out[..n]);
+                    }
+                    recv(l, &mut back[..0]);
+                    let stream = start.elapsed().as_nanos() as f64 / ITERS as f64;
+                    t[k][si].push((pp, stream));
                 }
             }
         }
         t
     });
-    println!("half round trip, ns: median (best) of {ROUNDS} rounds of {ITERS}");
+    println!(
+        "ns: half round trip, median (best) of {ROUNDS} rounds of {ITERS}; then / per streamed message, median"
+    );
     for (k, p) in pieces.iter().enumerate() {
         let cols: Vec<String> = SIZES
             .iter()
             .enumerate()
             .map(|(si, n)| {
-                let mut v = times[k][si].clone();
-                v.sort_by(f64::total_cmp);
-                format!("{} B {:.0} ({:.0})", n, v[v.len() / 2], v[0])
+                let mut pp: Vec<f64> = times[k][si].iter().map(|t| t.0).collect();
+                let mut st: Vec<f64> = times[k][si].iter().map(|t| t.1).collect();
+                pp.sort_by(f64::total_cmp);
+                st.sort_by(f64::total_cmp);
+                format!(
+                    "{} B {:.0} ({:.0}) / {:.0}",
+                    n,
+                    pp[pp.len() / 2],
+                    pp[0],
+                    st[st.len() / 2]
+                )
             })
             .collect();
         println!("piece {p:>5} B: {}", cols.join("  "));

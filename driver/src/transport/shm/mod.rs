@@ -302,7 +302,7 @@ impl ShmLink {
             let Some(c) = self.rx_cell.as_mut() else {
                 return self.tear(i, pieces, "the layout has no cells");
             };
-            if c.available() == 0 && !self.await_piece(i, pieces) {
+            if !c.has_available(i as u64 + 1) && !self.await_piece(i, pieces) {
                 return false;
             }
             let Some(c) = self.rx_cell.as_mut() else {
@@ -310,14 +310,19 @@ impl ShmLink {
             };
             let at = i * self.piece;
             let end = n.min(at + self.piece);
-            let pad = if i + 1 == pieces { pad } else { 0 };
-            let got = if at < end {
-                c.try_pop_padded(&mut dst[at..end], pad)
-            } else {
-                c.try_skip_padded(pad)
-            };
-            debug_assert!(got, "the piece was published");
+            if at < end {
+                let got = c.try_read_ahead(i as u64, &mut dst[at..end]);
+                debug_assert!(got, "the piece was published");
+            }
         }
+        // The cell back in one store (its last piece came with the padding),
+        // so a sender waiting for room sees one change of the head per
+        // message, not one per piece.
+        let Some(c) = self.rx_cell.as_mut() else {
+            return false;
+        };
+        let back = c.try_release(pieces as u64 + pad);
+        debug_assert!(back, "the last piece came with the padding");
         true
     }
 
@@ -330,7 +335,11 @@ impl ShmLink {
         let mut polls = 0u32;
         let mut since: Option<std::time::Instant> = None;
         loop {
-            if self.rx_cell.as_mut().is_some_and(|c| c.available() > 0) {
+            if self
+                .rx_cell
+                .as_mut()
+                .is_some_and(|c| c.has_available(i as u64 + 1))
+            {
                 return true;
             }
             polls = polls.wrapping_add(1);
