@@ -12,11 +12,9 @@
 //!
 //! `cargo run --release -p tandem-driver --example cell_pieces -- 8192 2048 1024`
 
-use std::sync::Arc;
 use std::time::Instant;
 use tandem_core::wire::{Header, Kind};
-use tandem_driver::job::{HostPaths, JobMap};
-use tandem_driver::transport::shm::{ShmLink, ShmOptions};
+use tandem_driver::transport::shm::ShmLink;
 use tandem_driver::transport::{Peek, Transport, PEEK_LEN};
 use tandem_driver::Layout;
 
@@ -27,18 +25,7 @@ const WARM: usize = 100;
 
 /// Both ends of a link whose cells are cut into `piece`-byte pieces.
 fn pair(piece: u32) -> Result<(ShmLink, ShmLink), tandem_driver::Error> {
-    let layout = Layout::default().cell_min(256).cell_piece(piece);
-    layout.validate()?;
-    let map = Arc::new(JobMap::anon_with(2, &layout, HostPaths::NEVER)?);
-    let opt = ShmOptions {
-        cma: Some(false),
-        cma_min: usize::MAX,
-        debug: false,
-    };
-    Ok((
-        ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
-        ShmLink::new(map, 1, 0, 1, 0, opt),
-    ))
+    ShmLink::streamed_pair(&Layout::default().cell_min(256).cell_piece(piece))
 }
 
 fn send(l: &mut ShmLink, body: &[u8]) {

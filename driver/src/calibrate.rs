@@ -482,21 +482,10 @@ pub fn measure_cells(layout: &Layout) -> Result<Vec<CellCost>, String> {
             "an eager limit of {eager} B leaves nothing to measure"
         ));
     }
-    let opt = ShmOptions {
-        cma: Some(false),
-        cma_min: usize::MAX,
-        debug: false,
-    };
     // Index 0: the line ring only (no cell memory); 1: cells from 64 B.
-    let pair = |cell_min: usize| -> Result<(ShmLink, ShmLink), String> {
+    let pair = |cell_min: usize| {
         let l = layout.cell_min(u32::try_from(cell_min).unwrap_or(u32::MAX));
-        let map = std::sync::Arc::new(
-            JobMap::anon_with(2, &l, HostPaths::NEVER).map_err(|e| format!("memory: {e}"))?,
-        );
-        Ok((
-            ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
-            ShmLink::new(map, 1, 0, 1, 0, opt),
-        ))
+        ShmLink::streamed_pair(&l).map_err(|e| format!("memory: {e}"))
     };
     let (lines0, lines1) = pair(eager + 1)?;
     let (cell0, cell1) = pair(64)?;

@@ -279,28 +279,15 @@ pub(crate) fn suite<L: Transport>(pair: impl Fn() -> (L, L), eager: usize) {
 mod tests {
     use super::suite;
     use crate::config::Layout;
-    use crate::job::JobMap;
     use crate::transport::rdma::{tests::pair as rdma_pair, Rendezvous};
-    use crate::transport::shm::{ShmLink, ShmOptions};
+    use crate::transport::shm::ShmLink;
     use crate::transport::tcp::TcpLink;
-    use std::sync::Arc;
 
     #[test]
     fn shared_memory_keeps_the_transport_contract() {
         let layout = Layout::default();
         suite(
-            || {
-                let map = Arc::new(JobMap::anon(2, &layout).expect("job memory"));
-                let opt = ShmOptions {
-                    cma: Some(false),
-                    cma_min: usize::MAX,
-                    debug: false,
-                };
-                (
-                    ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
-                    ShmLink::new(map, 1, 0, 1, 0, opt),
-                )
-            },
+            || ShmLink::streamed_pair(&layout).expect("job memory"),
             layout.eager_limit as usize,
         );
     }
@@ -313,18 +300,7 @@ mod tests {
         assert_eq!(layout.piece_bytes(), crate::CELL_PIECE);
         assert_eq!(layout.cell_pieces(), 16 * 4);
         suite(
-            || {
-                let map = Arc::new(JobMap::anon(2, &layout).expect("job memory"));
-                let opt = ShmOptions {
-                    cma: Some(false),
-                    cma_min: usize::MAX,
-                    debug: false,
-                };
-                (
-                    ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
-                    ShmLink::new(map, 1, 0, 1, 0, opt),
-                )
-            },
+            || ShmLink::streamed_pair(&layout).expect("job memory"),
             layout.eager_limit as usize,
         );
     }

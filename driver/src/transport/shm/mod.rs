@@ -220,6 +220,27 @@ impl ShmLink {
         }
     }
 
+    /// Both ends of a link between ranks 0 and 1 of a fresh anonymous
+    /// mapping of `layout`, single copy off (payloads are streamed): for
+    /// measurements and tests between two threads of one process.
+    ///
+    /// # Errors
+    /// As [`JobMap::anon`].
+    pub fn streamed_pair(
+        layout: &crate::config::Layout,
+    ) -> crate::error::Result<(ShmLink, ShmLink)> {
+        let map = Arc::new(JobMap::anon(2, layout)?);
+        let opt = ShmOptions {
+            cma: Some(false),
+            cma_min: usize::MAX,
+            debug: false,
+        };
+        Ok((
+            ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
+            ShmLink::new(map, 1, 0, 1, 0, opt),
+        ))
+    }
+
     fn peer_pid(&mut self) -> u32 {
         if self.pid == 0 {
             self.pid = self.map.pid_slot(self.peer_local).load(Ordering::Acquire);
@@ -298,19 +319,16 @@ impl ShmLink {
         let Some(pad) = self.per_cell.checked_sub(pieces as u64) else {
             return self.tear(0, pieces, "its header announces more than a cell holds");
         };
+        if self.rx_cell.is_none() {
+            return self.tear(0, pieces, "the layout has no cells");
+        }
         for i in 0..pieces {
-            let Some(c) = self.rx_cell.as_mut() else {
-                return self.tear(i, pieces, "the layout has no cells");
-            };
-            if !c.has_available(i as u64 + 1) && !self.await_piece(i, pieces) {
+            if !self.piece_ready(i) && !self.await_piece(i, pieces) {
                 return false;
             }
-            let Some(c) = self.rx_cell.as_mut() else {
-                return false;
-            };
-            let at = i * self.piece;
-            let end = n.min(at + self.piece);
-            if at < end {
+            let (at, piece) = (i * self.piece, self.piece);
+            let end = n.min(at + piece);
+            if let Some(c) = self.rx_cell.as_mut().filter(|_| at < end) {
                 let got = c.try_read_ahead(i as u64, &mut dst[at..end]);
                 debug_assert!(got, "the piece was published");
             }
@@ -318,12 +336,19 @@ impl ShmLink {
         // The cell back in one store (its last piece came with the padding),
         // so a sender waiting for room sees one change of the head per
         // message, not one per piece.
-        let Some(c) = self.rx_cell.as_mut() else {
-            return false;
-        };
-        let back = c.try_release(pieces as u64 + pad);
-        debug_assert!(back, "the last piece came with the padding");
-        true
+        self.rx_cell.as_mut().is_some_and(|c| {
+            let back = c.try_release(pieces as u64 + pad);
+            debug_assert!(back, "the last piece came with the padding");
+            back
+        })
+    }
+
+    /// Whether piece `i` of the cell being read is published.
+    #[inline(always)]
+    fn piece_ready(&mut self, i: usize) -> bool {
+        self.rx_cell
+            .as_mut()
+            .is_some_and(|c| c.has_available(i as u64 + 1))
     }
 
     /// Waits for piece `i` of `pieces` while the sender lives and the
@@ -335,11 +360,7 @@ impl ShmLink {
         let mut polls = 0u32;
         let mut since: Option<std::time::Instant> = None;
         loop {
-            if self
-                .rx_cell
-                .as_mut()
-                .is_some_and(|c| c.has_available(i as u64 + 1))
-            {
+            if self.piece_ready(i) {
                 return true;
             }
             polls = polls.wrapping_add(1);
@@ -576,16 +597,7 @@ mod tests {
     use tandem_core::wire::{Header, Kind as WireKind};
 
     fn pair(layout: &Layout) -> (ShmLink, ShmLink) {
-        let map = Arc::new(JobMap::anon(2, layout).expect("job memory"));
-        let opt = ShmOptions {
-            cma: Some(false),
-            cma_min: usize::MAX,
-            debug: false,
-        };
-        (
-            ShmLink::new(map.clone(), 0, 1, 0, 1, opt),
-            ShmLink::new(map, 1, 0, 1, 0, opt),
-        )
+        ShmLink::streamed_pair(layout).expect("job memory")
     }
 
     fn eager(len: usize) -> [u8; HEADER_LEN] {
