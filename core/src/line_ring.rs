@@ -338,6 +338,36 @@ fn words_to_line(words: &[u64; LINE_WORDS]) -> [u8; LINE_PAYLOAD] {
     buf
 }
 
+/// Copies `src` (at most a line's [`LINE_PAYLOAD`] bytes) to `dst` of the
+/// same length with a few fixed-size copies, overlapping where the length
+/// is not one of theirs: inlined moves instead of a call to `memcpy`, which
+/// for the few bytes of a line costs more than the copy itself.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    debug_assert!(n == dst.len() && n <= LINE_PAYLOAD);
+    match n {
+        32.. => copy_ends::<32>(dst, src),
+        16.. => copy_ends::<16>(dst, src),
+        8.. => copy_ends::<8>(dst, src),
+        4.. => copy_ends::<4>(dst, src),
+        1.. => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        0 => {}
+    }
+}
+
+/// [`copy_short`] of `K..=2K` bytes: the first `K` and the last `K`.
+#[inline(always)]
+fn copy_ends<const K: usize>(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    dst[..K].copy_from_slice(&src[..K]);
+    dst[n - K..][..K].copy_from_slice(&src[n - K..][..K]);
+}
+
 /// 64-bit words of payload per line.
 pub const LINE_WORDS: usize = LINE_PAYLOAD / 8;
 
@@ -466,7 +496,9 @@ impl LineConsumer<'_> {
             let take = (want - done).min(LINE_PAYLOAD - at);
             self.ring.line(self.tail + k).data.with(|p| {
                 // SAFETY: the flag (Acquire) shows the writer is done with it.
-                dst[done..done + take].copy_from_slice(unsafe { &(&*p)[at..at + take] })
+                copy_short(&mut dst[done..done + take], unsafe {
+                    &(&*p)[at..at + take]
+                })
             });
             done += take;
         }
@@ -492,6 +524,17 @@ mod tests {
             PaddedCounter::default(),
             (0..n).map(|_| Line::default()).collect(),
         )
+    }
+
+    #[test]
+    fn short_copies_move_every_length_exactly() {
+        let src: Vec<u8> = (1..=LINE_PAYLOAD as u8).collect();
+        for n in 0..=LINE_PAYLOAD {
+            let mut dst = [0u8; LINE_PAYLOAD + 2];
+            copy_short(&mut dst[1..1 + n], &src[..n]);
+            assert_eq!(&dst[1..1 + n], &src[..n], "length {n}");
+            assert_eq!((dst[0], dst[1 + n]), (0, 0), "length {n}: wrote outside");
+        }
     }
 
     #[test]

@@ -47,6 +47,63 @@ fn sizes_byte_exact_both_directions() {
     });
 }
 
+/// Eager messages that travel in lines (up to the cell threshold), both
+/// received as they come and found waiting (the receive's shortcuts read
+/// them straight from the lines), with wildcard tags and too-small buffers
+/// among them: every byte lands, nothing past the buffer, in order.
+#[test]
+fn messages_in_lines_arrive_whole_waited_for_or_waiting() {
+    ranks(
+        2,
+        "messages_in_lines_arrive_whole_waited_for_or_waiting",
+        |comm| {
+            let mut sizes: Vec<usize> = (0..=300).collect();
+            sizes.extend([447, 448, 449, 500, 1000, 1023]);
+            for batch in sizes.chunks(12) {
+                if comm.rank() == 0 {
+                    for &n in batch {
+                        comm.send(&pattern(n, n as u64), 1, n as u32 % 7).unwrap();
+                    }
+                    comm.recv(&mut [], 1, 99).unwrap();
+                    continue;
+                }
+                // Every other batch waits until the messages are there.
+                if batch[0] % 24 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                for &n in batch {
+                    let want = pattern(n, n as u64);
+                    let tag = if n % 2 == 1 {
+                        tandem_driver::ANY_TAG
+                    } else {
+                        n as u32 % 7
+                    };
+                    let short = n > 0 && n % 5 == 0;
+                    let cap = if short { n - 1 } else { n };
+                    let mut buf = vec![0xAAu8; cap + 8];
+                    match comm.recv(&mut buf[..cap], 0, tag) {
+                        Ok(st) => {
+                            assert!(!short, "size {n}: a too-small buffer took it");
+                            assert_eq!((st.len, st.tag), (n, n as u32 % 7), "size {n}");
+                        }
+                        Err(Error::Truncated { needed, got, .. }) => {
+                            assert!(short, "size {n}: truncated into a big enough buffer");
+                            assert_eq!((needed, got), (n, cap), "size {n}");
+                        }
+                        Err(e) => panic!("size {n}: {e}"),
+                    }
+                    assert_eq!(buf[..cap], want[..cap], "size {n}: payload differs");
+                    assert!(
+                        buf[cap..].iter().all(|&b| b == 0xAA),
+                        "size {n}: wrote past the buffer"
+                    );
+                }
+                comm.send(&[], 0, 99).unwrap();
+            }
+        },
+    );
+}
+
 #[test]
 fn one_gib_message() {
     ranks(2, "one_gib_message", |comm| {

@@ -875,6 +875,11 @@ impl Comm {
     #[inline(never)]
     fn recv_waiting(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
+            // A message of several lines that is there already.
+            let w = self.world(src);
+            if let Some(Fast::Done(st)) = self.engine().try_recv_lines(buf, w, self.ctx, tag) {
+                return self.delivered_here(st, buf.len());
+            }
             if let Some(r) = self.recv_polled(buf, self.world(src), self.ctx, tag) {
                 return self.here(r);
             }

@@ -460,7 +460,7 @@ impl Engine {
     pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
         match self.try_recv_line(buf, src, ctx, tag) {
             Some(f) => f,
-            None => self.try_recv_general(buf, src, ctx, tag),
+            None => self.try_recv_lines_or_general(buf, src, ctx, tag),
         }
     }
 
@@ -525,6 +525,77 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// [`try_recv_line`](Self::try_recv_line) for an eager message of this
+    /// context and tag that takes several lines: once every line has arrived, it
+    /// is matched and copied straight from the lines into `buf`, without
+    /// the general path's copy of the header line and full decode. `None`:
+    /// not (all) there yet, or anything unusual: the general path.
+    #[inline(always)]
+    pub(crate) fn try_recv_lines(
+        &mut self,
+        buf: &mut [u8],
+        src: usize,
+        ctx: u16,
+        tag: u32,
+    ) -> Option<Fast> {
+        let Link::Shm(l) = &mut self.peers[src].link else {
+            return None;
+        };
+        let line = l.peek_line_ref()?;
+        let (w0, w1, len, w3) = (ld8(line, 0), ld8(line, 8), ld8(line, 16), ld8(line, 24));
+        let word = Header::eager_word(ctx, tag);
+        let head_ok = w0 == word || (tag == ANY_TAG && w0 as u32 == word as u32);
+        if !head_ok
+            || w3 >> 16 != 0
+            || len <= self.line_max as u64
+            || len > self.eager_limit as u64
+            || !l.lines_ready(len as usize)
+        {
+            return None;
+        }
+        let (seq, credit) = (w1 as u16, (w1 >> 16) as u16);
+        let owed = self
+            .proto
+            .eager_recv_matched(src as u32, ctx, tag, seq, credit, w3 as u16)
+            .ok()
+            .flatten()?;
+        let len = len as usize;
+        let n = len.min(buf.len());
+        if !l.read_lines(len, &mut buf[..n]) {
+            // Not reachable: every line was there, and only this rank
+            // consumes them. Should it ever be, the message is lost to
+            // this receive, never delivered torn.
+            self.tear(src);
+            return Some(Fast::Failed);
+        }
+        self.rec.wire(Code::Arrived, w0, w1, src, len as u64);
+        if owed {
+            self.return_credit(src);
+        }
+        Some(Fast::Done(Status {
+            source: src,
+            tag: (w0 >> 32) as u32,
+            len,
+        }))
+    }
+
+    /// [`try_recv_now`](Self::try_recv_now) past its one-line case: a
+    /// message of several lines, or anything else on the general path. Out
+    /// of line, so that the one-line case keeps its registers.
+    #[inline(never)]
+    pub(crate) fn try_recv_lines_or_general(
+        &mut self,
+        buf: &mut [u8],
+        src: usize,
+        ctx: u16,
+        tag: u32,
+    ) -> Fast {
+        match self.try_recv_lines(buf, src, ctx, tag) {
+            Some(f) => f,
+            None => self.try_recv_general(buf, src, ctx, tag),
+        }
     }
 
     /// What a receive shortcut that finds its link empty answers: keep

@@ -421,6 +421,23 @@ impl ShmLink {
     pub(crate) fn consume_line(&mut self) {
         self.rx_line.consume_peeked_line();
     }
+
+    /// Whether every line of the next arrival, an eager message whose
+    /// header announced `body` payload bytes, is there: `false` also when
+    /// such a payload travels in a cell, not in lines.
+    #[inline(always)]
+    pub(crate) fn lines_ready(&self, body: usize) -> bool {
+        body < self.cell_min && self.rx_line.message_ready(HEADER_LEN, body)
+    }
+
+    /// Consumes the next arrival, an eager message of `body` payload bytes
+    /// in lines ([`lines_ready`](Self::lines_ready)), copying the first
+    /// `dst.len()` of them into `dst`; `false` (nothing consumed) if not
+    /// all its lines are there.
+    #[inline(always)]
+    pub(crate) fn read_lines(&mut self, body: usize, dst: &mut [u8]) -> bool {
+        self.torn.is_none() && self.rx_line.try_read(HEADER_LEN, body, dst)
+    }
 }
 
 impl Transport for ShmLink {
