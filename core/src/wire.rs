@@ -18,6 +18,13 @@
 //! | 24–25 | `ecredit` | eager buffers freed for the peer, low 16 bits        |
 //! | 26–31 | reserved  | zero                                                 |
 //!
+//! An eager header with no token and a payload below 64 KiB also has a
+//! 16-byte **short form**, for a transport that carries small messages in
+//! cache lines (shared memory's line ring), so that a line holds 40 payload
+//! bytes instead of 24: the same first 8 bytes with [`SHORT_EAGER`] as the
+//! kind, then `seq`, `credit`, `ecredit` and `len` in 2 bytes each
+//! ([`Header::short_words`], [`Header::from_short`]).
+//!
 //! ```
 //! use tandem_core::wire::{Header, Kind, Limits};
 //! let h = Header::new(Kind::Eager, 0, 42, 8);
@@ -32,6 +39,15 @@ pub const MAGIC: u8 = 0x7e;
 
 /// Encoded size of a [`Header`].
 pub const HEADER_LEN: usize = 32;
+
+/// Encoded size of a header in its short form ([`Header::short_words`]).
+pub const SHORT_LEN: usize = 16;
+
+/// The second byte of a header in its short form: not a [`Kind`] (so
+/// [`Header::decode`] rejects it), because only a transport that knows the
+/// form sends it, and expands it ([`Header::from_short`]) before the header
+/// goes on.
+pub const SHORT_EAGER: u8 = 0x81;
 
 /// Encoded size of a [`MemDesc`].
 pub const DESC_LEN: usize = 24;
@@ -294,6 +310,62 @@ impl Header {
         ]
     }
 
+    /// The short form (see the module's table) as two little-endian words,
+    /// if this header has one: an eager header (not synchronous) with no
+    /// token, no reserved bits and a payload of at most `u16::MAX` bytes.
+    #[inline(always)]
+    pub const fn short_words(&self) -> Option<[u64; 2]> {
+        let r = self.reserved;
+        if self.kind != Kind::Eager as u8
+            || self.magic != MAGIC
+            || self.token != 0
+            || self.len > u16::MAX as u64
+            || (r[0] | r[1] | r[2] | r[3] | r[4] | r[5]) != 0
+        {
+            return None;
+        }
+        Some([
+            Self::short_word(self.context, self.tag),
+            Self::short_second(self.seq, self.credit, self.ecredit, self.len as u16),
+        ])
+    }
+
+    /// The first word of the short form of an eager header with `context`
+    /// and `tag` ([`eager_word`](Self::eager_word) with [`SHORT_EAGER`]
+    /// as the kind).
+    #[inline(always)]
+    pub const fn short_word(context: u16, tag: u32) -> u64 {
+        MAGIC as u64 | (SHORT_EAGER as u64) << 8 | (context as u64) << 16 | (tag as u64) << 32
+    }
+
+    /// The second word of the short form: `seq`, `credit`, `ecredit`, `len`.
+    #[inline(always)]
+    pub const fn short_second(seq: u16, credit: u16, ecredit: u16, len: u16) -> u64 {
+        seq as u64 | (credit as u64) << 16 | (ecredit as u64) << 32 | (len as u64) << 48
+    }
+
+    /// The header whose short form is `w0`, `w1`; `None` if `w0` does not
+    /// start a short form (magic and kind). The header is not validated
+    /// otherwise: [`decode`](Self::decode) its [`encode`](Self::encode)ing.
+    #[inline]
+    pub const fn from_short(w0: u64, w1: u64) -> Option<Self> {
+        if w0 as u16 != (MAGIC as u16 | (SHORT_EAGER as u16) << 8) {
+            return None;
+        }
+        Some(Self {
+            magic: MAGIC,
+            kind: Kind::Eager as u8,
+            context: (w0 >> 16) as u16,
+            tag: (w0 >> 32) as u32,
+            seq: w1 as u16,
+            credit: (w1 >> 16) as u16,
+            token: 0,
+            len: w1 >> 48,
+            ecredit: (w1 >> 32) as u16,
+            reserved: [0; 6],
+        })
+    }
+
     /// The first 8 encoded bytes of an eager header with `context` and
     /// `tag`, for [`decode_eager`](Self::decode_eager).
     #[inline]
@@ -402,6 +474,32 @@ mod tests {
     };
 
     #[test]
+    fn the_short_form_is_only_for_plain_eager_headers_that_fit() {
+        let mut h = Header::new(Kind::Eager, 3, 7, 40);
+        (h.seq, h.credit, h.ecredit) = (9, 10, 11);
+        let [w0, w1] = h.short_words().unwrap();
+        assert_eq!(Header::from_short(w0, w1), Some(h));
+        // Not a kind: the full decoder refuses a short form.
+        let mut b = [0u8; HEADER_LEN];
+        b[..8].copy_from_slice(&w0.to_le_bytes());
+        assert_eq!(
+            Header::decode(&b, &LIMITS),
+            Err(WireError::BadKind(SHORT_EAGER))
+        );
+        assert_eq!(Header::from_short(h.words()[0], w1), None, "a full form");
+        let with = |f: fn(&mut Header)| {
+            let mut g = h;
+            f(&mut g);
+            g.short_words()
+        };
+        assert_eq!(with(|g| g.kind = Kind::EagerSync as u8), None);
+        assert_eq!(with(|g| g.token = 1), None);
+        assert_eq!(with(|g| g.len = 1 << 16), None);
+        assert_eq!(with(|g| g.reserved[5] = 1), None);
+        assert!(with(|g| g.len = u16::MAX as u64).is_some());
+    }
+
+    #[test]
     fn each_field_is_validated() {
         let good = Header::new(Kind::Rts, 3, 7, 1 << 20).encode();
         assert!(Header::decode(&good, &LIMITS).is_ok());
@@ -490,6 +588,16 @@ mod tests {
                       token: u32, len in 0u64..1024, ecredit: u16) {
             let h = Header { seq, credit, token, ecredit, ..Header::new(kind, ctx, tag, len) };
             prop_assert_eq!(Header::decode(&h.encode(), &LIMITS), Ok(h));
+        }
+
+        #[test]
+        fn short_forms_round_trip(ctx: u16, tag: u32, seq: u16, credit: u16, ecredit: u16,
+                                  len: u16) {
+            let mut h = Header::new(Kind::Eager, ctx, tag, len as u64);
+            (h.seq, h.credit, h.ecredit) = (seq, credit, ecredit);
+            let [w0, w1] = h.short_words().unwrap();
+            prop_assert_eq!(w0, Header::short_word(ctx, tag));
+            prop_assert_eq!(Header::from_short(w0, w1), Some(h));
         }
 
         #[test]

@@ -38,16 +38,16 @@ pub(crate) mod waits;
 use crate::config::{debug_level, Config, DebugLevel};
 use crate::error::{Error, Result};
 use crate::job::JobMap;
+use crate::transport::shm::SHORT_BODY;
 use crate::transport::{Kind as LinkKind, Link, Liveness, MemDesc, Peek, PullStart, Transport};
 use crate::transport::{DESC_LEN, PEEK_LEN};
 use buffers::UserBuf;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use tandem_core::line_ring::LINE_PAYLOAD;
 use tandem_core::proto::{
     self, Action, Entry, Handle, Op, OpError, OpInfo, Params, Phase, Taken, TxWhat,
 };
-use tandem_core::wire::{Header, Kind, Limits, HEADER_LEN};
+use tandem_core::wire::{Header, Kind, Limits, HEADER_LEN, SHORT_LEN};
 
 pub use recorder::MARK_LEN;
 pub(crate) use recorder::{phase_byte, word, write_trace_file, Code, Whoami};
@@ -269,7 +269,7 @@ impl Engine {
                 contexts: MAX_CONTEXTS,
             },
             eager_limit: protocol.eager_limit as usize,
-            line_max: (protocol.eager_limit as usize).min(LINE_PAYLOAD - HEADER_LEN),
+            line_max: (protocol.eager_limit as usize).min(SHORT_BODY),
             debug: debug_level() >= DebugLevel::Info,
             trace: debug_level() >= DebugLevel::Trace,
             board,
@@ -420,10 +420,12 @@ impl Engine {
                 let Some(h) = self.proto.eager_now(dst as u32, ctx, tag, buf.len() as u64) else {
                     return false;
                 };
-                let [h0, h1, h2, h3] = h.words();
-                let [b0, b1, b2] = small_words(buf);
-                line.write_words(&[h0, h1, h2, h3, b0, b1, b2]);
-                self.rec.wire(Code::Sent, h0, h1, dst, h2);
+                // The short header: 40 payload bytes fit in the line.
+                let w0 = Header::short_word(ctx, tag);
+                let w1 = Header::short_second(h.seq, h.credit, h.ecredit, buf.len() as u16);
+                let [b0, b1, b2, b3, b4] = small_words(buf);
+                line.write_words(&[w0, w1, b0, b1, b2, b3, b4]);
+                self.rec.wire(Code::Sent, w0, w1, dst, buf.len() as u64);
                 return true;
             }
         }
@@ -494,16 +496,18 @@ impl Engine {
             let Some(line) = l.peek_line_ref() else {
                 return Some(self.nothing_on_line());
             };
-            let (w0, w1, len, w3) = (ld8(line, 0), ld8(line, 8), ld8(line, 16), ld8(line, 24));
-            let word = Header::eager_word(ctx, tag);
+            // A one-line eager message has the short header (wire.rs).
+            let (w0, w1) = (ld8(line, 0), ld8(line, 8));
+            let word = Header::short_word(ctx, tag);
             // A wildcard tag compares the low half only (magic, kind, context).
             let head_ok = w0 == word || (tag == ANY_TAG && w0 as u32 == word as u32);
-            let took = if !head_ok || len > self.line_max as u64 || w3 >> 16 != 0 {
+            let len = w1 >> 48;
+            let took = if !head_ok || len > self.line_max as u64 {
                 None
             } else {
-                let (seq, credit) = (w1 as u16, (w1 >> 16) as u16);
+                let (seq, credit, ecredit) = (w1 as u16, (w1 >> 16) as u16, (w1 >> 32) as u16);
                 self.proto
-                    .eager_recv_matched(src as u32, ctx, tag, seq, credit, w3 as u16)
+                    .eager_recv_matched(src as u32, ctx, tag, seq, credit, ecredit)
                     .ok()
                     .flatten()
             };
@@ -511,7 +515,7 @@ impl Engine {
                 self.rec.wire(Code::Arrived, w0, w1, src, len);
                 let len = len as usize;
                 let n = len.min(buf.len());
-                small_copy(&mut buf[..n], &line[HEADER_LEN..HEADER_LEN + n]);
+                small_copy(&mut buf[..n], &line[SHORT_LEN..SHORT_LEN + n]);
                 let mtag = (w0 >> 32) as u32;
                 l.consume_line();
                 if owed {
@@ -1354,42 +1358,67 @@ impl Engine {
     }
 }
 
-/// A payload of at most 24 bytes as three little-endian words, zero
-/// padded, with fixed-size copies (a few overlapping ones) instead of a
-/// variable-length `memcpy` call.
+/// A payload of at most 40 bytes ([`SHORT_BODY`]) as five little-endian
+/// words, zero padded, with fixed-size copies (a few overlapping ones)
+/// instead of a variable-length `memcpy` call.
 #[inline(always)]
-fn small_words(b: &[u8]) -> [u64; 3] {
+fn small_words(b: &[u8]) -> [u64; 5] {
     let n = b.len();
-    debug_assert!(n <= 24);
+    debug_assert!(n <= SHORT_BODY);
     // Overlapping fixed-size loads, the bytes past the end shifted out, so
-    // that no byte is staged through the stack.
-    if n > 16 {
-        [ld8(b, 0), ld8(b, 8), ld8(b, n - 8) >> ((24 - n) * 8)]
-    } else if n > 8 {
-        [ld8(b, 0), ld8(b, n - 8) >> ((16 - n) * 8), 0]
-    } else if n >= 4 {
-        // n = 8: the same four bytes twice, the second load shifted by 32.
-        let hi = u64::from(ld4(b, n - 4)) >> ((8 - n) * 8);
-        [u64::from(ld4(b, 0)) | hi << 32, 0, 0]
-    } else if n > 0 {
-        let w = u64::from(b[0])
-            | u64::from(b[n / 2]) << (n / 2 * 8)
-            | u64::from(b[n - 1]) << ((n - 1) * 8);
-        [w, 0, 0]
+    // that no byte is staged through the stack. The shortest first: they
+    // are the most frequent, and every compare ahead costs them.
+    if n <= 8 {
+        if n >= 4 {
+            // n = 8: the same four bytes twice, the second load shifted by 32.
+            let hi = u64::from(ld4(b, n - 4)) >> ((8 - n) * 8);
+            [u64::from(ld4(b, 0)) | hi << 32, 0, 0, 0, 0]
+        } else if n > 0 {
+            let w = u64::from(b[0])
+                | u64::from(b[n / 2]) << (n / 2 * 8)
+                | u64::from(b[n - 1]) << ((n - 1) * 8);
+            [w, 0, 0, 0, 0]
+        } else {
+            [0; 5]
+        }
     } else {
-        [0; 3]
+        // The word that holds the last byte, `k`, from a load that ends
+        // there, the bytes past the end shifted out.
+        let last = |k: usize| ld8(b, n - 8) >> ((8 * k + 8 - n) * 8);
+        if n <= 16 {
+            [ld8(b, 0), last(1), 0, 0, 0]
+        } else if n <= 24 {
+            [ld8(b, 0), ld8(b, 8), last(2), 0, 0]
+        } else if n <= 32 {
+            [ld8(b, 0), ld8(b, 8), ld8(b, 16), last(3), 0]
+        } else {
+            [ld8(b, 0), ld8(b, 8), ld8(b, 16), ld8(b, 24), last(4)]
+        }
     }
 }
 
-/// Copies `src` (at most 24 bytes) to `dst` of the same length with
-/// fixed-size integer loads and stores: overlapping 8- or 4-byte ones cover
-/// every length. (Written with integers, not `copy_from_slice`, so that the
-/// compiler does not merge the branches back into one `memcpy` call.)
+/// Copies `src` (at most 40 bytes, [`SHORT_BODY`]) to `dst` of the same
+/// length with fixed-size integer loads and stores: overlapping 8- or
+/// 4-byte ones cover every length. (Written with integers, not
+/// `copy_from_slice`, so that the compiler does not merge the branches
+/// back into one `memcpy` call.)
 #[inline(always)]
 fn small_copy(dst: &mut [u8], src: &[u8]) {
     let n = dst.len();
-    debug_assert!(n == src.len() && n <= 24);
-    if n >= 8 {
+    debug_assert!(n == src.len() && n <= SHORT_BODY);
+    // The shortest first, as in `small_words`.
+    if n < 8 {
+        if n >= 4 {
+            let (a, c) = (ld4(src, 0), ld4(src, n - 4));
+            dst[..4].copy_from_slice(&a.to_le_bytes());
+            dst[n - 4..].copy_from_slice(&c.to_le_bytes());
+        } else if n > 0 {
+            let (a, b, c) = (src[0], src[n / 2], src[n - 1]);
+            dst[0] = a;
+            dst[n / 2] = b;
+            dst[n - 1] = c;
+        }
+    } else if n <= 24 {
         let (a, b, c) = (
             ld8(src, 0),
             if n > 16 { ld8(src, 8) } else { 0 },
@@ -1400,15 +1429,21 @@ fn small_copy(dst: &mut [u8], src: &[u8]) {
             dst[8..16].copy_from_slice(&b.to_le_bytes());
         }
         dst[n - 8..].copy_from_slice(&c.to_le_bytes());
-    } else if n >= 4 {
-        let (a, c) = (ld4(src, 0), ld4(src, n - 4));
-        dst[..4].copy_from_slice(&a.to_le_bytes());
-        dst[n - 4..].copy_from_slice(&c.to_le_bytes());
-    } else if n > 0 {
-        let (a, b, c) = (src[0], src[n / 2], src[n - 1]);
-        dst[0] = a;
-        dst[n / 2] = b;
-        dst[n - 1] = c;
+    } else {
+        let (a, b, c, d, e) = (
+            ld8(src, 0),
+            ld8(src, 8),
+            ld8(src, 16),
+            if n > 32 { ld8(src, 24) } else { 0 },
+            ld8(src, n - 8),
+        );
+        dst[..8].copy_from_slice(&a.to_le_bytes());
+        dst[8..16].copy_from_slice(&b.to_le_bytes());
+        dst[16..24].copy_from_slice(&c.to_le_bytes());
+        if n > 32 {
+            dst[24..32].copy_from_slice(&d.to_le_bytes());
+        }
+        dst[n - 8..].copy_from_slice(&e.to_le_bytes());
     }
 }
 
@@ -1495,13 +1530,24 @@ mod tests {
 
     #[test]
     fn small_words_packs_every_length_zero_padded() {
-        let src: Vec<u8> = (1..=24).collect();
-        for n in 0..=24 {
-            let mut want = [0u8; 24];
+        let src: Vec<u8> = (1..=SHORT_BODY as u8).collect();
+        for n in 0..=SHORT_BODY {
+            let mut want = [0u8; SHORT_BODY];
             want[..n].copy_from_slice(&src[..n]);
             let got = small_words(&src[..n]);
             let got: Vec<u8> = got.iter().flat_map(|w| w.to_le_bytes()).collect();
             assert_eq!(got, want, "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn small_copy_moves_every_length_exactly() {
+        let src: Vec<u8> = (1..=SHORT_BODY as u8).collect();
+        for n in 0..=SHORT_BODY {
+            let mut dst = [0u8; SHORT_BODY + 2];
+            small_copy(&mut dst[1..1 + n], &src[..n]);
+            assert_eq!(&dst[1..1 + n], &src[..n], "{n} bytes");
+            assert_eq!((dst[0], dst[1 + n]), (0, 0), "{n} bytes: wrote outside");
         }
     }
 
@@ -1559,6 +1605,54 @@ mod tests {
             let mut b2 = [0u8; 4];
             let r2 = e.post_recv(&mut b2, 1, 0, 1, 0);
             prop_assert!(r2.is_ok());
+        }
+    }
+
+    proptest! {
+        /// A short header (one line's eager message) with any fields: the
+        /// receive shortcut and a posted receive either take a message or
+        /// report the peer's protocol error; never a panic, never more
+        /// bytes than the line holds.
+        #[test]
+        fn corrupt_short_header_is_an_error_not_a_panic(
+            ctx in 0u16..3,
+            w1: u64,
+            posted: bool,
+        ) {
+            let (map, mut e) = engine_pair();
+            let mut head = [0u8; SHORT_LEN];
+            head[..8].copy_from_slice(&Header::short_word(ctx, 5).to_le_bytes());
+            head[8..].copy_from_slice(&w1.to_le_bytes());
+            inject(&map, &head, &[9; SHORT_BODY]);
+            let mut buf = [0u8; 64];
+            let r = if posted {
+                let id = e.post_recv(&mut buf, 0, ctx, ANY_TAG, 0).unwrap();
+                for _ in 0..100 {
+                    e.progress();
+                }
+                match e.take(id) {
+                    Some(r) => r,
+                    None => {
+                        e.withdraw(id, &Error::Cancelled);
+                        return Ok(());
+                    }
+                }
+            } else {
+                match e.try_recv_now(&mut buf, 0, ctx, ANY_TAG) {
+                    Fast::Done(st) => delivered(st, 64),
+                    Fast::Failed => Err(e.lost(0)),
+                    Fast::NotYet | Fast::Fallback => return Ok(()),
+                }
+            };
+            let len = (w1 >> 48) as usize;
+            match r {
+                Ok(st) => {
+                    prop_assert!(st.len <= SHORT_BODY && st.len == len);
+                    prop_assert!(buf[..len].iter().all(|&b| b == 9));
+                }
+                Err(Error::Protocol { .. }) | Err(Error::ChannelBroken { .. }) => {}
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
         }
     }
 

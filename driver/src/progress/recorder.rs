@@ -723,6 +723,10 @@ fn kind_name(k: u8) -> &'static str {
         (Kind::Ack, "ACK"),
         (Kind::Credit, "credit"),
     ];
+    if k == tandem_core::wire::SHORT_EAGER {
+        // A one-line eager message's short header.
+        return "eager";
+    }
     NAMES
         .iter()
         .find(|(kind, _)| *kind as u8 == k)

@@ -6,7 +6,12 @@
 //!
 //! * the line ring carries every header; an eager payload shorter than
 //!   `cell_min` follows its header in the same lines, and the [`MemDesc`]
-//!   body of an RTS or CTS fills the rest of the header's line;
+//!   body of an RTS or CTS fills the rest of the header's line. An eager
+//!   message of up to [`SHORT_BODY`] (40) bytes has the 16-byte short
+//!   header (`tandem_core::wire`), so it takes one line, where a full
+//!   header leaves room for 24; the reader expands it in
+//!   [`peek`](Transport::peek), so nothing above the link sees the
+//!   difference;
 //! * the **eager cells** carry longer eager payloads in contiguous pieces
 //!   of up to [`CELL_PIECE`](crate::CELL_PIECE) bytes, each a slot of a
 //!   slot ring published on its own. The sender fills the first piece,
@@ -35,7 +40,7 @@ pub use crate::job as map;
 
 mod choice;
 
-use super::{Kind, Liveness, MemDesc, Peek, PullStart, Transport, PEEK_LEN};
+use super::{Kind, Liveness, MemDesc, Peek, PullStart, Transport, DESC_LEN, PEEK_LEN};
 use crate::error::Error;
 use crate::job::HostPaths;
 use crate::job::JobMap;
@@ -46,9 +51,46 @@ use std::sync::Arc;
 use tandem_core::line_ring::{LineConsumer, LineProducer, LineSlot, LINE_PAYLOAD};
 use tandem_core::slot_ring::{SlotConsumer, SlotProducer};
 use tandem_core::sync::Ordering;
-use tandem_core::wire::HEADER_LEN;
+use tandem_core::wire::{Header, HEADER_LEN, SHORT_LEN};
 
 const _: () = assert!(PEEK_LEN == LINE_PAYLOAD, "a peek is one line");
+
+/// The longest eager payload that rides in one line behind a short header
+/// ([`Header::short_words`]): 40 bytes, where a full header leaves 24.
+pub const SHORT_BODY: usize = LINE_PAYLOAD - SHORT_LEN;
+
+/// The short form of `header`, encoded, if it has one.
+fn short_form(header: &[u8; HEADER_LEN]) -> Option<[u8; SHORT_LEN]> {
+    let (w0, w1, len, w3) = (
+        ld8(header, 0),
+        ld8(header, 8),
+        ld8(header, 16),
+        ld8(header, 24),
+    );
+    let h = Header {
+        magic: w0 as u8,
+        kind: (w0 >> 8) as u8,
+        context: (w0 >> 16) as u16,
+        tag: (w0 >> 32) as u32,
+        seq: w1 as u16,
+        credit: (w1 >> 16) as u16,
+        token: (w1 >> 32) as u32,
+        len,
+        ecredit: w3 as u16,
+        reserved: header[26..32].try_into().expect("6 bytes"),
+    };
+    let [a, b] = h.short_words()?;
+    let mut out = [0u8; SHORT_LEN];
+    out[..8].copy_from_slice(&a.to_le_bytes());
+    out[8..].copy_from_slice(&b.to_le_bytes());
+    Some(out)
+}
+
+/// The 8 bytes of `s` at `at`, little-endian.
+#[inline(always)]
+fn ld8(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..][..8].try_into().expect("8 bytes"))
+}
 
 /// How long a receiver waits for the next piece of an eager cell whose
 /// sender lives but publishes nothing (a sender that dies is seen at once):
@@ -388,6 +430,26 @@ impl ShmLink {
         }
     }
 
+    /// The next arrival's line, if it is there and starts with a short
+    /// eager header ([`Header::short_words`]).
+    #[inline(always)]
+    fn short_at_head(&self) -> Option<&[u8; LINE_PAYLOAD]> {
+        self.rx_line
+            .peek_ref()
+            .filter(|l| Header::from_short(ld8(&l[..], 0), 0).is_some())
+    }
+
+    /// Records that a frame contradicts its header (the peer broke the
+    /// protocol); `false`.
+    #[cold]
+    fn contradiction(&mut self, detail: String) -> bool {
+        self.torn = Some(Box::new(Error::Protocol {
+            peer: self.peer,
+            detail,
+        }));
+        false
+    }
+
     /// Records that a message could not be read whole; `false`.
     #[cold]
     fn tear(&mut self, i: usize, pieces: usize, why: &str) -> bool {
@@ -458,20 +520,36 @@ impl Transport for ShmLink {
         if body.len() >= self.cell_min {
             return self.send_via_cell(header, body);
         }
+        if body.len() <= SHORT_BODY {
+            if let Some(short) = short_form(header) {
+                return self.tx_line.try_write(&short, body);
+            }
+        }
         self.tx_line.try_write(header, body)
     }
 
     #[inline(always)]
     fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek {
-        if self.rx_line.peek_line(out) {
-            Peek::Header
-        } else {
-            Peek::Nothing
+        if !self.rx_line.peek_line(out) {
+            return Peek::Nothing;
         }
+        if let Some(h) = Header::from_short(ld8(out, 0), ld8(out, 8)) {
+            // The header in full, then as much of the payload as follows
+            // a full header (`consume` reads the rest from the line).
+            let mut full = [0u8; PEEK_LEN];
+            full[..HEADER_LEN].copy_from_slice(&h.encode());
+            full[HEADER_LEN..].copy_from_slice(&out[SHORT_LEN..SHORT_LEN + DESC_LEN]);
+            *out = full;
+        }
+        Peek::Header
     }
 
     #[inline(always)]
     fn body_ready(&mut self, body: usize) -> bool {
+        if self.short_at_head().is_some() {
+            // One line, there already (`consume` checks its length).
+            return true;
+        }
         if body >= self.cell_min {
             // The first piece: `consume` takes the others as they come.
             return self.rx_cell.as_mut().is_some_and(|c| c.available() > 0);
@@ -483,6 +561,17 @@ impl Transport for ShmLink {
     fn consume(&mut self, peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) -> bool {
         if self.torn.is_some() {
             return false;
+        }
+        if let Some(line) = self.short_at_head() {
+            if body > SHORT_BODY {
+                return self.contradiction(format!(
+                    "a short eager header announces {body} bytes, more than its line holds"
+                ));
+            }
+            let n = dst.len().min(body);
+            dst[..n].copy_from_slice(&line[SHORT_LEN..SHORT_LEN + n]);
+            self.rx_line.consume_peeked_line();
+            return true;
         }
         if body >= self.cell_min {
             if !self.take_cell(body, dst) {
@@ -623,6 +712,69 @@ mod tests {
 
     fn pattern(i: usize, len: usize) -> Vec<u8> {
         (0..len).map(|k| (i * 31 + k * 7) as u8).collect()
+    }
+
+    /// An eager message of up to 40 bytes rides in one line behind the
+    /// short header, and the reader sees the full header; anything else
+    /// (a synchronous one, a longer one) keeps the full header.
+    #[test]
+    fn small_eager_messages_take_one_line_with_the_short_header() {
+        let (mut tx, mut rx) = pair(&Layout::default());
+        let mut out = [0u8; PEEK_LEN];
+        for n in 0..=64 {
+            let mut h = Header::new(WireKind::Eager, 2, 77, n as u64);
+            (h.seq, h.credit, h.ecredit) = (n as u16, 3, 4);
+            let sync = n % 9 == 4;
+            if sync {
+                (h.kind, h.token) = (WireKind::EagerSync as u8, 99);
+            }
+            let body = pattern(n, n);
+            let before = tx.tx_line.tail();
+            assert!(tx.try_send(&h.encode(), &body));
+            let lines = tx.tx_line.tail() - before;
+            let short = !sync && n <= SHORT_BODY;
+            let head = if short { SHORT_LEN } else { HEADER_LEN };
+            assert_eq!(
+                lines,
+                tandem_core::line_ring::lines_for(head + n) as u64,
+                "{n} B"
+            );
+            assert_eq!(rx.peek(&mut out), Peek::Header);
+            assert_eq!(out[..HEADER_LEN], h.encode(), "{n} B: the full header");
+            let k = n.min(DESC_LEN);
+            assert_eq!(out[HEADER_LEN..HEADER_LEN + k], body[..k], "{n} B");
+            assert!(rx.body_ready(n));
+            let mut dst = vec![0xAA; n + 1];
+            assert!(rx.consume(&out, n, &mut dst[..n]), "{n} B");
+            assert_eq!((&dst[..n], dst[n]), (&body[..], 0xAA), "{n} B");
+        }
+        assert_eq!(rx.peek(&mut out), Peek::Nothing, "every line consumed");
+    }
+
+    /// A short header that announces more than its line holds is the
+    /// peer's protocol error: the message is not delivered, the link fails
+    /// and says why.
+    #[test]
+    fn a_short_header_longer_than_its_line_fails_the_link() {
+        let (mut tx, mut rx) = pair(&Layout::default());
+        let w0 = Header::short_word(0, 5);
+        let w1 = Header::short_second(0, 0, 0, SHORT_BODY as u16 + 1);
+        let mut head = [0u8; SHORT_LEN];
+        head[..8].copy_from_slice(&w0.to_le_bytes());
+        head[8..].copy_from_slice(&w1.to_le_bytes());
+        assert!(tx.tx_line.try_write(&head, &[7; SHORT_BODY]));
+        let mut out = [0u8; PEEK_LEN];
+        assert_eq!(rx.peek(&mut out), Peek::Header);
+        let len = SHORT_BODY + 1;
+        assert!(rx.body_ready(len));
+        assert!(!rx.consume(&out, len, &mut [0u8; 64]));
+        match rx.liveness() {
+            Liveness::Lost(Error::Protocol { detail, .. }) => {
+                assert!(detail.contains("short eager header"), "{detail}")
+            }
+            Liveness::Lost(e) => panic!("the link failed otherwise: {e}"),
+            Liveness::Alive => panic!("the link did not fail"),
+        }
     }
 
     /// Payloads of several pieces between two threads: the receiver copies
