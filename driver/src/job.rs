@@ -28,7 +28,8 @@ use tandem_core::sync::{AtomicU32, AtomicU64, Ordering};
 pub(crate) const WAIT_VALID: u64 = 1 << 63;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
-const VERSION: u32 = 6;
+/// 7: one-line eager messages carry the short header (`tandem_core::wire`).
+const VERSION: u32 = 7;
 const PAGE: usize = 4096;
 const PIDS_AT: usize = 128;
 /// Most ranks one shared-memory job supports.

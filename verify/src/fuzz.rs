@@ -64,6 +64,25 @@ pub fn header(data: &[u8]) -> FuzzResult {
             return Err(format!("descriptor round trip changed {m:?}"));
         }
     }
+    if data.len() >= 16 {
+        // The short form (one line's eager message): whatever it says,
+        // what it expands to has that short form again, bit for bit.
+        let w = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+        // The input's first word with the short form's magic and kind (so
+        // that random input reaches it), and as it is.
+        let (w0, w1) = (w(0), w(8));
+        let short = Header::short_word(0, 0) | (w0 & !0xffff);
+        for w0 in [short, w0] {
+            if let Some(h) = Header::from_short(w0, w1) {
+                if h.short_words() != Some([w0, w1]) {
+                    return Err(format!("short form {w0:#x} {w1:#x} expands to {h:?}"));
+                }
+            }
+        }
+        if Header::from_short(short, w1).is_none() {
+            return Err(format!("short form {short:#x} not recognised"));
+        }
+    }
     if data.len() >= 64 {
         let mut b = [0u8; 56];
         b.copy_from_slice(&data[..56]);
