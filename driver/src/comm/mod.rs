@@ -875,10 +875,21 @@ impl Comm {
     #[inline(never)]
     fn recv_waiting(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
-            // A message of several lines that is there already.
+            // A message of several lines, or in a cell, that is there
+            // already.
             let w = self.world(src);
-            if let Some(Fast::Done(st)) = self.engine().try_recv_lines(buf, w, self.ctx, tag) {
-                return self.delivered_here(st, buf.len());
+            let mut e = self.engine();
+            match e.try_recv_eager(buf, w, self.ctx, tag) {
+                Some(Fast::Done(st)) => {
+                    drop(e);
+                    return self.delivered_here(st, buf.len());
+                }
+                Some(Fast::Failed) => {
+                    let lost = e.lost(w);
+                    drop(e);
+                    return self.here(Err(lost));
+                }
+                _ => drop(e),
             }
             if let Some(r) = self.recv_polled(buf, self.world(src), self.ctx, tag) {
                 return self.here(r);

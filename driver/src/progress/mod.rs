@@ -462,7 +462,7 @@ impl Engine {
     pub(crate) fn try_recv_now(&mut self, buf: &mut [u8], src: usize, ctx: u16, tag: u32) -> Fast {
         match self.try_recv_line(buf, src, ctx, tag) {
             Some(f) => f,
-            None => self.try_recv_lines_or_general(buf, src, ctx, tag),
+            None => self.try_recv_eager_or_general(buf, src, ctx, tag),
         }
     }
 
@@ -532,12 +532,13 @@ impl Engine {
     }
 
     /// [`try_recv_line`](Self::try_recv_line) for an eager message of this
-    /// context and tag that takes several lines: once every line has arrived, it
-    /// is matched and copied straight from the lines into `buf`, without
+    /// context and tag that takes more than one line (several lines, or
+    /// its header alone and a cell): once it can be read, it is matched
+    /// and copied straight from the lines or the cell into `buf`, without
     /// the general path's copy of the header line and full decode. `None`:
-    /// not (all) there yet, or anything unusual: the general path.
+    /// not there yet, or anything unusual: the general path.
     #[inline(always)]
-    pub(crate) fn try_recv_lines(
+    pub(crate) fn try_recv_eager(
         &mut self,
         buf: &mut [u8],
         src: usize,
@@ -555,7 +556,7 @@ impl Engine {
             || w3 >> 16 != 0
             || len <= self.line_max as u64
             || len > self.eager_limit as u64
-            || !l.lines_ready(len as usize)
+            || !l.eager_ready(len as usize)
         {
             return None;
         }
@@ -567,10 +568,9 @@ impl Engine {
             .flatten()?;
         let len = len as usize;
         let n = len.min(buf.len());
-        if !l.read_lines(len, &mut buf[..n]) {
-            // Not reachable: every line was there, and only this rank
-            // consumes them. Should it ever be, the message is lost to
-            // this receive, never delivered torn.
+        if !l.read_eager(len, &mut buf[..n]) {
+            // Its sender died or stopped in the middle of a cell: the
+            // message is lost to this receive, never delivered torn.
             self.tear(src);
             return Some(Fast::Failed);
         }
@@ -589,14 +589,14 @@ impl Engine {
     /// message of several lines, or anything else on the general path. Out
     /// of line, so that the one-line case keeps its registers.
     #[inline(never)]
-    pub(crate) fn try_recv_lines_or_general(
+    pub(crate) fn try_recv_eager_or_general(
         &mut self,
         buf: &mut [u8],
         src: usize,
         ctx: u16,
         tag: u32,
     ) -> Fast {
-        match self.try_recv_lines(buf, src, ctx, tag) {
+        match self.try_recv_eager(buf, src, ctx, tag) {
             Some(f) => f,
             None => self.try_recv_general(buf, src, ctx, tag),
         }
@@ -1605,6 +1605,47 @@ mod tests {
             let mut b2 = [0u8; 4];
             let r2 = e.post_recv(&mut b2, 1, 0, 1, 0);
             prop_assert!(r2.is_ok());
+        }
+    }
+
+    /// An eager message in a cell whose sender stopped after the first
+    /// piece: the receive shortcut waits for the rest as long as the link's
+    /// patience, then fails the receive with the link's error; nothing of
+    /// the message is delivered.
+    #[test]
+    fn a_torn_cell_fails_the_receive_shortcut() {
+        let (map, mut e) = engine_pair();
+        let layout = *map.layout();
+        let (piece, len) = (layout.piece_bytes(), layout.eager_limit as usize);
+        assert!(
+            len >= layout.cell_min as usize && len > piece,
+            "a cell of pieces"
+        );
+        if let Link::Shm(l) = &mut e.peers[0].link {
+            l.set_piece_patience(std::time::Duration::from_millis(20));
+        }
+        let (_, _, cell) = map.channel(0, 1);
+        let mut cell = cell.expect("cells").producer();
+        assert!(
+            cell.try_push_padded(&vec![7u8; piece], 0),
+            "the first piece"
+        );
+        inject(
+            &map,
+            &Header::new(Kind::Eager, 0, 5, len as u64).encode(),
+            &[],
+        );
+        let mut buf = vec![0u8; len];
+        match e.try_recv_now(&mut buf, 0, 0, 5) {
+            Fast::Failed => {}
+            Fast::Done(st) => panic!("a torn message was delivered: {st:?}"),
+            Fast::NotYet | Fast::Fallback => panic!("the shortcut did not read the cell"),
+        }
+        match e.lost(0) {
+            Error::PeerSilent { evidence, .. } => {
+                assert!(evidence.contains("1 of its 4 pieces"), "{evidence}")
+            }
+            other => panic!("not the link's error: {other}"),
         }
     }
 

@@ -484,21 +484,38 @@ impl ShmLink {
         self.rx_line.consume_peeked_line();
     }
 
-    /// Whether every line of the next arrival, an eager message whose
-    /// header announced `body` payload bytes, is there: `false` also when
-    /// such a payload travels in a cell, not in lines.
+    /// Whether the next arrival, an eager message with a full header that
+    /// announced `body` (more than a line's worth of) payload bytes, can be
+    /// read: every line of it there, or the first piece of its cell (the
+    /// others are taken as they come).
     #[inline(always)]
-    pub(crate) fn lines_ready(&self, body: usize) -> bool {
-        body < self.cell_min && self.rx_line.message_ready(HEADER_LEN, body)
+    pub(crate) fn eager_ready(&mut self, body: usize) -> bool {
+        if body >= self.cell_min {
+            return self.rx_cell.as_mut().is_some_and(|c| c.available() > 0);
+        }
+        self.rx_line.message_ready(HEADER_LEN, body)
     }
 
     /// Consumes the next arrival, an eager message of `body` payload bytes
-    /// in lines ([`lines_ready`](Self::lines_ready)), copying the first
-    /// `dst.len()` of them into `dst`; `false` (nothing consumed) if not
-    /// all its lines are there.
+    /// after a full header ([`eager_ready`](Self::eager_ready)), copying
+    /// the first `dst.len()` of them into `dst`. `false`: it could not be
+    /// read whole (its sender died or stopped in the middle of a cell);
+    /// the link has failed, as [`Transport::consume`] says.
     #[inline(always)]
-    pub(crate) fn read_lines(&mut self, body: usize, dst: &mut [u8]) -> bool {
-        self.torn.is_none() && self.rx_line.try_read(HEADER_LEN, body, dst)
+    pub(crate) fn read_eager(&mut self, body: usize, dst: &mut [u8]) -> bool {
+        if self.torn.is_some() {
+            return false;
+        }
+        if body >= self.cell_min {
+            if !self.take_cell(body, dst) {
+                return false;
+            }
+            self.rx_line.consume_peeked_line();
+            return true;
+        }
+        let read = self.rx_line.try_read(HEADER_LEN, body, dst);
+        debug_assert!(read, "readiness was checked");
+        read
     }
 }
 
@@ -573,21 +590,14 @@ impl Transport for ShmLink {
             self.rx_line.consume_peeked_line();
             return true;
         }
-        if body >= self.cell_min {
-            if !self.take_cell(body, dst) {
-                return false;
-            }
-            self.rx_line.consume_peeked_line();
-        } else if HEADER_LEN + body <= LINE_PAYLOAD {
+        if body < self.cell_min && HEADER_LEN + body <= LINE_PAYLOAD {
             let n = dst.len().min(body);
             dst[..n].copy_from_slice(&peeked[HEADER_LEN..HEADER_LEN + n]);
             self.rx_line.consume_peeked_line();
-        } else {
-            let n = dst.len().min(body);
-            let read = self.rx_line.try_read(HEADER_LEN, body, &mut dst[..n]);
-            debug_assert!(read, "readiness was checked");
+            return true;
         }
-        true
+        let n = dst.len().min(body);
+        self.read_eager(body, &mut dst[..n])
     }
 
     fn stream_out(&mut self, _remote: &MemDesc, _offset: usize, src: &[u8]) -> usize {
