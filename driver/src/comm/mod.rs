@@ -622,6 +622,7 @@ impl Comm {
         })
     }
 
+    #[inline(always)]
     fn engine(&self) -> SpinGuard<'_, Engine> {
         self.sh.engine()
     }
@@ -797,6 +798,7 @@ impl Comm {
     /// the link to `dst` fails (or had failed) before `buf` is handed over, and
     /// [`Error::Timeout`] or [`Error::Deadlock`] after the timeout without
     /// progress. See [`Comm`] for each.
+    #[inline]
     pub fn send(&self, buf: &[u8], dst: usize, tag: Tag) -> Result<()> {
         Self::check_send_tag(tag)?;
         self.send_valid_tag(buf, dst, tag)
@@ -849,6 +851,7 @@ impl Comm {
     /// [`Error::ChannelBroken`] or [`Error::Protocol`] if the link to `src`
     /// fails with no message for this receive; [`Error::Timeout`] or
     /// [`Error::Deadlock`] after the timeout without progress. See [`Comm`].
+    #[inline]
     pub fn recv(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
         self.recv_valid_tag(buf, src, tag)
@@ -1308,6 +1311,7 @@ impl Drop for Comm {
 
 impl Shared {
     /// The engine, locked (spinning, then yielding).
+    #[inline(always)]
     fn engine(&self) -> SpinGuard<'_, Engine> {
         self.engine.lock_with(|attempt| {
             if attempt < 1000 {

@@ -236,7 +236,7 @@ impl PersistentSend<'_, '_> {
     /// # Errors
     /// [`Error::InvalidArgument`] if it is started already; otherwise those
     /// of [`Comm::send`] after its rank and tag checks.
-    #[inline]
+    #[inline(always)]
     pub fn send(&mut self) -> Result<()> {
         if self.state != State::Idle {
             return Err(misuse("persistent send started twice; wait for it first"));
@@ -326,7 +326,7 @@ impl PersistentRecv<'_, '_> {
     /// # Errors
     /// [`Error::InvalidArgument`] if it is started already; otherwise those
     /// of [`Comm::recv`] after its rank and tag checks.
-    #[inline]
+    #[inline(always)]
     pub fn recv(&mut self) -> Result<Status> {
         if self.state != State::Idle {
             return Err(misuse(
