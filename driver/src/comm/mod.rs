@@ -872,6 +872,37 @@ impl Comm {
         self.recv_waiting(buf, src, tag)
     }
 
+    /// [`recv_valid_tag`](Self::recv_valid_tag) that also stores in `got`
+    /// how many bytes of `buf` the message filled (0 after an error other
+    /// than a truncation), for a persistent receive: in the shortcut's
+    /// branch where the message fit, a single store, not a look at the
+    /// result afterwards. (Apart from `recv_valid_tag`, which a plain
+    /// receive keeps as it was: through this one it took 12 instructions
+    /// more at 64 B, callgrind.)
+    #[inline(always)]
+    pub(crate) fn recv_counted(
+        &self,
+        buf: &mut [u8],
+        src: usize,
+        tag: Tag,
+        got: &mut usize,
+    ) -> Result<Status> {
+        if src < self.size() {
+            // Often the message is there already.
+            let w = self.world(src);
+            // A one-line message only here: anything else, and the
+            // polling, in the cold path below.
+            if let Some(Fast::Done(st)) = self.engine().try_recv_line(buf, w, self.ctx, tag) {
+                if st.len <= buf.len() && self.members.is_none() {
+                    *got = st.len;
+                    return Ok(st);
+                }
+                return filled(self.delivered_here(st, buf.len()), got);
+            }
+        }
+        filled(self.recv_waiting(buf, src, tag), got)
+    }
+
     /// [`recv`](Self::recv) when the message is not there at once: polls
     /// for it, then posts the receive.
     #[cold]
@@ -2063,4 +2094,16 @@ fn wait_each<'a>(
         }
     }
     first
+}
+
+/// `r`, after storing in `got` the bytes of the receive buffer it filled:
+/// the message's length, the buffer's on a truncation, 0 otherwise.
+#[inline(always)]
+fn filled(r: Result<Status>, got: &mut usize) -> Result<Status> {
+    *got = match &r {
+        Ok(st) => st.len,
+        Err(Error::Truncated { got, .. }) => *got,
+        Err(_) => 0,
+    };
+    r
 }

@@ -333,19 +333,14 @@ impl PersistentRecv<'_, '_> {
                 "persistent receive started twice; wait for it first",
             ));
         }
-        let r = self.comm.recv_valid_tag(self.buf, self.src, self.tag);
-        self.finished(r)
+        self.comm
+            .recv_counted(self.buf, self.src, self.tag, &mut self.len)
     }
 
     /// Records how much of the buffer the last message filled.
     #[inline(always)]
     fn finished(&mut self, r: Result<Status>) -> Result<Status> {
-        self.len = match &r {
-            Ok(st) => st.len,
-            Err(Error::Truncated { got, .. }) => *got,
-            Err(_) => 0,
-        };
-        r
+        super::filled(r, &mut self.len)
     }
 
     /// The last message received (the first `len` bytes of the buffer);
