@@ -366,6 +366,25 @@ impl Header {
         })
     }
 
+    /// The header whose [`words`](Self::words) are `w`, field by field, not
+    /// validated: [`decode`](Self::decode) checks a header from the wire.
+    #[inline(always)]
+    pub const fn from_words(w: [u64; 4]) -> Self {
+        let r = (w[3] >> 16).to_le_bytes();
+        Self {
+            magic: w[0] as u8,
+            kind: (w[0] >> 8) as u8,
+            context: (w[0] >> 16) as u16,
+            tag: (w[0] >> 32) as u32,
+            seq: w[1] as u16,
+            credit: (w[1] >> 16) as u16,
+            token: (w[1] >> 32) as u32,
+            len: w[2],
+            ecredit: w[3] as u16,
+            reserved: [r[0], r[1], r[2], r[3], r[4], r[5]],
+        }
+    }
+
     /// The first 8 encoded bytes of an eager header with `context` and
     /// `tag`, for [`decode_eager`](Self::decode_eager).
     #[inline]
@@ -388,18 +407,7 @@ impl Header {
         if w0 != word || len > eager_max || w3 >> 16 != 0 {
             return None;
         }
-        Some(Self {
-            magic: MAGIC,
-            kind: Kind::Eager as u8,
-            context: (word >> 16) as u16,
-            tag: (word >> 32) as u32,
-            seq: w1 as u16,
-            credit: (w1 >> 16) as u16,
-            token: (w1 >> 32) as u32,
-            len,
-            ecredit: w3 as u16,
-            reserved: [0; 6],
-        })
+        Some(Self::from_words([w0, w1, len, w3]))
     }
 
     /// Parses and validates a header; never panics.
@@ -598,6 +606,11 @@ mod tests {
             let [w0, w1] = h.short_words().unwrap();
             prop_assert_eq!(w0, Header::short_word(ctx, tag));
             prop_assert_eq!(Header::from_short(w0, w1), Some(h));
+        }
+
+        #[test]
+        fn words_round_trip(w0: u64, w1: u64, w2: u64, w3: u64) {
+            prop_assert_eq!(Header::from_words([w0, w1, w2, w3]).words(), [w0, w1, w2, w3]);
         }
 
         #[test]

@@ -61,24 +61,7 @@ pub const SHORT_BODY: usize = LINE_PAYLOAD - SHORT_LEN;
 
 /// The short form of `header`, encoded, if it has one.
 fn short_form(header: &[u8; HEADER_LEN]) -> Option<[u8; SHORT_LEN]> {
-    let (w0, w1, len, w3) = (
-        ld8(header, 0),
-        ld8(header, 8),
-        ld8(header, 16),
-        ld8(header, 24),
-    );
-    let h = Header {
-        magic: w0 as u8,
-        kind: (w0 >> 8) as u8,
-        context: (w0 >> 16) as u16,
-        tag: (w0 >> 32) as u32,
-        seq: w1 as u16,
-        credit: (w1 >> 16) as u16,
-        token: (w1 >> 32) as u32,
-        len,
-        ecredit: w3 as u16,
-        reserved: header[26..32].try_into().expect("6 bytes"),
-    };
+    let h = Header::from_words([0, 8, 16, 24].map(|at| ld8(header, at)));
     let [a, b] = h.short_words()?;
     let mut out = [0u8; SHORT_LEN];
     out[..8].copy_from_slice(&a.to_le_bytes());
