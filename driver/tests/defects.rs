@@ -199,3 +199,60 @@ fn a_sendrecv_whose_send_is_refused_consumes_no_message() {
         }
     }
 }
+
+/// On a communicator of some of the job's ranks, a rank at or beyond its
+/// size is refused by every point-to-point call, blocking or not, plain
+/// or persistent: the shortcuts must not take it for a world rank (here
+/// ranks 2 and 3 exist in the job) and deliver the message there.
+#[test]
+fn a_rank_beyond_a_subset_is_refused_not_sent_to_the_world_rank() {
+    let out = Comm::threads(4, &Layout::default(), cfg(), |c| {
+        if c.rank() >= 2 {
+            // Ranks 0 and 1 send a marker after their attempts; a link
+            // keeps order, so a stray message would be here before it.
+            for src in 0..2 {
+                c.recv(&mut [0u8; 1], src, 9)?;
+            }
+            let view = c.subset_with_context(&[0, 1, 2, 3], 300)?;
+            let stray = view.iprobe(ANY_SOURCE, tandem_driver::ANY_TAG)?;
+            assert!(stray.is_none(), "rank {}: {stray:?} arrived", c.rank());
+            return Ok(());
+        }
+        let s = c.subset_with_context(&[0, 1], 300)?;
+        let refused = |r: tandem_driver::Result<()>| {
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::InvalidRank {
+                        rank: 2 | 3,
+                        size: 2
+                    })
+                ),
+                "{r:?}"
+            );
+        };
+        refused(s.send(b"stray", 2, 1));
+        refused(s.send(b"stray", 3, 1));
+        refused(s.recv(&mut [0u8; 8], 2, 1).map(|_| ()));
+        refused(s.ssend(b"stray", 3, 1));
+        let (mut a, mut b, mut r) = ([0u8; 8], [0u8; 8], [0u8; 8]);
+        s.scope(|sc| {
+            refused(sc.isend(b"stray", 2, 1).map(|_| ()));
+            refused(sc.irecv(&mut r, 3, 1).map(|_| ()));
+            refused(sc.send_init(&mut a, 2, 1).map(|_| ()));
+            refused(sc.recv_init(&mut b, 3, 1).map(|_| ()));
+            Ok::<_, Error>(())
+        })??;
+        // The subset still works between its own ranks.
+        let mut got = [0u8; 2];
+        let st = s.sendrecv(b"ok", 1 - s.rank(), 1, &mut got, 1 - s.rank(), 1)?;
+        assert_eq!((&got, st.source), (b"ok", 1 - s.rank()));
+        for dst in 2..4 {
+            c.send(&[1], dst, 9)?;
+        }
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}

@@ -660,12 +660,15 @@ impl Comm {
     }
 
     /// The world rank (the engine's numbering) of this communicator's rank
-    /// `r` (one below `size()`).
+    /// `r`; for `r` not below `size()`, `usize::MAX`, a rank no peer has,
+    /// so that the shortcuts refuse it and the general path reports
+    /// [`Error::InvalidRank`] (never `r` itself: on a communicator of some
+    /// of the job's ranks that can be another rank of the job).
     #[inline(always)]
     fn world(&self, r: usize) -> usize {
         match &self.members {
             None => r,
-            Some(m) => m.get(r).map_or(r, |&w| w as usize),
+            Some(m) => m.get(r).map_or(usize::MAX, |&w| w as usize),
         }
     }
 
