@@ -257,6 +257,12 @@ impl Credits {
         self.window.available()
     }
 
+    /// The window: the most credits either side may have in use at once.
+    #[inline(always)]
+    pub const fn limit(&self) -> u64 {
+        self.window.limit()
+    }
+
     /// Takes `n` credits if available; `false` means wait.
     #[must_use]
     #[inline(always)]

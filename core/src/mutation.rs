@@ -55,11 +55,14 @@ pub enum Mutant {
     /// `agree`: a coordinator that failed before its message came is
     /// recorded failed in the estimate (as in the gather).
     AgreeMarksFailedInRounds = 15,
+    /// `proto`: the receiver returns the credit of an RTS sent on an eager
+    /// credit (`Kind::RtsEager`) as a rendezvous credit.
+    RtsEagerCreditAsRendezvous = 16,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 15] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::SkipCreditCheck,
         Mutant::RelaxedFlagPublish,
         Mutant::SlotHeadOffByOne,
@@ -75,6 +78,7 @@ impl Mutant {
         Mutant::CreditCountWrap,
         Mutant::AgreeSkipsRounds,
         Mutant::AgreeMarksFailedInRounds,
+        Mutant::RtsEagerCreditAsRendezvous,
     ];
 }
 

@@ -23,15 +23,19 @@
 //!   16-bit sequence number (one sequence space per peer covers every
 //!   context). A message that arrives ahead of its turn (a transport that
 //!   reorders) is held back and released in sequence order.
-//! * **Credits**, two kinds. Each peer may have at most `envelopes`
-//!   matching messages (eager, synchronous eager or RTS) outstanding at this
-//!   rank, one per receive entry reserved for it, and at most `credits` of
-//!   them eager, one per `eager_limit`-byte payload buffer reserved for it.
-//!   An entry (buffer) is freed once its message no longer needs it
-//!   (delivered, or its acknowledgement sent) and the running counts of
-//!   freed entries and buffers ride in every header back to the peer (16
-//!   bits each, wrapping); an explicit [`Kind::Credit`] message goes out
-//!   when `credit_threshold` frees are owed and nothing else carries them.
+//! * **Credits**, two kinds, one per message. Each peer may have at most
+//!   `envelopes` matching messages outstanding at this rank, one per
+//!   receive entry reserved for it: at most `credits` eager ones
+//!   (eager or synchronous eager), each holding an entry and one of the
+//!   `eager_limit`-byte payload buffers reserved for the peer, and at most
+//!   `envelopes - credits` RTS, each holding an entry alone. So an eager
+//!   message takes one eager credit and an RTS one rendezvous credit, never
+//!   both: the fast paths keep one count each way, not two. A credit is
+//!   freed once its message no longer needs its entry (delivered, or its
+//!   acknowledgement sent) and the running counts of freed rendezvous and
+//!   eager credits ride in every header back to the peer (16 bits each,
+//!   wrapping); an explicit [`Kind::Credit`] message goes out when
+//!   `credit_threshold` frees are owed and nothing else carries them.
 //!   A receiver is never overrun and nothing is dropped. Control messages
 //!   (CTS, FIN, ACK, credit) consume no credit: at most one answer (CTS,
 //!   FIN or ACK) goes back per credited message, and on a FIFO transport
@@ -43,9 +47,10 @@
 //!   that arrives before its receive is stored in a payload buffer, so
 //!   unexpected payloads never need more than `nranks * credits *
 //!   eager_limit` bytes. A sender out of eager credit does not wait: it
-//!   sends the message as an RTS, which needs only an entry. So messages a
-//!   receiver has not received yet can never keep a later, matchable one
-//!   from being sent (MPI's progress rule), within the entries reserved.
+//!   sends the message as an RTS, which takes a rendezvous credit. So
+//!   messages a receiver has not received yet can never keep a later,
+//!   matchable one from being sent (MPI's progress rule), within the
+//!   `envelopes - credits` rendezvous credits.
 //! * **Rendezvous** (`len > eager_limit`): an RTS carries tag, length and an
 //!   [`MemDesc`] body (where the sender's payload lives). When a receive matches, the
 //!   driver may *pull* the data itself ([`Engine::next_pull`], e.g. Linux
@@ -243,13 +248,16 @@ impl core::fmt::Display for ProtoError {
 /// The credit ledger with one peer ([`Engine::ledger`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Ledger {
-    /// Receive entries this rank may still fill at the peer.
+    /// Receive entries this rank may still fill at the peer: its credits
+    /// of both kinds.
     pub entries_available: u64,
-    /// Eager buffers this rank may still fill at the peer.
+    /// Eager credits this rank may still use at the peer (an entry and an
+    /// eager buffer each).
     pub buffers_available: u64,
-    /// Entries freed for the peer that it has not been told of.
+    /// Credits of both kinds freed for the peer that it has not been told
+    /// of.
     pub entries_owed: u64,
-    /// Eager buffers freed for the peer that it has not been told of.
+    /// Eager credits freed for the peer that it has not been told of.
     pub buffers_owed: u64,
 }
 
@@ -261,18 +269,21 @@ pub struct Params {
     /// Number of ranks.
     pub nranks: u32,
     /// Eager payload buffers reserved here for each peer: eager messages
-    /// a peer may have outstanding at this rank (at least 1).
+    /// a peer may have outstanding at this rank (at least 1), its eager
+    /// credits.
     pub credits: u16,
     /// Receive entries reserved here for each peer: matching messages of
     /// any kind (eager or RTS) it may have outstanding (more than
-    /// `credits`, below 2^15 so 16-bit sequence numbers stay unambiguous).
-    /// A sender out of eager credit sends small messages as RTS, which need
-    /// only an entry, so unreceived messages never keep a matchable one
-    /// from being sent, as long as a sender keeps fewer than
-    /// `envelopes - credits` rendezvous sends pending to one peer.
+    /// `credits`, below 2^15 so 16-bit sequence numbers stay unambiguous);
+    /// `envelopes - credits` of them are its rendezvous credits, and an
+    /// RTS takes an eager credit when none of those is left. A sender out
+    /// of eager credit sends small messages as RTS, so unreceived messages
+    /// never keep a matchable one from being sent, as long as a sender
+    /// keeps fewer than `envelopes - credits` rendezvous sends pending to
+    /// one peer.
     pub envelopes: u16,
-    /// Freed entries (or buffers) owed before an explicit credit message
-    /// goes out.
+    /// Frees (of one kind of credit) owed before an explicit credit
+    /// message goes out.
     pub credit_threshold: u16,
     /// Longest payload sent eagerly; longer messages use rendezvous.
     pub eager_limit: u64,
@@ -399,6 +410,10 @@ pub struct Entry {
     /// The eager payload buffer it holds (NIL if none).
     buf: u32,
     next: u32,
+    /// The message it took arrived eager: freeing the entry returns an
+    /// eager credit, else a rendezvous one (its kind may have become that
+    /// of the answer since).
+    eager: bool,
 }
 
 impl Entry {
@@ -415,6 +430,7 @@ impl Entry {
         op: NIL,
         buf: NIL,
         next: NIL,
+        eager: false,
     };
 }
 
@@ -434,14 +450,20 @@ impl List {
 /// Per-peer protocol state (contents private).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Peer {
-    /// Receive entries, both ways: those the peer holds for us (our
-    /// window) and those we hold for it and freed (what we owe it).
-    entries: Credits,
-    /// Eager buffers, the same way.
-    buffers: Credits,
+    /// Rendezvous credits (an entry each), both ways: those the peer holds
+    /// for us (our window) and those we hold for it and freed (what we owe
+    /// it).
+    rndv: Credits,
+    /// Eager credits (an entry and a payload buffer each), the same way.
+    eager: Credits,
     send_seq: u16,
     recv_seq: u16,
     held: u16,
+    /// Entries the peer's eager messages hold here (at most the eager
+    /// window), and its RTS (at most the rendezvous window): a message
+    /// beyond its window is an overrun, whatever entries are free.
+    in_eager: u16,
+    in_rndv: u16,
     dead: bool,
     sendq: List,
     ctrlq: List,
@@ -450,45 +472,47 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Applies the freed counts of a header from this peer (entries,
-    /// buffers); `None` if it claims more than was sent.
+    /// Applies the freed counts of a header from this peer (rendezvous,
+    /// eager); `None` if it claims more than was sent.
     #[inline(always)]
     fn apply_credit(&mut self, credit: u16, ecredit: u16) -> Option<()> {
-        // Most headers return nothing new: two compares.
-        if self.entries.is_current(credit) && self.buffers.is_current(ecredit) {
-            return Some(());
+        // Among eager messages the rendezvous count stays as it was: one
+        // compare.
+        if !self.rndv.is_current(credit) {
+            self.rndv.apply(credit)?;
         }
-        self.entries.apply(credit)?;
-        self.buffers.apply(ecredit)
+        self.eager.apply(ecredit)
     }
 
-    /// Whether enough frees (entries or buffers) are owed to the peer that
-    /// an explicit credit message is due.
+    /// Whether enough frees (of either kind) are owed to the peer that an
+    /// explicit credit message is due.
     #[inline(always)]
     fn owes(&self) -> bool {
-        self.entries.due() || self.buffers.due()
+        self.rndv.due() || self.eager.due()
     }
 
     /// Our freed counts as a header to this peer carries them.
     #[inline(always)]
     fn counts(&self) -> (u64, u64) {
-        (self.entries.count(), self.buffers.count())
+        (self.rndv.count(), self.eager.count())
     }
 
     /// A header carrying `counts` (from [`counts`](Self::counts)) went out.
     #[inline(always)]
     fn told(&mut self, counts: (u64, u64)) {
-        self.entries.told(counts.0);
-        self.buffers.told(counts.1);
+        self.rndv.told(counts.0);
+        self.eager.told(counts.1);
     }
 
     /// Unused peer state.
     pub const EMPTY: Peer = Peer {
-        entries: Credits::EMPTY,
-        buffers: Credits::EMPTY,
+        rndv: Credits::EMPTY,
+        eager: Credits::EMPTY,
         send_seq: 0,
         recv_seq: 0,
         held: 0,
+        in_eager: 0,
+        in_rndv: 0,
         dead: false,
         sendq: List::EMPTY,
         ctrlq: List::EMPTY,
@@ -702,9 +726,10 @@ where
             // test that starts near 2^16 crosses the wrap of the 16-bit
             // credit fields.
             let start = p.seq_start as u64;
+            let r = (c - k) as u64;
             *q = Peer {
-                entries: Credits::new(c as u64, threshold, start),
-                buffers: Credits::new(k as u64, threshold.min(k as u64), start),
+                rndv: Credits::new(r, threshold.min(r), start),
+                eager: Credits::new(k as u64, threshold.min(k as u64), start),
                 free: (i * c) as u32,
                 bfree: (i * k) as u32,
                 send_seq: p.seq_start,
@@ -902,24 +927,33 @@ where
         let q = self.peer_mut(peer);
         let head = q.bfree;
         q.bfree = b;
-        if !active(Mutant::CreditReturnLost) {
-            q.buffers.freed();
-        }
         self.bufs.as_mut()[b as usize] = head;
     }
 
+    /// Frees entry `e` (and its eager buffer, if it still holds one),
+    /// returning the credit its message took: eager or rendezvous.
     fn free_entry(&mut self, e: u32) {
         self.free_buf(e);
         let peer = self.entry_peer(e);
         let head = self.peer(peer).free;
+        let eager = self.ent(e).eager;
         *self.ent_mut(e) = Entry {
             next: head,
             ..Entry::EMPTY
         };
         let q = self.peer_mut(peer);
         q.free = e;
+        if eager {
+            q.in_eager -= 1;
+        } else {
+            q.in_rndv -= 1;
+        }
         if !active(Mutant::CreditReturnLost) {
-            q.entries.freed();
+            if eager {
+                q.eager.freed();
+            } else {
+                q.rndv.freed();
+            }
         }
     }
 
@@ -1151,17 +1185,26 @@ where
             return Some(tx);
         }
         let i = q.sendq.head;
-        let skip = active(Mutant::SkipCreditCheck);
-        if i == NIL || (q.entries.available() == 0 && !skip) {
+        if i == NIL {
             return None;
         }
+        let skip = active(Mutant::SkipCreditCheck);
         let o = self.op(i);
         let h = self.handle(i);
-        // Out of eager buffers at the peer: announce it as an RTS, which
-        // needs only an entry, rather than wait (unreceived messages must
-        // not keep this one, perhaps matchable, from the receiver).
-        let (kind, what) = if o.len > self.p.eager_limit || (q.buffers.available() == 0 && !skip) {
+        // Out of eager credit at the peer: announce it as an RTS rather
+        // than wait (unreceived messages must not keep this one, perhaps
+        // matchable, from the receiver). An RTS takes a rendezvous credit,
+        // or an eager one when none is left, so that RTS may fill every
+        // entry the peer reserved, as eager messages may not.
+        let eager = o.len <= self.p.eager_limit && (q.eager.available() > 0 || skip);
+        let rndv = q.rndv.available() > 0 || skip;
+        if !eager && !rndv && q.eager.available() == 0 {
+            return None;
+        }
+        let (kind, what) = if !eager && rndv {
             (Kind::Rts, TxWhat::Rts(h))
+        } else if !eager {
+            (Kind::RtsEager, TxWhat::Rts(h))
         } else if o.sync {
             (Kind::EagerSync, TxWhat::Payload(h))
         } else {
@@ -1194,12 +1237,12 @@ where
                 self.unlink(Lst::Send(peer), NIL, i);
                 let q = self.peer_mut(peer);
                 let skip = active(Mutant::SkipCreditCheck);
-                let took = q.entries.try_take(1);
+                let took = if kind.takes_eager_credit() {
+                    q.eager.try_take(1)
+                } else {
+                    q.rndv.try_take(1)
+                };
                 debug_assert!(took || skip);
-                if kind.is_eager() {
-                    let took = q.buffers.try_take(1);
-                    debug_assert!(took || skip);
-                }
                 q.send_seq = q.send_seq.wrapping_add(1);
                 let o = *self.op(i);
                 match kind {
@@ -1214,7 +1257,7 @@ where
     // ---- fast paths for blocking calls (no operation recorded) ----
 
     /// Fast path of a blocking eager send: if nothing is queued ahead of
-    /// it for `peer` and both credits are available, commits the message
+    /// it for `peer` and an eager credit is available, commits the message
     /// (sequence number, credits, piggybacked returns) and returns its
     /// header; the caller must then write header and payload to the peer
     /// unconditionally (check the transport has room first). `None`: take
@@ -1225,20 +1268,13 @@ where
             return None;
         }
         let q = self.peers.as_mut().get_mut(peer as usize)?;
-        if q.dead
-            || q.sendq.head != NIL
-            || q.ctrlq.head != NIL
-            || q.entries.available() == 0
-            || q.buffers.available() == 0
-        {
+        if q.dead || q.sendq.head != NIL || q.ctrlq.head != NIL || !q.eager.try_take(1) {
             return None;
         }
-        let took = q.entries.try_take(1) && q.buffers.try_take(1);
-        debug_assert!(took);
         let mut h = Header::new(Kind::Eager, ctx, tag, len);
         h.seq = q.send_seq;
-        h.credit = q.entries.tell() as u16;
-        h.ecredit = q.buffers.tell() as u16;
+        h.credit = q.rndv.tell() as u16;
+        h.ecredit = q.eager.tell() as u16;
         q.send_seq = q.send_seq.wrapping_add(1);
         Some(h)
     }
@@ -1298,15 +1334,15 @@ where
         }
         q.apply_credit(credit, ecredit)
             .ok_or(ProtoError::BadCredit { peer })?;
-        if q.free == NIL || q.bfree == NIL {
+        if q.in_eager as u64 >= q.eager.limit() {
             return Err(ProtoError::CreditOverrun { peer });
         }
-        // As if an entry and a buffer were taken and freed at once.
+        // As if an entry and a buffer were taken and freed at once: one
+        // eager credit.
         if !active(Mutant::FastRecvSeqStuck) {
             q.recv_seq = q.recv_seq.wrapping_add(1);
         }
-        q.entries.freed();
-        q.buffers.freed();
+        q.eager.freed();
         Ok(Some(q.owes()))
     }
 
@@ -1390,7 +1426,16 @@ where
         let q = self.peer(peer);
         let e = q.free;
         let b = if h.kind().is_eager() { q.bfree } else { 0 };
-        if e == NIL || b == NIL {
+        let eager = h.kind().takes_eager_credit()
+            && !(h.kind() == Kind::RtsEager && active(Mutant::RtsEagerCreditAsRendezvous));
+        let full = if eager {
+            q.in_eager as u64 >= q.eager.limit()
+        } else {
+            q.in_rndv as u64 >= q.rndv.limit()
+        };
+        // Within its window a message always finds an entry (and a
+        // buffer) free; the lists are checked as well all the same.
+        if full || e == NIL || b == NIL {
             return Err(ProtoError::CreditOverrun { peer });
         }
         let ahead = h.seq.wrapping_sub(q.recv_seq);
@@ -1402,7 +1447,13 @@ where
             });
         }
         let next_free = self.ent(e).next;
-        self.peer_mut(peer).free = next_free;
+        let q = self.peer_mut(peer);
+        q.free = next_free;
+        if eager {
+            q.in_eager += 1;
+        } else {
+            q.in_rndv += 1;
+        }
         let buf = if h.kind().is_eager() {
             let next = self.bufs.as_ref()[b as usize];
             self.peer_mut(peer).bfree = next;
@@ -1422,6 +1473,7 @@ where
             op: NIL,
             buf,
             next: NIL,
+            eager,
         };
         if ahead != 0 && active(Mutant::HoldBackBypass) {
             // The broken variant delivers it at once, as if it were next.
@@ -1776,8 +1828,10 @@ where
         })
     }
 
-    /// Receive entries and eager buffers this rank holds for messages from
-    /// `peer` right now (each backed by a credit the peer spent).
+    /// Receive entries this rank holds for messages from `peer` right now
+    /// (each backed by a credit the peer spent), and how many of them hold
+    /// an eager credit: an eager message (with or without its payload
+    /// buffer still) or an RTS sent on an eager credit.
     pub fn held_for(&self, peer: u32) -> (u64, u64) {
         let c = self.p.envelopes as u32;
         let mut held = (0, 0);
@@ -1785,7 +1839,7 @@ where
             let ent = self.ent(e);
             if ent.st != ESt::Free {
                 held.0 += 1;
-                held.1 += (ent.buf != NIL) as u64;
+                held.1 += ent.eager as u64;
             }
         }
         held
@@ -1815,9 +1869,19 @@ where
                 free += 1;
                 e = self.ent(e).next;
             }
-            let (used, bufs) = self.held_for(peer);
+            let (used, eager) = self.held_for(peer);
             if free + used != c as u64 {
                 return Err("receive entries lost or counted twice");
+            }
+            let bufs = (peer * c..(peer + 1) * c)
+                .filter(|&e| self.ent(e).st != ESt::Free && self.ent(e).buf != NIL)
+                .count() as u64;
+            if eager != q.in_eager as u64
+                || used - eager != q.in_rndv as u64
+                || eager > k as u64
+                || used - eager > (c - k) as u64
+            {
+                return Err("entries in use disagree with their credits");
             }
             let mut bfree = 0u64;
             let mut b = q.bfree;
@@ -1856,12 +1920,13 @@ where
         self.posted.head != NIL
     }
 
-    /// Credits available for sending to `peer`.
+    /// Credits available for sending to `peer`, of both kinds (the
+    /// receive entries this rank may still fill there).
     pub fn credits_available(&self, peer: u32) -> u64 {
         self.peers
             .as_ref()
             .get(peer as usize)
-            .map_or(0, |q| q.entries.available())
+            .map_or(0, |q| q.rndv.available() + q.eager.available())
     }
 
     /// The credit ledger with `peer`, for model checkers: receive entries
@@ -1870,16 +1935,17 @@ where
     /// [`Params::credit_threshold`] frees or a header going that way).
     /// When nothing is in flight between the two, the peer's window equals
     /// this rank's `owed` plus what it holds ([`held_for`](Self::held_for))
-    /// plus the peer's `available`.
+    /// plus the peer's `available`. An entry is a credit of either kind,
+    /// an eager buffer an eager credit.
     pub fn ledger(&self, peer: u32) -> Ledger {
         self.peers
             .as_ref()
             .get(peer as usize)
             .map_or(Ledger::default(), |q| Ledger {
-                entries_available: q.entries.available(),
-                buffers_available: q.buffers.available(),
-                entries_owed: q.entries.owed(),
-                buffers_owed: q.buffers.owed(),
+                entries_available: q.rndv.available() + q.eager.available(),
+                buffers_available: q.eager.available(),
+                entries_owed: q.rndv.owed() + q.eager.owed(),
+                buffers_owed: q.eager.owed(),
             })
     }
 }

@@ -12,10 +12,10 @@
 //! | 2–3   | `context` | communicator context                                 |
 //! | 4–7   | `tag`     | the user's tag (matching messages)                   |
 //! | 8–9   | `seq`     | per-peer sequence number (matching messages)         |
-//! | 10–11 | `credit`  | receive entries freed for the peer, low 16 bits      |
+//! | 10–11 | `credit`  | rendezvous credits freed for the peer, low 16 bits   |
 //! | 12–15 | `token`   | the sender's operation (RTS, sync eager, CTS, FIN)   |
 //! | 16–23 | `len`     | payload length (CTS/FIN: bytes granted / moved)      |
-//! | 24–25 | `ecredit` | eager buffers freed for the peer, low 16 bits        |
+//! | 24–25 | `ecredit` | eager credits freed for the peer, low 16 bits        |
 //! | 26–31 | reserved  | zero                                                 |
 //!
 //! An eager header with no token and a payload below 64 KiB also has a
@@ -128,6 +128,10 @@ pub enum Kind {
     Ack = 6,
     /// Carries only a credit return.
     Credit = 7,
+    /// As [`Kind::Rts`], sent on an eager credit: its sender had no
+    /// rendezvous credit left, and the receiver returns the credit as an
+    /// eager one (`tandem_core::proto`, "Credits").
+    RtsEager = 8,
 }
 
 impl Kind {
@@ -141,6 +145,7 @@ impl Kind {
             5 => Self::Fin,
             6 => Self::Ack,
             7 => Self::Credit,
+            8 => Self::RtsEager,
             _ => return None,
         })
     }
@@ -149,7 +154,24 @@ impl Kind {
     /// and a sequence number).
     #[inline]
     pub const fn is_matching(self) -> bool {
-        matches!(self, Self::Eager | Self::EagerSync | Self::Rts)
+        matches!(
+            self,
+            Self::Eager | Self::EagerSync | Self::Rts | Self::RtsEager
+        )
+    }
+
+    /// Whether the message announces a rendezvous (an RTS, with a
+    /// [`MemDesc`] body).
+    #[inline]
+    pub const fn is_rts(self) -> bool {
+        matches!(self, Self::Rts | Self::RtsEager)
+    }
+
+    /// Whether the message takes an eager credit (the others that match
+    /// take a rendezvous credit).
+    #[inline]
+    pub const fn takes_eager_credit(self) -> bool {
+        matches!(self, Self::Eager | Self::EagerSync | Self::RtsEager)
     }
 
     /// Whether the payload rides behind the header.
@@ -564,7 +586,7 @@ mod tests {
     }
 
     fn kinds() -> impl Strategy<Value = Kind> {
-        (1u8..=7).prop_map(|k| Kind::from_u8(k).unwrap())
+        (1u8..=8).prop_map(|k| Kind::from_u8(k).unwrap())
     }
 
     proptest! {

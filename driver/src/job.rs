@@ -29,7 +29,9 @@ pub(crate) const WAIT_VALID: u64 = 1 << 63;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TANDEMj1");
 /// 7: one-line eager messages carry the short header (`tandem_core::wire`).
-const VERSION: u32 = 7;
+/// 8: an eager message takes one eager credit, an RTS one rendezvous
+/// credit (or an eager one, as `RtsEager`), and headers return them so.
+const VERSION: u32 = 8;
 const PAGE: usize = 4096;
 const PIDS_AT: usize = 128;
 /// Most ranks one shared-memory job supports.

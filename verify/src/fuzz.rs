@@ -314,7 +314,7 @@ impl Host<Arrays, Body> for Ref {
     }
 
     fn arrived(&mut self, from: usize, to: usize, frame: &Frame<Body>) -> Result<(), String> {
-        if let (Some(m), Kind::Eager | Kind::EagerSync | Kind::Rts) =
+        if let (Some(m), Kind::Eager | Kind::EagerSync | Kind::Rts | Kind::RtsEager) =
             (frame.body, frame.header.kind())
         {
             // The engine releases the peer's messages in sequence order

@@ -635,7 +635,10 @@ impl Checker<'_> {
                 }
                 let q = &st.net.wires[self.pair(f, t)];
                 let matching = q.iter().filter(|m| m.header.kind().is_matching()).count() as u64;
-                let eager = q.iter().filter(|m| m.header.kind().is_eager()).count() as u64;
+                let eager = q
+                    .iter()
+                    .filter(|m| m.header.kind().takes_eager_credit())
+                    .count() as u64;
                 // Answers (CTS, FIN, ACK) and credit messages need no
                 // credit: each answers a credited message, so a receive
                 // reserve of `envelopes` slots per kind covers them.
@@ -659,7 +662,7 @@ impl Checker<'_> {
                 let (held, bufs) = st.net.engines[t].held_for(f as u32);
                 if matching + held > s.envelopes as u64 || eager + bufs > s.credits as u64 {
                     return Err(format!(
-                        "{f}->{t}: {matching} in flight + {held} held > {} entries, or {eager} eager in flight + {bufs} buffers > {} credits",
+                        "{f}->{t}: {matching} in flight + {held} held > {} entries, or {eager} on eager credit in flight + {bufs} held > {} eager credits",
                         s.envelopes, s.credits
                     ));
                 }
@@ -1938,7 +1941,7 @@ pub fn suite() -> Vec<Spec> {
 
 /// The protocol-engine mutants (see [`tandem_core::mutation`]) the model
 /// check must catch; the ring and lock mutants are loom's.
-pub const PROTOCOL_MUTANTS: [tandem_core::mutation::Mutant; 10] = {
+pub const PROTOCOL_MUTANTS: [tandem_core::mutation::Mutant; 11] = {
     use tandem_core::mutation::Mutant;
     [
         Mutant::SkipCreditCheck,
@@ -1951,6 +1954,7 @@ pub const PROTOCOL_MUTANTS: [tandem_core::mutation::Mutant; 10] = {
         Mutant::ProbeIgnoresContext,
         Mutant::OrphanLeak,
         Mutant::CreditCountWrap,
+        Mutant::RtsEagerCreditAsRendezvous,
     ]
 };
 

@@ -511,6 +511,52 @@ fn hostile_headers_are_errors() {
     ));
 }
 
+/// An RTS takes a rendezvous credit, or an eager one when none is left:
+/// RTS may fill every entry the receiver reserved, received in any order,
+/// and each credit comes back as what it was taken as.
+#[test]
+fn rendezvous_sends_fill_every_entry_and_credits_return_in_kind() {
+    // One eager credit, three rendezvous credits (four entries).
+    let mut net = Net::new(2, 1, 8, true);
+    let sends: Vec<_> = (0..4)
+        .map(|i| net.send(0, 1, i, bytes(i as u8, 100), false))
+        .collect();
+    net.run(|| 0);
+    assert_eq!(net.e(0).credits_available(1), 0, "all four announced");
+    let l = net.e(0).ledger(1);
+    assert_eq!((l.entries_available, l.buffers_available), (0, 0));
+    assert_eq!(
+        net.e(1).held_for(0),
+        (4, 1),
+        "the last one on the eager credit"
+    );
+    for i in (0..4).rev() {
+        let r = net.recv(1, 0, i, 100);
+        net.run(|| 0);
+        let (st, buf) = net.take(1, r);
+        assert_eq!((st.unwrap().tag, buf), (i, bytes(i as u8, 100)));
+    }
+    for s in sends {
+        assert!(net.take(0, s).0.is_ok());
+    }
+    net.run(|| 0);
+    let l = net.e(0).ledger(1);
+    assert_eq!(
+        (l.entries_available, l.buffers_available),
+        (4, 1),
+        "returned in kind"
+    );
+    // And the eager credit serves an eager message again.
+    let s = net.send(0, 1, 9, bytes(9, 8), false);
+    net.run(|| 0);
+    assert_eq!(net.e(1).held_for(0), (1, 1));
+    let r = net.recv(1, 0, 9, 8);
+    net.run(|| 0);
+    assert_eq!(net.take(1, r).1, bytes(9, 8));
+    assert!(net.take(0, s).0.is_ok());
+    net.e(1).audit().unwrap();
+}
+
 /// What waits unmatched is listed oldest first, by source and context;
 /// the credit counters say what may be sent and what is owed.
 #[test]

@@ -890,7 +890,7 @@ impl Engine {
                 let kind = h.kind();
                 let body = match kind {
                     Kind::Eager | Kind::EagerSync => h.len as usize,
-                    Kind::Rts | Kind::Cts => DESC_LEN,
+                    Kind::Rts | Kind::RtsEager | Kind::Cts => DESC_LEN,
                     _ => 0,
                 };
                 if !ch.link.body_ready(body) {
@@ -898,13 +898,14 @@ impl Engine {
                 }
                 self.rec
                     .wire(Code::Arrived, ld8(&first, 0), ld8(&first, 8), p, h.len);
-                let desc = if body == DESC_LEN && matches!(kind, Kind::Rts | Kind::Cts) {
-                    let mut d = [0u8; DESC_LEN];
-                    d.copy_from_slice(&first[HEADER_LEN..]);
-                    MemDesc::decode(&d)
-                } else {
-                    MemDesc::NONE
-                };
+                let desc =
+                    if body == DESC_LEN && matches!(kind, Kind::Rts | Kind::RtsEager | Kind::Cts) {
+                        let mut d = [0u8; DESC_LEN];
+                        d.copy_from_slice(&first[HEADER_LEN..]);
+                        MemDesc::decode(&d)
+                    } else {
+                        MemDesc::NONE
+                    };
                 let (side, slots, el) = (&mut self.side, &self.slots, self.eager_limit);
                 let torn = &mut self.torn_slots;
                 let act = self

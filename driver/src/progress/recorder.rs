@@ -714,10 +714,11 @@ fn peer_name(p: u32) -> String {
 
 /// A header kind's name in a trace.
 fn kind_name(k: u8) -> &'static str {
-    const NAMES: [(Kind, &str); 7] = [
+    const NAMES: [(Kind, &str); 8] = [
         (Kind::Eager, "eager"),
         (Kind::EagerSync, "eager-sync"),
         (Kind::Rts, "RTS"),
+        (Kind::RtsEager, "RTS-on-eager-credit"),
         (Kind::Cts, "CTS"),
         (Kind::Fin, "FIN"),
         (Kind::Ack, "ACK"),

@@ -174,10 +174,16 @@ struct Record {
     rdma: bool,
 }
 
+/// The version of the records and of the wire protocol behind them: 2
+/// since an eager message takes one eager credit and an RTS one rendezvous
+/// credit (`tandem_core::proto`), so a rank of another build is refused at
+/// bootstrap instead of misreading the credits its headers return.
+const RECORD_VERSION: &str = "2";
+
 impl Record {
     fn encode(&self) -> Vec<u8> {
         let mut s = format!(
-            "v=1\nhost={}\ntransport={}\neager_limit={}\ncredits={}\nenvelopes={}\n",
+            "v={RECORD_VERSION}\nhost={}\ntransport={}\neager_limit={}\ncredits={}\nenvelopes={}\n",
             self.host,
             self.transport.name(),
             self.protocol.eager_limit,
@@ -200,7 +206,7 @@ impl Record {
         let bad = |what: &str| Error::Bootstrap(format!("rank {rank} sent a bad record: {what}"));
         let text = std::str::from_utf8(b).map_err(|_| bad("not UTF-8"))?;
         let kv: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
-        if kv.get("v") != Some(&"1") {
+        if kv.get("v") != Some(&RECORD_VERSION) {
             return Err(bad("another tandem version"));
         }
         let n = |k: &str| -> Result<u32> {
