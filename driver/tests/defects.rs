@@ -256,3 +256,113 @@ fn a_rank_beyond_a_subset_is_refused_not_sent_to_the_world_rank() {
         r.unwrap();
     }
 }
+
+/// A receive on a revoked communicator fails with `Revoked` even when a
+/// matching eager message of several lines waits at the head of its link
+/// (the shortcut for such messages used to take it).
+#[test]
+fn a_receive_on_a_revoked_comm_takes_no_waiting_eager_message() {
+    let out = Comm::threads(2, &Layout::default(), cfg(), |c| {
+        if c.rank() == 0 {
+            c.send(&[7u8; 100], 1, 1)?;
+            // Stay until rank 1 has tried (it revokes, so receive on
+            // another communicator, of context 1).
+            let d = c.dup_with_context(1)?;
+            d.recv(&mut [0u8; 1], 1, 2)?;
+            return Ok(());
+        }
+        // The 100 bytes wait on the link.
+        std::thread::sleep(Duration::from_millis(200));
+        c.revoke();
+        let r = c.recv(&mut [0u8; 100], 0, 1).map(|s| s.len);
+        assert_eq!(r, Err(Error::Revoked { context: 0 }));
+        c.dup_with_context(1)?.send(&[1], 0, 2)?;
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}
+
+/// A blocking probe on a communicator of some of the job's ranks that
+/// waits for a message is no deadlock: the wait it publishes names the
+/// world rank it waits for (it used to name the communicator's rank, which
+/// the cycle search read as a world rank).
+#[test]
+fn a_probe_on_a_subset_is_not_taken_for_a_deadlock() {
+    let out = Comm::threads(3, &Layout::default(), cfg(), |c| {
+        match c.rank() {
+            0 => {
+                c.recv(&mut [0u8; 1], 2, 5)?;
+            }
+            1 => {
+                let s = c.subset_with_context(&[1, 2], 300)?;
+                std::thread::sleep(Duration::from_secs(2));
+                s.send(b"x", 1, 7)?;
+            }
+            _ => {
+                let s = c.subset_with_context(&[1, 2], 300)?;
+                let st = s.probe(0, 7)?;
+                assert_eq!(st.source, 0);
+                s.recv(&mut [0u8; 1], 0, 7)?;
+                c.send(b"y", 0, 5)?;
+            }
+        }
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}
+
+/// `Request::test_all` names sources in the communicator's numbering.
+#[test]
+fn test_all_names_sources_in_the_communicators_numbering() {
+    let out = Comm::threads(2, &Layout::default(), cfg(), |c| {
+        // World rank 1 is rank 0 here.
+        let s = c.subset_with_context(&[1, 0], 300)?;
+        if s.rank() == 0 {
+            return s.send(b"x", 1, 1);
+        }
+        let mut b = [0u8; 1];
+        s.scope(|sc| {
+            let mut reqs = [sc.irecv(&mut b, ANY_SOURCE, 1)?];
+            loop {
+                if let Some(st) = tandem_driver::Request::test_all(&mut reqs)? {
+                    assert_eq!(st[0].source, 0);
+                    return Ok::<_, Error>(());
+                }
+            }
+        })?
+    });
+    for r in out {
+        r.unwrap();
+    }
+}
+
+/// `Request::test_all` on a revoked communicator reports `Revoked`, as
+/// `Request::test` does, rather than "not yet" for ever.
+#[test]
+fn test_all_reports_a_revocation() {
+    let out = Comm::threads(1, &Layout::default(), cfg(), |c| {
+        let mut b = [0u8; 4];
+        c.scope(|s| {
+            let mut reqs = [s.irecv(&mut b, 0, 7)?];
+            c.revoke();
+            for _ in 0..10_000 {
+                match tandem_driver::Request::test_all(&mut reqs) {
+                    Err(e) => {
+                        assert_eq!(e, Error::Revoked { context: 0 });
+                        return Ok(());
+                    }
+                    Ok(Some(_)) => panic!("completed"),
+                    Ok(None) => {}
+                }
+            }
+            panic!("test_all never reported the revocation");
+        })?
+    });
+    for r in out {
+        r.unwrap();
+    }
+}

@@ -1029,6 +1029,13 @@ impl Comm {
     pub fn probe(&self, src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
         let s = self.source(src)?;
+        // The peer waited for as hang reports and the cycle search read
+        // it: a world rank, as every wait publishes it.
+        let peer = if src == ANY_SOURCE {
+            ANY_SOURCE
+        } else {
+            s as usize
+        };
         let mut w = Waiter::new(&self.sh);
         loop {
             {
@@ -1055,13 +1062,13 @@ impl Comm {
                     }
                     if let Some(waited) = w.stalled(0) {
                         e.publish_wait(None);
-                        return Err(explain(&e, OpKind::Probe, src, tag, self.ctx, waited));
+                        return Err(explain(&e, OpKind::Probe, peer, tag, self.ctx, waited));
                     }
-                    w.publish(&mut e, OpKind::Probe, self.ctx, src, tag);
+                    w.publish(&mut e, OpKind::Probe, self.ctx, peer, tag);
                     let ours = Wait {
                         rank: e.rank(),
                         op: OpKind::Probe,
-                        peer: src,
+                        peer,
                         tag,
                     };
                     let activity = e.activity();
@@ -1324,9 +1331,11 @@ impl std::fmt::Debug for Registered<'_> {
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        let mut e = self.comm.engine();
-        let n = self.comm.size();
-        e.unpin(self.buf.as_ptr() as u64, n);
+        // `register` pinned the buffer with every peer of the job, not
+        // only with this communicator's.
+        self.comm
+            .engine()
+            .unpin(self.buf.as_ptr() as u64, usize::MAX);
     }
 }
 
@@ -2033,10 +2042,7 @@ impl<'s> Request<'s> {
         e.progress();
         first.comm.drive_collectives(&mut e);
         for r in reqs.iter() {
-            let id = r.id()?;
-            if e.info(id)
-                .is_some_and(|i| i.phase != tandem_core::proto::Phase::Done)
-            {
+            if !e.takeable(r.id()?) {
                 return Ok(None);
             }
         }
@@ -2044,7 +2050,8 @@ impl<'s> Request<'s> {
         let mut err = None;
         for r in reqs.iter_mut() {
             let id = r.id.take().expect("checked above");
-            match e.take(id).expect("done") {
+            // In the numbering of the request's own communicator.
+            match r.comm.here(e.take(id).expect("takeable")) {
                 Ok(s) => out.push(s),
                 Err(x) => {
                     err.get_or_insert(x);

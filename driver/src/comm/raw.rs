@@ -130,11 +130,11 @@ impl Comm {
         t.map(|x| self.here(x)).ok_or(r)
     }
 
-    /// Whether a raw operation has finished, without taking its result.
+    /// Whether a raw operation has finished, without taking its result:
+    /// also when it is pending on a revoked communicator, where taking it
+    /// fails with [`Error::Revoked`](crate::Error::Revoked).
     pub fn is_done_raw(&self, r: &RawRequest) -> bool {
-        self.engine()
-            .info(r.id)
-            .is_none_or(|i| i.phase == tandem_core::proto::Phase::Done)
+        self.engine().takeable(r.id)
     }
 
     /// Cancels a raw receive that has not matched yet: `true` if cancelled

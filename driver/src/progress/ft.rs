@@ -170,6 +170,16 @@ impl Engine {
         }
     }
 
+    /// Whether [`take`](super::Engine::take) would return `id`'s result
+    /// now: it finished, or it is pending on a revoked context (it then
+    /// fails with `Revoked`). A spent `id` counts as finished.
+    pub(crate) fn takeable(&self, id: OpId) -> bool {
+        self.proto.info(id).is_none_or(|i| {
+            i.phase == tandem_core::proto::Phase::Done
+                || (self.ft.revoked_any && self.ft.is_revoked(i.ctx) && i.ctx != FT_CTX)
+        })
+    }
+
     /// The pending operation `id` on a revoked context: withdrawn, with
     /// the error its waiter gets.
     pub(super) fn take_revoked(&mut self, id: OpId) -> Option<crate::error::Result<super::Status>> {

@@ -545,9 +545,19 @@ impl Engine {
         ctx: u16,
         tag: u32,
     ) -> Option<Fast> {
-        let Link::Shm(l) = &mut self.peers[src].link else {
+        // A revoked context or a broken link: the general path, which
+        // fails the receive as it should (this shortcut is also called
+        // on its own, from a blocking receive's cold path).
+        if self.ft.revoked_any && self.ft.is_revoked(ctx) {
+            return None;
+        }
+        let ch = &mut self.peers[src];
+        let Link::Shm(l) = &mut ch.link else {
             return None;
         };
+        if ch.broken.is_some() {
+            return None;
+        }
         let line = l.peek_line_ref()?;
         let (w0, w1, len, w3) = (ld8(line, 0), ld8(line, 8), ld8(line, 16), ld8(line, 24));
         let word = Header::eager_word(ctx, tag);
@@ -1239,7 +1249,7 @@ impl Engine {
     }
 
     /// Ends a [`pin`](Self::pin) with the first `upto` peers (all: the
-    /// number of peers).
+    /// number of peers, or more).
     pub(crate) fn unpin(&mut self, addr: u64, upto: usize) {
         for peer in self.peers.iter_mut().take(upto) {
             peer.link.unpin(addr);
