@@ -1195,7 +1195,7 @@ fn start_coll(
     }
     drop(c);
     blocking(l)?;
-    let h = l.add_req(Req::Done(crate::p2p::empty_status()));
+    let h = l.add_req(Req::Done(crate::p2p::empty_status(), None));
     // SAFETY: the program's request out-parameter.
     unsafe { put(out, h) };
     Ok(())

@@ -164,7 +164,7 @@ fn now(l: &Lib, out: *mut Handle, r: c_int) -> Result<(), Fail> {
             "the collective failed".into(),
         ));
     }
-    let h = l.add_req(Req::Done(crate::p2p::empty_status()));
+    let h = l.add_req(Req::Done(crate::p2p::empty_status(), None));
     // SAFETY: the program's request out-parameter.
     unsafe { put(out, h) };
     Ok(())
@@ -641,7 +641,7 @@ fn matched_recv(
     // Checked before the message is taken, so a bad argument loses none.
     let cap = crate::p2p::in_view(l, buf, n, dt)?.len;
     let r = match take_message(l, msg)? {
-        None => Req::Done(crate::p2p::proc_null_status()),
+        None => Req::Done(crate::p2p::proc_null_status(), None),
         Some(p) => Req::P2p(crate::p2p::matched_into(l, p, buf, n, dt, cap)?),
     };
     let h = l.add_req(r);

@@ -455,7 +455,7 @@ fn isend(
     let tag = send_tag(tag)?;
     let Some(to) = dest(&c, to)? else {
         return Ok(match persistent {
-            None => Req::Done(proc_null_status()),
+            None => Req::Done(proc_null_status(), None),
             Some(_) => Req::P2p(P2pReq {
                 comm: c,
                 raw: None,
@@ -463,7 +463,7 @@ fn isend(
                 stage: None,
                 persistent,
                 hold: TypeHold::empty(),
-                done: Some(proc_null_status()),
+                done: Some((proc_null_status(), None)),
                 detached: false,
                 cancel: false,
                 null_peer: true,
@@ -510,7 +510,7 @@ fn irecv(
     let tag = recv_tag(tag)?;
     let Some(from) = source(&c, from)? else {
         return Ok(match persistent {
-            None => Req::Done(proc_null_status()),
+            None => Req::Done(proc_null_status(), None),
             Some(_) => Req::P2p(P2pReq {
                 comm: c,
                 raw: None,
@@ -518,7 +518,7 @@ fn irecv(
                 stage: None,
                 persistent,
                 hold: TypeHold::empty(),
-                done: Some(proc_null_status()),
+                done: Some((proc_null_status(), None)),
                 detached: false,
                 cancel: false,
                 null_peer: true,
@@ -592,7 +592,12 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
         .get_mut(idx)
         .ok_or_else(|| Fail::new(abi::ERR_REQUEST, "invalid request handle".into()))?;
     match r {
-        Req::Done(st) => Ok(Outcome::Done(*st, None)),
+        Req::Done(..) => {
+            let Req::Done(st, f) = std::mem::replace(r, Req::Done(empty_status(), None)) else {
+                unreachable!("matched above")
+            };
+            Ok(Outcome::Done(st, f))
+        }
         Req::Agree(a) => {
             let Some(mut op) = a.op.take() else {
                 return Ok(Outcome::Done(empty_status(), None));
@@ -662,8 +667,8 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             }
         }
         Req::P2p(p) => {
-            if let Some(st) = p.done.take() {
-                return Ok(Outcome::Done(st, None));
+            if let Some((st, f)) = p.done.take() {
+                return Ok(Outcome::Done(st, f));
             }
             let Some(raw) = p.raw.take() else {
                 // An inactive persistent request.
@@ -1083,7 +1088,7 @@ fn testall(
             Some(Req::P2p(p)) => {
                 p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r))
             }
-            Some(Req::Done(_)) => true,
+            Some(Req::Done(..)) => true,
             Some(Req::Coll { .. } | Req::Agree(_)) => false,
             None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
         };
@@ -1096,11 +1101,10 @@ fn testall(
             );
             if is_coll {
                 if let Outcome::Done(s, f) = complete_index(l, idx, Mode::Test)? {
-                    // Keep its result for the collection below.
-                    let mut s = s;
-                    s.error = f.map_or(abi::SUCCESS, |f| f.class);
+                    // Keep its result, failure and all, for the collection
+                    // below.
                     if let Some(r) = l.reqs.borrow_mut().get_mut(idx) {
-                        *r = Req::Done(s);
+                        *r = Req::Done(s, f);
                     }
                     continue;
                 }
@@ -1498,7 +1502,7 @@ export! {
                 }
                 Some(Req::Coll { raw, .. }) => raw.is_some(),
                 Some(Req::Agree(a)) => a.op.is_some(),
-                Some(Req::Done(_)) => false,
+                Some(Req::Done(..)) => false,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
             if active {
@@ -1531,7 +1535,7 @@ export! {
                 .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
             let done = match l.reqs.borrow().get(idx) {
                 Some(Req::P2p(p)) => p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r)),
-                Some(Req::Done(_)) => true,
+                Some(Req::Done(..)) => true,
                 // Known done only by testing it: the test below.
                 Some(Req::Agree(_)) => true,
                 Some(Req::Coll { .. }) => false,
@@ -1546,13 +1550,16 @@ export! {
                 Outcome::Done(s, f) => {
                     put(flag, 1);
                     out_status(st, &s);
+                    // The later wait or test collects it with the same
+                    // failure this call returns.
+                    let r = f.clone().map_or(Ok(()), Err);
                     if let Some(slot) = l.reqs.borrow_mut().get_mut(idx) {
                         match slot {
-                            Req::P2p(p) => p.done = Some(s),
-                            other => *other = Req::Done(s),
+                            Req::P2p(p) => p.done = Some((s, f)),
+                            other => *other = Req::Done(s, f),
                         }
                     }
-                    f.map_or(Ok(()), Err)
+                    r
                 }
                 Outcome::Pending => {
                     put(flag, 0);

@@ -76,8 +76,10 @@ impl CommObj {
 pub enum Req {
     /// A point-to-point operation (or a persistent one, active or not).
     P2p(P2pReq),
-    /// Completed at its start (a `MPI_PROC_NULL` peer): its status is ready.
-    Done(abi::Status),
+    /// Finished, its result not collected yet: completed at its start (a
+    /// `MPI_PROC_NULL` peer), or a collective or agreement a test saw
+    /// finish; with its failure, which the collecting call returns.
+    Done(abi::Status, Option<Fail>),
     /// A tandem collective under way.
     Coll {
         /// Its communicator.
@@ -195,8 +197,10 @@ pub struct P2pReq {
     /// A persistent request's datatype, kept alive while the request is.
     pub hold: TypeHold,
     /// The result of a finished operation not yet collected (set by a test
-    /// that saw it finish while another was pending, `MPI_Testall`).
-    pub done: Option<abi::Status>,
+    /// that saw it finish while another was pending, `MPI_Testall`, or by
+    /// `MPI_Request_get_status`), with its failure, which the collecting
+    /// call returns.
+    pub done: Option<(abi::Status, Option<Fail>)>,
     /// Freed by `MPI_Request_free` while active: dropped once it finishes.
     pub detached: bool,
     /// `MPI_Cancel` was called.
@@ -518,7 +522,7 @@ fn bad_comm(h: Handle) -> Fail {
 }
 
 /// A failed call: its MPI error class and tandem's message.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Fail {
     /// The MPI error class.
     pub class: c_int,

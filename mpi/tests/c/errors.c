@@ -6,8 +6,9 @@
  * Sets MPI_ERRORS_RETURN on MPI_COMM_WORLD (and on MPI_COMM_SELF, where
  * MPI-4 routes errors that have no communicator to blame), checks
  * Comm_get_errhandler, then provokes: invalid rank, tag, communicator
- * (garbage handle and MPI_COMM_NULL), datatype, count, truncation, root, op
- * and request.  Every call must return (not abort) a code whose
+ * (garbage handle and MPI_COMM_NULL), datatype, count, truncation (also
+ * seen first by Request_get_status, then collected by Wait), root, op and
+ * request.  Every call must return (not abort) a code whose
  * MPI_Error_class is the expected class and for which MPI_Error_string gives
  * text.  Afterwards ordinary traffic must still work.
  */
@@ -201,6 +202,24 @@ int main(int argc, char **argv)
         EXPECT(rc, MPI_ERR_TRUNCATE, "Irecv+Wait 20 ints into 5");
         CHECK(st.MPI_SOURCE == left && st.MPI_TAG == 34, "Irecv truncation: src %d tag %d",
               st.MPI_SOURCE, st.MPI_TAG);
+
+        /* Request_get_status sees the truncation and keeps the request:
+         * the Wait that collects it returns the same error. */
+        rc = MPI_Irecv(small, 5, MPI_INT, left, 36, MPI_COMM_WORLD, &rrq);
+        CHECK(rc == MPI_SUCCESS, "Irecv for get_status rc %d", rc);
+        rc = MPI_Send(big, 20, MPI_INT, right, 36, MPI_COMM_WORLD);
+        CHECK(rc == MPI_SUCCESS, "Send (truncated, get_status) rc %d", rc);
+        int seen = 0;
+        for (long spins = 0; !seen && spins < 100000000L; spins++) {
+            rc = MPI_Request_get_status(rrq, &seen, MPI_STATUS_IGNORE);
+            if (!seen)
+                CHECK(rc == MPI_SUCCESS, "Request_get_status (pending) rc %d", rc);
+        }
+        CHECK(seen, "Request_get_status never saw the truncated receive finish");
+        EXPECT(rc, MPI_ERR_TRUNCATE, "Request_get_status of a truncated receive");
+        CHECK(rrq != MPI_REQUEST_NULL, "Request_get_status freed the request");
+        rc = MPI_Wait(&rrq, MPI_STATUS_IGNORE);
+        EXPECT(rc, MPI_ERR_TRUNCATE, "Wait after Request_get_status saw the truncation");
 
         /* Waitall reports MPI_ERR_IN_STATUS with the truncation in the status. */
         MPI_Request two[2];
