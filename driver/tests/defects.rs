@@ -366,3 +366,74 @@ fn test_all_reports_a_revocation() {
         r.unwrap();
     }
 }
+
+/// `Request::wait_any` names a finished request's source in the numbering
+/// of that request's own communicator, whichever request comes first in
+/// the array.
+#[test]
+fn wait_any_names_sources_in_each_requests_communicator() {
+    let out = Comm::threads(2, &Layout::default(), cfg(), |c| {
+        // World rank 1 is rank 0 here.
+        let s = c.subset_with_context(&[1, 0], 300)?;
+        if c.rank() == 1 {
+            s.send(b"x", 1, 1)?;
+            c.recv(&mut [0u8; 1], 0, 2)?;
+            return Ok(());
+        }
+        let (mut a, mut b) = ([0u8; 1], [0u8; 1]);
+        let r = c.scope(|wc| {
+            s.scope(|sc| {
+                let mut reqs = [
+                    Some(wc.irecv(&mut a, 1, 99)?),
+                    Some(sc.irecv(&mut b, ANY_SOURCE, 1)?),
+                ];
+                let (i, st) = tandem_driver::Request::wait_any(&mut reqs).expect("pending");
+                assert_eq!((i, st?.source), (1, 0));
+                let mut first = reqs[0].take().expect("still pending");
+                assert!(first.cancel()?);
+                Ok::<_, Error>(())
+            })
+        });
+        // The scope that ends the cancelled request may report it.
+        assert!(
+            matches!(
+                r,
+                Ok(Ok(Ok(())))
+                    | Ok(Ok(Err(Error::Cancelled)))
+                    | Ok(Err(Error::Cancelled))
+                    | Err(Error::Cancelled)
+            ),
+            "{r:?}"
+        );
+        c.send(&[1], 1, 2)?;
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}
+
+/// A receive that times out on a communicator of some of the job's ranks
+/// names the awaited rank in that communicator's numbering.
+#[test]
+fn a_timeout_on_a_subset_names_the_peer_in_its_numbering() {
+    let cfg = cfg().timeout(Duration::from_millis(300));
+    let out = Comm::threads(2, &Layout::default(), cfg, |c| {
+        // World rank 1 is rank 0 here.
+        let s = c.subset_with_context(&[1, 0], 300)?;
+        if c.rank() == 1 {
+            // Waits in nothing, so the receive below times out rather than
+            // closing a cycle.
+            std::thread::sleep(Duration::from_millis(1500));
+            return Ok(());
+        }
+        match s.recv(&mut [0u8; 1], 0, 5) {
+            Err(Error::Timeout { peer, .. }) => assert_eq!(peer, 0),
+            other => panic!("{other:?}"),
+        }
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}

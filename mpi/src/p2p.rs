@@ -1356,8 +1356,13 @@ export! {
         run(comm, "MPI_Bsend", |l| {
             let c = l.comm(comm)?;
             let out = out_view(l, buf, n, dt)?;
+            // Sent as bytes: a count of them must fit a C int.
+            let len = out.bytes().len();
+            let bytes = c_int::try_from(len).map_err(|_| {
+                Fail::new(abi::ERR_COUNT, format!("MPI_Bsend of {len} bytes: more than a buffered send carries (2 GiB)"))
+            })?;
             let copy = out.bytes().to_vec();
-            let r = isend(l, copy.as_ptr().cast(), copy.len() as c_int, abi::BYTE, to, tag, c, false, None)?;
+            let r = isend(l, copy.as_ptr().cast(), bytes, abi::BYTE, to, tag, c, false, None)?;
             let r = match r {
                 Req::P2p(mut p) => {
                     p.stage = Some(Unpack { staged: copy, dst: std::ptr::null_mut(), dt: abi::BYTE, count: 0, hold: TypeHold::empty(), cap: usize::MAX });

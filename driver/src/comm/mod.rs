@@ -756,6 +756,22 @@ impl Comm {
                 peer: self.rank_of_world(peer),
                 detail,
             },
+            // The awaited peer in this communicator's numbering; a
+            // deadlock's cycle may run through other communicators, so its
+            // waits keep the job's numbering.
+            Error::Timeout {
+                op,
+                peer,
+                tag,
+                waited,
+                why,
+            } => Error::Timeout {
+                op,
+                peer: self.rank_of_world(peer),
+                tag,
+                waited,
+                why,
+            },
             other => other,
         }
     }
@@ -1062,7 +1078,8 @@ impl Comm {
                     }
                     if let Some(waited) = w.stalled(0) {
                         e.publish_wait(None);
-                        return Err(explain(&e, OpKind::Probe, peer, tag, self.ctx, waited));
+                        let err = explain(&e, OpKind::Probe, peer, tag, self.ctx, waited);
+                        return Err(self.here_err(err));
                     }
                     w.publish(&mut e, OpKind::Probe, self.ctx, peer, tag);
                     let ours = Wait {
@@ -1998,9 +2015,12 @@ impl<'s> Request<'s> {
                     let Some(r) = slot else { continue };
                     let Some(id) = r.id else { continue };
                     if let Some(res) = e.take(id) {
+                        // In the numbering of the request's own
+                        // communicator.
+                        let c = r.comm;
                         r.id = None;
                         *slot = None;
-                        return Some((i, comm.here(res)));
+                        return Some((i, c.here(res)));
                     }
                 }
                 if w.slow_path_due() {

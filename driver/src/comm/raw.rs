@@ -155,7 +155,10 @@ impl Comm {
     /// Waits until one of `reqs` finishes, under the wait policy; returns
     /// its index and result and leaves `None` in its place. `None` if every
     /// entry is `None`. The requests may come from any communicator of this
-    /// rank; the no-progress timeout applies to the first still pending.
+    /// rank (a raw request does not know its own); the status and error
+    /// name ranks in this communicator's numbering, so on communicators
+    /// numbered differently wait through the request's own. The
+    /// no-progress timeout applies to the first still pending.
     ///
     /// # Errors
     /// In the returned result: what [`wait_raw`](Self::wait_raw) reports for
