@@ -437,3 +437,19 @@ fn a_timeout_on_a_subset_names_the_peer_in_its_numbering() {
         r.unwrap();
     }
 }
+
+/// A blocking probe on a revoked communicator fails with `Revoked`, as a
+/// receive does, even when a matching message is there.
+#[test]
+fn a_probe_on_a_revoked_comm_fails_even_with_a_message_there() {
+    let out = Comm::threads(1, &Layout::default(), cfg(), |c| {
+        c.send(b"here", 0, 3)?;
+        assert_eq!(c.iprobe(0, 3)?.map(|s| s.len), Some(4), "it is there");
+        c.revoke();
+        assert_eq!(c.probe(0, 3), Err(Error::Revoked { context: 0 }));
+        Ok(())
+    });
+    for r in out {
+        r.unwrap();
+    }
+}

@@ -1041,7 +1041,9 @@ impl Comm {
     /// once the link to `src` (not [`ANY_SOURCE`]) has failed with no such
     /// message arrived, the link's failure as other operations report it:
     /// [`Error::PeerLost`], [`Error::Protocol`] or [`Error::ChannelBroken`];
-    /// [`Error::Timeout`] or [`Error::Deadlock`] after the timeout.
+    /// [`Error::Revoked`] on a revoked communicator, as a receive, even if
+    /// a matching message is there; [`Error::Timeout`] or
+    /// [`Error::Deadlock`] after the timeout.
     pub fn probe(&self, src: usize, tag: Tag) -> Result<Status> {
         Self::check_recv_tag(tag)?;
         let s = self.source(src)?;
@@ -1056,6 +1058,10 @@ impl Comm {
         loop {
             {
                 let mut e = self.engine();
+                if let Err(err) = e.gate(self.ctx) {
+                    e.publish_wait(None);
+                    return Err(err);
+                }
                 if let Some(st) = e.probe(s, self.ctx, tag) {
                     e.publish_wait(None);
                     return self.here(Ok(st));
@@ -1063,10 +1069,6 @@ impl Comm {
                 self.drive_collectives(&mut e);
                 if w.slow_path_due() {
                     e.check_peers();
-                    if let Err(err) = e.gate(self.ctx) {
-                        e.publish_wait(None);
-                        return Err(err);
-                    }
                     if src != ANY_SOURCE && e.is_dead(s as usize) {
                         e.progress();
                         if let Some(st) = e.probe(s, self.ctx, tag) {
