@@ -25,12 +25,14 @@
 //!   reorders) is held back and released in sequence order.
 //! * **Credits**, two kinds, one per message. Each peer may have at most
 //!   `envelopes` matching messages outstanding at this rank, one per
-//!   receive entry reserved for it: at most `credits` eager ones
-//!   (eager or synchronous eager), each holding an entry and one of the
-//!   `eager_limit`-byte payload buffers reserved for the peer, and at most
-//!   `envelopes - credits` RTS, each holding an entry alone. So an eager
-//!   message takes one eager credit and an RTS one rendezvous credit, never
-//!   both: the fast paths keep one count each way, not two. A credit is
+//!   receive entry reserved for it. `credits` of the entries are eager
+//!   credits, each with one of the `eager_limit`-byte payload buffers
+//!   reserved for the peer, the other `envelopes - credits` rendezvous
+//!   credits. An eager message (eager or synchronous eager) takes an eager
+//!   credit; an RTS takes a rendezvous credit, or an eager one when none
+//!   is left ([`Kind::RtsEager`]: it then holds an entry and leaves the
+//!   buffer unused), so that RTS may fill every entry. Every message takes
+//!   one credit, never two: the fast paths keep one count each way. A credit is
 //!   freed once its message no longer needs its entry (delivered, or its
 //!   acknowledgement sent) and the running counts of freed rendezvous and
 //!   eager credits ride in every header back to the peer (16 bits each,
@@ -47,10 +49,9 @@
 //!   that arrives before its receive is stored in a payload buffer, so
 //!   unexpected payloads never need more than `nranks * credits *
 //!   eager_limit` bytes. A sender out of eager credit does not wait: it
-//!   sends the message as an RTS, which takes a rendezvous credit. So
-//!   messages a receiver has not received yet can never keep a later,
-//!   matchable one from being sent (MPI's progress rule), within the
-//!   `envelopes - credits` rendezvous credits.
+//!   sends the message as an RTS, which needs only an entry. So messages a
+//!   receiver has not received yet can never keep a later, matchable one
+//!   from being sent (MPI's progress rule), within the entries reserved.
 //! * **Rendezvous** (`len > eager_limit`): an RTS carries tag, length and an
 //!   [`MemDesc`] body (where the sender's payload lives). When a receive matches, the
 //!   driver may *pull* the data itself ([`Engine::next_pull`], e.g. Linux
