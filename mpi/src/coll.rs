@@ -58,6 +58,18 @@ fn is_in_place(p: *const c_void) -> bool {
     p as usize == abi::IN_PLACE
 }
 
+/// A reduction's send buffer off the root: `MPI_IN_PLACE` is the root's
+/// alone (MPICH refuses it too).
+fn send_buffer_off_root(s: *const c_void, at_root: bool) -> Result<(), Fail> {
+    if !at_root && is_in_place(s) {
+        return fail(
+            abi::ERR_BUFFER,
+            "MPI_IN_PLACE as the send buffer of a rank that is not the root",
+        );
+    }
+    Ok(())
+}
+
 fn root_of(c: &CommObj, root: c_int) -> Result<usize, Fail> {
     if root < 0 || root as usize >= c.size() {
         return fail(
@@ -207,13 +219,54 @@ fn check_op(l: &Lib, op: Handle, dt: Handle) -> Result<(), Fail> {
     Ok(())
 }
 
-/// The typed-layout bytes of `n` elements (`n` extents) at `p`.
-unsafe fn typed<'a>(p: *const c_void, n: usize, t: Ty) -> &'a [u8] {
-    if n == 0 || p.is_null() || t.extent == 0 {
-        return &[];
+/// The datatype of a reduction the general path carries out: a
+/// predefined type or a committed contiguous derived one (its data of `n`
+/// elements exactly the `n * size` bytes at the buffer). The general path
+/// moves and reduces the buffers as those bytes, so a type with holes, a
+/// lower bound or an extent other than its size is refused rather than
+/// read or written outside its type map.
+///
+/// # Errors
+/// `MPI_ERR_TYPE` for an invalid, uncommitted or such a derived type.
+fn reduction_ty(l: &Lib, dt: Handle) -> Result<Ty, Fail> {
+    let t = ty(l, dt)?;
+    if crate::datatype::is_predefined(dt) {
+        return Ok(t);
+    }
+    let info = l.types.borrow().info(dt).map_err(|c| type_fail(c, dt))?;
+    if !info.committed {
+        return fail(abi::ERR_TYPE, format!("datatype {dt:#x} is not committed"));
+    }
+    if !info.contiguous {
+        return fail(
+            abi::ERR_TYPE,
+            format!(
+                "datatype {dt:#x}: tandem reduces only predefined types and contiguous derived \
+                 ones (no holes, lower bound 0, extent equal to size); pack the data into a \
+                 contiguous type"
+            ),
+        );
+    }
+    Ok(t)
+}
+
+/// The typed-layout bytes of `n` elements (`n` extents) at `p`, whose type
+/// passed [`reduction_ty`].
+///
+/// # Errors
+/// `MPI_ERR_BUFFER` for a null buffer (`MPI_BOTTOM`) holding data.
+unsafe fn typed<'a>(p: *const c_void, n: usize, t: Ty) -> Result<&'a [u8], Fail> {
+    if n == 0 || t.extent == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return fail(
+            abi::ERR_BUFFER,
+            "a reduction's buffer is null (MPI_BOTTOM) but holds data",
+        );
     }
     // SAFETY: the program's buffer of `n` elements of the type.
-    unsafe { std::slice::from_raw_parts(p.cast(), n * t.extent) }
+    Ok(unsafe { std::slice::from_raw_parts(p.cast(), n * t.extent) })
 }
 
 /// tandem's reduction for a predefined type and operator, if it has one.
@@ -439,13 +492,13 @@ fn allreduce(
         return res;
     }
     check_op(l, op, dt)?;
-    let t = ty(l, dt)?;
+    let t = reduction_ty(l, dt)?;
     let mut acc = if is_in_place(s) {
         // SAFETY: the program's buffer.
-        unsafe { typed(r, n, t) }.to_vec()
+        unsafe { typed(r, n, t) }?.to_vec()
     } else {
         // SAFETY: the program's buffer.
-        unsafe { typed(s, n, t) }.to_vec()
+        unsafe { typed(s, n, t) }?.to_vec()
     };
     g_reduce0(l, &c, &mut acc, op, dt, n)?;
     g_bcast(&c, &mut acc, 0)?;
@@ -494,6 +547,7 @@ fn reduce(
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let root = root_of(&c, root)?;
+    send_buffer_off_root(s, c.rank == root)?;
     let n = count(n)?;
     if n == 0 {
         check_op(l, op, dt)?;
@@ -507,14 +561,14 @@ fn reduce(
         }
     }
     check_op(l, op, dt)?;
-    let t = ty(l, dt)?;
+    let t = reduction_ty(l, dt)?;
     let src = if is_in_place(s) && me == root {
         r.cast_const()
     } else {
         s
     };
     // SAFETY: the program's buffer.
-    let mut acc = unsafe { typed(src, n, t) }.to_vec();
+    let mut acc = unsafe { typed(src, n, t) }?.to_vec();
     g_reduce0(l, &c, &mut acc, op, dt, n)?;
     if root != 0 {
         if me == 0 {
@@ -674,6 +728,27 @@ fn gatherv(
     Ok(())
 }
 
+/// Copies a rank's own block, `out` into `dst` (a collective's step to
+/// itself); returns the bytes copied.
+///
+/// # Errors
+/// `MPI_ERR_TRUNCATE` when the block sent is longer than the block
+/// received, as for a message from another rank.
+fn own_block(out: &[u8], dst: &mut [u8]) -> Result<usize, Fail> {
+    if out.len() > dst.len() {
+        return fail(
+            abi::ERR_TRUNCATE,
+            format!(
+                "this rank's own block holds {} bytes, it sends itself {}",
+                dst.len(),
+                out.len()
+            ),
+        );
+    }
+    dst[..out.len()].copy_from_slice(out);
+    Ok(out.len())
+}
+
 /// Scatters `counts[i]` elements of `sdt` at `displs[i]` from `root`.
 fn scatterv(
     l: &Lib,
@@ -704,9 +779,7 @@ fn scatterv(
         if i == me {
             if !is_in_place(r) {
                 let mut inb = in_view(l, r, rn, rdt)?;
-                let dst = inb.bytes();
-                let k = out.len.min(dst.len());
-                dst[..k].copy_from_slice(&out.bytes()[..k]);
+                let k = own_block(out.bytes(), inb.bytes())?;
                 if let Some(u) = &inb.stage {
                     unstage(l, u, k)?;
                 }
@@ -779,10 +852,7 @@ fn alltoallv(
         let out = out_view(l, sat, scnt[to] as c_int, sdt2)?;
         let mut inb = in_view(l, rat, rcounts[from] as c_int, rdt)?;
         let got = if step == 0 {
-            let dst = inb.bytes();
-            let k = out.len.min(dst.len());
-            dst[..k].copy_from_slice(&out.bytes()[..k]);
-            k
+            own_block(out.bytes(), inb.bytes())?
         } else {
             let stage = inb.stage.take();
             let mut tmp;
@@ -857,10 +927,7 @@ fn alltoallw(
         let out = out_view(l, sat, sc[to] as c_int, st[to])?;
         let mut inb = in_view(l, rat, rc[from] as c_int, rt[from])?;
         let got = if step == 0 {
-            let dst = inb.bytes();
-            let k = out.len.min(dst.len());
-            dst[..k].copy_from_slice(&out.bytes()[..k]);
-            k
+            own_block(out.bytes(), inb.bytes())?
         } else {
             let st = c.coll.sendrecv(
                 out.bytes(),
@@ -893,11 +960,11 @@ fn scan(
     let c = l.comm(comm)?;
     let n = count(n)?;
     check_op(l, op, dt)?;
-    let t = ty(l, dt)?;
+    let t = reduction_ty(l, dt)?;
     let me = c.rank;
     let src = if is_in_place(s) { r.cast_const() } else { s };
     // SAFETY: the program's buffer.
-    let mine = unsafe { typed(src, n, t) }.to_vec();
+    let mine = unsafe { typed(src, n, t) }?.to_vec();
     // prefix = x0 op … op x(me-1), from the left neighbour.
     let mut prefix = vec![0u8; mine.len()];
     if me > 0 {
@@ -954,7 +1021,7 @@ fn reduce_scatter(
     comm: Handle,
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
-    let t = ty(l, dt)?;
+    let t = reduction_ty(l, dt)?;
     let total: usize = counts.iter().sum();
     if total == 0 {
         check_op(l, op, dt)?;
@@ -972,7 +1039,7 @@ fn reduce_scatter(
     check_op(l, op, dt)?;
     let src = if is_in_place(s) { r.cast_const() } else { s };
     // SAFETY: the program's buffer of `total` elements.
-    let mut acc = unsafe { typed(src, total, t) }.to_vec();
+    let mut acc = unsafe { typed(src, total, t) }?.to_vec();
     g_reduce0(l, &c, &mut acc, op, dt, total)?;
     let disp: Vec<isize> = counts
         .iter()
@@ -1481,6 +1548,7 @@ export! {
             let c = l.comm(comm)?;
             let rt = root_of(&c, root)?;
             let at_root = c.rank == rt;
+            send_buffer_off_root(s, at_root)?;
             drop(c);
             // The same choice on every rank, as the blocking call makes it:
             // unaligned buffers are staged.

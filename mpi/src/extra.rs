@@ -576,8 +576,13 @@ export! {
         run(W, "MPI_Group_range_incl", |l| {
             let g = l.group(group)?;
             let mut v = Vec::new();
+            let mut taken = vec![false; g.len()];
             for i in 0..count(n)? {
                 for r in expand(*ranges.add(i), g.len())? {
+                    // The ranks the triplets name must be distinct.
+                    if std::mem::replace(&mut taken[r], true) {
+                        return fail(abi::ERR_RANK, format!("rank {r} named twice by the ranges"));
+                    }
                     v.push(g[r]);
                 }
             }

@@ -128,6 +128,9 @@ impl Out {
 #[inline(always)]
 pub(crate) fn out_view(l: &Lib, buf: *const c_void, n: c_int, dt: Handle) -> Result<Out, Fail> {
     let n = count(n)?;
+    if buf as usize == abi::IN_PLACE {
+        return in_place_here();
+    }
     if let Some(sz) = abi::builtin_size(dt) {
         if sz > 0 && dt != abi::LB && dt != abi::UB {
             return Ok(Out {
@@ -138,6 +141,17 @@ pub(crate) fn out_view(l: &Lib, buf: *const c_void, n: c_int, dt: Handle) -> Res
         }
     }
     out_view_derived(l, buf, n, dt)
+}
+
+/// `MPI_IN_PLACE` given where the call needs a buffer (a send, a receive,
+/// a collective's buffer off the root): every call that takes it checks for
+/// it before it asks for a view.
+#[cold]
+fn in_place_here<T>() -> Result<T, Fail> {
+    fail(
+        abi::ERR_BUFFER,
+        "MPI_IN_PLACE where this call needs a buffer (it is the root's alone, or this call takes none)",
+    )
 }
 
 #[cold]
@@ -192,6 +206,9 @@ pub(crate) struct In {
 #[inline(always)]
 pub(crate) fn in_view(l: &Lib, buf: *mut c_void, n: c_int, dt: Handle) -> Result<In, Fail> {
     let n = count(n)?;
+    if buf as usize == abi::IN_PLACE {
+        return in_place_here();
+    }
     if let Some(sz) = abi::builtin_size(dt) {
         if sz > 0 && dt != abi::LB && dt != abi::UB {
             return Ok(In {
@@ -1321,7 +1338,12 @@ fn get_count(
     let n = if elements {
         types.elements(dt, bytes).map_err(|c| type_fail(c, dt))?
     } else if info.size == 0 {
-        0
+        // No count of empty elements makes a nonzero number of bytes.
+        if bytes == 0 {
+            0
+        } else {
+            abi::UNDEFINED as i64
+        }
     } else if bytes % info.size != 0 {
         abi::UNDEFINED as i64
     } else {
