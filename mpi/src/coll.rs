@@ -54,6 +54,24 @@ fn ty(l: &Lib, dt: Handle) -> Result<Ty, Fail> {
     })
 }
 
+/// The element count of a buffer of `blocks` blocks of `each` elements,
+/// as the views take it (a C int).
+///
+/// # Errors
+/// `MPI_ERR_COUNT` past 2^31 - 1 elements: the product of valid counts,
+/// which this library cannot view as one buffer (it never wraps).
+fn elements(blocks: usize, each: usize) -> Result<c_int, Fail> {
+    blocks
+        .checked_mul(each)
+        .and_then(|n| c_int::try_from(n).ok())
+        .ok_or_else(|| {
+            Fail::new(
+                abi::ERR_COUNT,
+                format!("{blocks} blocks of {each} elements: more than one buffer takes here (2^31 - 1 elements)"),
+            )
+        })
+}
+
 fn is_in_place(p: *const c_void) -> bool {
     p as usize == abi::IN_PLACE
 }
@@ -269,6 +287,18 @@ unsafe fn typed<'a>(p: *const c_void, n: usize, t: Ty) -> Result<&'a [u8], Fail>
     Ok(unsafe { std::slice::from_raw_parts(p.cast(), n * t.extent) })
 }
 
+/// tandem's own reduction of predefined type `dt` with predefined `op`,
+/// where it has one and the operator applies to the type (elsewhere the
+/// general path, which refuses an operator that does not apply with
+/// `MPI_ERR_OP`).
+fn native(dt: Handle, op: Handle) -> Option<(El, ReduceOp)> {
+    let b = crate::datatype::basic_of(dt)?;
+    if !crate::op::builtin_applies(op, b) {
+        return None;
+    }
+    tandem_el(dt).zip(tandem_op(op))
+}
+
 /// tandem's reduction for a predefined type and operator, if it has one.
 fn tandem_op(op: Handle) -> Option<ReduceOp> {
     Some(match op {
@@ -400,10 +430,7 @@ unsafe fn fast_allreduce(
     if !c.whole {
         return None;
     }
-    if n == 0 {
-        return Some(Ok(()));
-    }
-    let (el, rop) = (tandem_el(dt)?, tandem_op(op)?);
+    let (el, rop) = native(dt, op)?;
     Some(with_el!(el, T => allreduce_t::<T>(c, s, r, n, rop)).map_err(Fail::from))
 }
 
@@ -487,6 +514,11 @@ fn allreduce(
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let n = count(n)?;
+    if n == 0 {
+        // Nothing to reduce, but the arguments are still checked.
+        check_op(l, op, dt)?;
+        return Ok(());
+    }
     // SAFETY: the program's buffers.
     if let Some(res) = unsafe { fast_allreduce(&c, s, r, n, dt, op) } {
         return res;
@@ -556,7 +588,7 @@ fn reduce(
     let me = c.rank;
     if c.whole {
         // The same choice on every rank (whatever their buffers' alignment).
-        if let (Some(el), Some(rop)) = (tandem_el(dt), tandem_op(op)) {
+        if let Some((el, rop)) = native(dt, op) {
             return with_el!(el, T => reduce_t::<T>(&c, s, r, n, rop, root)).map_err(Fail::from);
         }
     }
@@ -1031,7 +1063,7 @@ fn reduce_scatter(
     // tandem's reduce-scatter for equal blocks of its types.
     if c.whole && counts.iter().all(|&k| k == counts[0]) {
         // The same choice on every rank (whatever their buffers' alignment).
-        if let (Some(el), Some(rop)) = (tandem_el(dt), tandem_op(op)) {
+        if let Some((el, rop)) = native(dt, op) {
             let k = counts[0];
             return with_el!(el, T => reduce_scatter_t::<T>(&c, s, r, k, rop)).map_err(Fail::from);
         }
@@ -1096,7 +1128,7 @@ fn coll_recv_side(
     n: usize,
     dt: Handle,
 ) -> Result<(*mut u8, usize, Staged), Fail> {
-    let inb = in_view(l, r, n as c_int, dt)?;
+    let inb = in_view(l, r, elements(n, 1)?, dt)?;
     let mut st = Staged {
         send: Vec::new(),
         recv: Vec::new(),
@@ -1157,7 +1189,7 @@ fn iallgather_start(
     if block == 0 {
         return Ok(None);
     }
-    let (dst, _, mut staged) = coll_recv_side(l, r, n * rn_u, rdt)?;
+    let (dst, _, mut staged) = coll_recv_side(l, r, n.saturating_mul(rn_u), rdt)?;
     // SAFETY: `mine` (the program's block, or its packed copy) holds
     // `block` bytes; they are copied into the request's own buffer.
     staged.send = unsafe { Staged::copy_of(mine.ptr, block) };
@@ -1194,8 +1226,8 @@ fn ialltoall_start(
     if rk == 0 && sk == 0 {
         return Ok(None);
     }
-    let out = out_view(l, s, (sk * n) as c_int, sdt)?;
-    let (dst, in_len, mut staged) = coll_recv_side(l, r, rk * n, rdt)?;
+    let out = out_view(l, s, elements(sk, n)?, sdt)?;
+    let (dst, in_len, mut staged) = coll_recv_side(l, r, rk.saturating_mul(n), rdt)?;
     if out.len != in_len || out.len % n != 0 {
         return Ok(None);
     }
@@ -1318,7 +1350,7 @@ export! {
             if mine.len() != block {
                 return fail(abi::ERR_TRUNCATE, format!("allgather: {} bytes sent, blocks of {block} expected", mine.len()));
             }
-            let mut inb = in_view(l, r, (n * rn_u) as c_int, rdt)?;
+            let mut inb = in_view(l, r, elements(n, rn_u)?, rdt)?;
             if inb.stage.is_none() && rt.extent == rt.size {
                 allgather_bytes(&c, &mine, inb.bytes())
             } else {
@@ -1421,8 +1453,8 @@ export! {
                 return Ok(());
             }
             if c.whole && !is_in_place(s) {
-                let out = out_view(l, s, (sk * n) as c_int, sdt)?;
-                let mut inb = in_view(l, r, (rk * n) as c_int, rdt)?;
+                let out = out_view(l, s, elements(sk, n)?, sdt)?;
+                let mut inb = in_view(l, r, elements(rk, n)?, rdt)?;
                 if out.len == inb.len {
                     let src = out.bytes().to_vec();
                     let res = if out.packed.is_none() {
@@ -1552,7 +1584,7 @@ export! {
             drop(c);
             // The same choice on every rank, as the blocking call makes it:
             // unaligned buffers are staged.
-            let fast = tandem_el(dt).zip(tandem_op(op));
+            let fast = native(dt, op);
             let size = abi::builtin_size(dt).unwrap_or(1);
             let in_place = at_root && is_in_place(s);
             let stage = (at_root && !aligned(r, size)) || (!in_place && !aligned(s, size));
@@ -1589,7 +1621,7 @@ export! {
         run(comm, "MPI_Iallreduce", |l| {
             let nn = count(n)?;
             // The same choice on every rank: unaligned buffers are staged.
-            let fast = tandem_el(dt).zip(tandem_op(op));
+            let fast = native(dt, op);
             let size = abi::builtin_size(dt).unwrap_or(1);
             let stage = !aligned(r, size) || (!is_in_place(s) && !aligned(s, size));
             start_coll(l, comm, req, |c| {

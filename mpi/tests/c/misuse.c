@@ -15,6 +15,8 @@
  *   written;
  * - a rank's own block longer than its receive block (Scatterv, Alltoallv
  *   on MPI_COMM_SELF): MPI_ERR_TRUNCATE, not a silent cut;
+ * - an operator that does not apply to the datatype: MPI_ERR_OP, on the
+ *   whole world too, and with a count of 0 as well;
  * - MPI_Group_range_incl naming a rank twice: an error;
  * - MPI_Get_count of a type of size 0 for a message of some bytes:
  *   MPI_UNDEFINED.
@@ -110,6 +112,19 @@ int main(int argc, char **argv)
                MPI_ERR_TRUNCATE, "Scatterv: own block 4 ints into 2");
         expect(MPI_Alltoallv(v, sc, sd, MPI_INT, small, rc1, rd, MPI_INT, MPI_COMM_SELF),
                MPI_ERR_TRUNCATE, "Alltoallv: own block 4 ints into 2");
+    }
+
+    /* An operator that does not apply to the type, on the whole world
+     * (tandem's own reductions) as elsewhere; and a count of 0 does not
+     * skip the checks. */
+    {
+        float f = 1, g = 0;
+        expect(MPI_Allreduce(&f, &g, 1, MPI_FLOAT, MPI_BAND, MPI_COMM_WORLD), MPI_ERR_OP,
+               "Allreduce of floats with MPI_BAND");
+        expect(MPI_Reduce(&f, &g, 1, MPI_FLOAT, MPI_BOR, 0, MPI_COMM_WORLD), MPI_ERR_OP,
+               "Reduce of floats with MPI_BOR");
+        int rc0 = MPI_Allreduce(&f, &g, 0, MPI_FLOAT, MPI_OP_NULL, MPI_COMM_WORLD);
+        CHECK_STD(rc0 != MPI_SUCCESS, "Allreduce of 0 elements with MPI_OP_NULL accepted");
     }
 
     /* A group naming a rank twice. */
