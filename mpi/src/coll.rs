@@ -196,6 +196,20 @@ fn apply(
     inp: *const u8,
     inout: *mut u8,
 ) -> Result<(), Fail> {
+    // A user's function runs with no table borrowed: it may call the
+    // library (free a datatype, create an operation) as MPI allows.
+    let user = l.ops.borrow().user_call(op);
+    if let Some(f) = user {
+        let extent = l
+            .types
+            .borrow()
+            .info(dt)
+            .map_err(|c| type_fail(c, dt))?
+            .extent;
+        // SAFETY: both buffers hold `n` elements of `dt` in its layout.
+        unsafe { f.call(dt, extent, n, inp, inout) };
+        return Ok(());
+    }
     let ops = l.ops.borrow();
     let types = l.types.borrow();
     // SAFETY: both buffers hold `n` elements of `dt` in its layout.

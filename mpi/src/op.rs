@@ -361,6 +361,13 @@ impl Ops {
         Ops::default()
     }
 
+    /// The function of a live user-defined operation, to be called with
+    /// no borrow of the library's tables held (the function may call the
+    /// library: free a datatype, create an operation).
+    pub fn user_call(&self, op: Handle) -> Option<UserCall> {
+        self.user(op).map(|u| UserCall(u.f))
+    }
+
     fn user(&self, op: Handle) -> Option<UserOp> {
         let u = op as u32;
         if u & USER_MASK != USER_BASE {
@@ -523,6 +530,31 @@ impl Ops {
                 p += ps;
             }
         })
+    }
+}
+
+/// A user-defined operation's function, taken out of the table
+/// (`Ops::user_call`) so that it runs with no borrow held.
+#[derive(Clone, Copy)]
+pub struct UserCall(Func);
+
+impl UserCall {
+    /// `inout = in op inout` for `count` elements of `dt` (extent
+    /// `extent`): calls the function once, or in pieces of at most
+    /// `i32::MAX` elements for an `MPI_User_function`.
+    ///
+    /// # Safety
+    /// As `Ops::apply`.
+    pub unsafe fn call(
+        self,
+        dt: Handle,
+        extent: isize,
+        count: usize,
+        inp: *const u8,
+        inout: *mut u8,
+    ) {
+        // SAFETY: the caller's word.
+        unsafe { call_user(self.0, dt, extent, count, inp, inout) }
     }
 }
 

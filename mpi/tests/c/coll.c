@@ -942,6 +942,44 @@ static void test_user_ops(void)
     MPI_Type_free(&mat_type);
 }
 
+/* A user function that calls the library's local functions: it makes
+ * and frees a datatype and an operation on every call (the library
+ * must not hold its tables while the function runs). */
+static int reentrant_failures = 0;
+static void reentrant_fn(void *invec, void *inoutvec, int *len, MPI_Datatype *dt)
+{
+    int *a = invec, *b = inoutvec;
+    MPI_Datatype t;
+    MPI_Op o;
+    int sz = 0;
+    if (MPI_Type_contiguous(2, *dt, &t) != MPI_SUCCESS || MPI_Type_commit(&t) != MPI_SUCCESS ||
+        MPI_Type_size(t, &sz) != MPI_SUCCESS || sz != 2 * (int)sizeof(int) ||
+        MPI_Type_free(&t) != MPI_SUCCESS)
+        reentrant_failures++;
+    if (MPI_Op_create(absmax_fn, 1, &o) != MPI_SUCCESS || MPI_Op_free(&o) != MPI_SUCCESS ||
+        o != MPI_OP_NULL)
+        reentrant_failures++;
+    for (int i = 0; i < *len; i++)
+        b[i] += a[i];
+}
+
+static void test_user_op_calls_library(void)
+{
+    MPI_Op op;
+    MPI_Op_create(reentrant_fn, 1, &op);
+    int in[3] = {1, 2, 3}, io[3] = {10, 20, 30};
+    CHECK(MPI_Reduce_local(in, io, 3, MPI_INT, op) == MPI_SUCCESS && io[0] == 11 && io[2] == 33,
+          "Reduce_local with a user function that calls MPI_Type_free/MPI_Op_create");
+    int v[4] = {rank, 1, 2 * rank, 3}, out[4] = {0};
+    CHECK(MPI_Allreduce(v, out, 4, MPI_INT, op, MPI_COMM_WORLD) == MPI_SUCCESS,
+          "Allreduce with a reentrant user function");
+    int n = size;
+    CHECK(out[0] == n * (n - 1) / 2 && out[1] == n && out[2] == n * (n - 1) && out[3] == 3 * n,
+          "Allreduce with a reentrant user function: sums");
+    CHECK(reentrant_failures == 0, "library calls inside a user function failed");
+    MPI_Op_free(&op);
+}
+
 static void test_large_allreduce(void)
 {
     int n = 1 << 20;
@@ -991,6 +1029,7 @@ int main(int argc, char **argv)
     test_nonblocking_coll();
     test_nonblocking_returns_at_once();
     test_user_ops();
+    test_user_op_calls_library();
     test_large_allreduce();
     return finish("coll");
 }
