@@ -34,6 +34,31 @@ const MAX_RECORD: usize = 1 << 16;
 /// How long a fresh connection may take to prove itself.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `now + t`, or a century from now where `t` reaches past what an
+/// `Instant` holds (`TANDEM_BOOT_TIMEOUT` accepts up to about 1.8e19 s).
+pub(crate) fn deadline_after(t: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(t)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+}
+
+/// What is left until `deadline`, or `None` once it has passed.
+fn left(deadline: Instant) -> Option<Duration> {
+    Some(deadline.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero())
+}
+
+/// Whether an I/O error is a socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO`).
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// How much longer a client waits than the service, so that the
+/// service's message naming the rank that stalled arrives first.
+const CLIENT_GRACE: Duration = Duration::from_secs(2);
+
 /// An all-gather among the job's ranks.
 pub(crate) trait Store {
     /// Contributes `mine`; returns every rank's contribution in rank order.
@@ -80,6 +105,13 @@ impl Stream {
             Stream::Unix(s) => s.set_read_timeout(t),
         }
     }
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
     fn peer(&self) -> String {
         match self {
             Stream::Tcp(s) => s
@@ -187,6 +219,8 @@ pub(crate) struct RootStore {
     size: usize,
     root: String,
     server: Option<JoinHandle<()>>,
+    /// The bootstrap's deadline: every round must end before it.
+    deadline: Instant,
 }
 
 fn local_name(job: &str) -> String {
@@ -233,7 +267,7 @@ impl RootStore {
         let stream = retry(deadline, root, || {
             TcpStream::connect_timeout(&first, Duration::from_secs(1)).map(Stream::Tcp)
         })?;
-        Self::hello(stream, rank, size, root.to_string(), adm, server)
+        Self::hello(stream, rank, size, root.to_string(), adm, server, deadline)
     }
 
     /// Joins the job's local service (every rank on this host); rank 0
@@ -266,7 +300,15 @@ impl RootStore {
         let stream = retry(deadline, &format!("the local socket @{name}"), || {
             UnixStream::connect_addr(&addr).map(Stream::Unix)
         })?;
-        Self::hello(stream, rank, size, format!("@{name}"), adm, server)
+        Self::hello(
+            stream,
+            rank,
+            size,
+            format!("@{name}"),
+            adm,
+            server,
+            deadline,
+        )
     }
 
     fn hello(
@@ -276,6 +318,7 @@ impl RootStore {
         root: String,
         adm: Admission,
         server: Option<JoinHandle<()>>,
+        deadline: Instant,
     ) -> Result<Self> {
         let bad = |e: std::io::Error| Error::Bootstrap(format!("joining the job at {root}: {e}"));
         stream
@@ -293,6 +336,7 @@ impl RootStore {
             size,
             root,
             server,
+            deadline,
         })
     }
 }
@@ -328,10 +372,33 @@ impl Store for RootStore {
     fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let root = self.root.clone();
         let bad = move |e: std::io::Error| {
-            Error::Bootstrap(format!("bootstrap exchange with {root} failed: {e}"))
+            if timed_out(&e) {
+                Error::Bootstrap(format!(
+                    "bootstrap deadline passed (TANDEM_BOOT_TIMEOUT): the exchange at {root} \
+                     did not complete (a rank joined the job but stopped taking part)"
+                ))
+            } else {
+                Error::Bootstrap(format!("bootstrap exchange with {root} failed: {e}"))
+            }
         };
-        write_frame(&mut self.stream, mine).map_err(&bad)?;
+        // The service answers by its own deadline, naming the rank that
+        // stalled; the grace lets that answer arrive before this side
+        // gives up on its own.
+        let wait = left(self.deadline).unwrap_or_default() + CLIENT_GRACE;
+        self.stream.set_read_timeout(Some(wait)).map_err(&bad)?;
+        self.stream.set_write_timeout(Some(wait)).map_err(&bad)?;
+        let sent = write_frame(&mut self.stream, mine);
         let mut status = [0u8; 1];
+        if let Err(e) = sent {
+            // The service may have failed the job and hung up: its reason,
+            // already in this socket, says more than the broken pipe.
+            if self.stream.read_exact(&mut status).is_ok() && status[0] != 0 {
+                if let Ok(msg) = read_frame(&mut self.stream, MAX_RECORD) {
+                    return Err(Error::Bootstrap(String::from_utf8_lossy(&msg).into_owned()));
+                }
+            }
+            return Err(bad(e));
+        }
         self.stream.read_exact(&mut status).map_err(&bad)?;
         if status[0] != 0 {
             let msg = read_frame(&mut self.stream, MAX_RECORD).map_err(&bad)?;
@@ -415,14 +482,30 @@ fn serve(l: Listener, n: usize, adm: Admission, deadline: Instant) {
         }
     }
     drop(l);
-    // Rounds until the ranks hang up.
-    loop {
+    // Rounds until the ranks hang up, each by the bootstrap's deadline.
+    for round in 1.. {
         let mut records = Vec::with_capacity(n);
         for r in 0..n {
             let s = conns[r].as_mut().expect("every rank joined");
-            match read_frame(s, MAX_RECORD) {
+            let got = match left(deadline) {
+                Some(t) => s
+                    .set_read_timeout(Some(t))
+                    .and_then(|()| s.set_write_timeout(Some(t)))
+                    .and_then(|()| read_frame(s, MAX_RECORD)),
+                None => Err(std::io::ErrorKind::TimedOut.into()),
+            };
+            match got {
                 Ok(b) => records.push(b),
                 Err(e) if r == 0 && e.kind() == std::io::ErrorKind::UnexpectedEof => return,
+                Err(e) if timed_out(&e) => {
+                    let msg = format!(
+                        "bootstrap deadline passed (TANDEM_BOOT_TIMEOUT): rank {r} joined the \
+                         job but did not take part in exchange round {round}"
+                    );
+                    eprintln!("tandem: {msg}");
+                    fail_all(&mut conns, &msg);
+                    return;
+                }
                 Err(e) => {
                     if e.kind() == std::io::ErrorKind::UnexpectedEof && records.is_empty() {
                         // Bootstrap over: ranks hang up once done.
@@ -483,4 +566,68 @@ fn admit_rank(mut s: Stream, adm: &Admission, n: usize) -> std::io::Result<(usiz
     }
     s.set_read_timeout(None).map_err(wrap)?;
     Ok((rank, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rank that joins, takes part in one round and then stops (without
+    /// closing its socket) is named by the deadline, on every rank, rather
+    /// than hanging the job.
+    #[test]
+    fn a_rank_that_joins_then_stalls_is_named_by_the_deadline() {
+        let job = format!("meet-stall-{}", std::process::id());
+        let adm = Admission {
+            secret: None,
+            context: b"bootstrap:meet-stall".to_vec(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (tx, rx) = mpsc::channel();
+        let (a, j) = (adm.clone(), job.clone());
+        std::thread::spawn(move || {
+            let r = RootStore::local(&j, 0, 2, a, deadline).and_then(|mut s| {
+                let first = s.allgather(b"zero")?;
+                let second = s.allgather(b"zero again");
+                Ok((first, second))
+            });
+            let _ = tx.send(r);
+        });
+        let mut one = RootStore::local(&job, 1, 2, adm, deadline).expect("rank 1 joins");
+        assert_eq!(
+            one.allgather(b"one").expect("the first round"),
+            vec![b"zero".to_vec(), b"one".to_vec()]
+        );
+        // Rank 1 now stalls: it neither sends its second record nor hangs up.
+        let got = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("rank 0's second round hung past the bootstrap deadline");
+        let (first, second) = got.expect("rank 0 joined");
+        assert_eq!(first.len(), 2);
+        let e = second.expect_err("a round with a stalled rank cannot succeed");
+        let t = e.to_string();
+        assert!(
+            t.contains("rank 1 joined the job but did not take part in exchange round 2"),
+            "{t}"
+        );
+        // The stalled rank, when it comes back, is told the same.
+        let t = one
+            .allgather(b"late")
+            .expect_err("the job failed")
+            .to_string();
+        assert!(
+            t.contains("rank 1 joined the job but did not take part"),
+            "{t}"
+        );
+    }
+
+    /// `TANDEM_BOOT_TIMEOUT` takes up to about 1.8e19 s, past what an
+    /// `Instant` holds: the deadline saturates instead of panicking.
+    #[test]
+    fn the_longest_boot_timeout_does_not_overflow() {
+        let d = deadline_after(Duration::from_secs_f64(1.8e19));
+        assert!(d > Instant::now() + Duration::from_secs(50 * 365 * 86_400));
+        let near = deadline_after(Duration::from_secs(3));
+        assert!(near <= Instant::now() + Duration::from_secs(3));
+    }
 }

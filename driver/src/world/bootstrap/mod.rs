@@ -709,7 +709,7 @@ impl NetPlan {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| Error::Config(format!("rank {rank} joined twice")))?;
-        let deadline = Instant::now() + cfg.net.boot_timeout;
+        let deadline = meet::deadline_after(cfg.net.boot_timeout);
         let streams = mesh(
             rank,
             n,
@@ -793,7 +793,7 @@ fn join_launched(cfg: &Config, launch: launcher::Launch, choice: Choice) -> Resu
     layout.validate()?;
     let net = default_net(choice);
     let rdma_dev = rdma_device(choice, &cfg.rdma)?;
-    let deadline = Instant::now() + cfg.net.boot_timeout;
+    let deadline = meet::deadline_after(cfg.net.boot_timeout);
     let given = match std::env::var("TANDEM_SECRET") {
         Ok(t) if !t.is_empty() => Some(t),
         _ => None,
