@@ -156,15 +156,15 @@ fn g_bcast(c: &CommObj, buf: &mut [u8], root: usize) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Reduces `acc` (count elements of dt, typed layout) onto member 0 in
-/// rank order (`acc` = x0 op x1 op … op xn-1 there), for any operator,
-/// commutative or not.
+/// Reduces `acc` (the packed bytes of `n_el` elements of `t`) onto member
+/// 0 in rank order (`acc` = x0 op x1 op … op xn-1 there), for any
+/// operator, commutative or not.
 fn g_reduce0(
     l: &Lib,
     c: &CommObj,
     acc: &mut Vec<u8>,
     op: Handle,
-    dt: Handle,
+    t: RedType,
     n_el: usize,
 ) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
@@ -179,7 +179,7 @@ fn g_reduce0(
             g_recv(c, me + mask, &mut tmp, T_REDUCE)?;
             // acc covers lower ranks than tmp: acc op tmp, MPI's order
             // being inout = in op inout.
-            apply(l, op, dt, n_el, acc.as_ptr(), tmp.as_mut_ptr())?;
+            t.apply(l, op, n_el, acc, &mut tmp)?;
             std::mem::swap(acc, &mut tmp);
         }
         mask <<= 1;
@@ -251,54 +251,178 @@ fn check_op(l: &Lib, op: Handle, dt: Handle) -> Result<(), Fail> {
     Ok(())
 }
 
-/// The datatype of a reduction the general path carries out: a
-/// predefined type or a committed contiguous derived one (its data of `n`
-/// elements exactly the `n * size` bytes at the buffer). The general path
-/// moves and reduces the buffers as those bytes, so a type with holes, a
-/// lower bound or an extent other than its size is refused rather than
-/// read or written outside its type map.
-///
-/// # Errors
-/// `MPI_ERR_TYPE` for an invalid, uncommitted or such a derived type.
-fn reduction_ty(l: &Lib, dt: Handle) -> Result<Ty, Fail> {
-    let t = ty(l, dt)?;
-    if crate::datatype::is_predefined(dt) {
-        return Ok(t);
-    }
-    let info = l.types.borrow().info(dt).map_err(|c| type_fail(c, dt))?;
-    if !info.committed {
-        return fail(abi::ERR_TYPE, format!("datatype {dt:#x} is not committed"));
-    }
-    if !info.contiguous {
-        return fail(
-            abi::ERR_TYPE,
-            format!(
-                "datatype {dt:#x}: tandem reduces only predefined types and contiguous derived \
-                 ones (no holes, lower bound 0, extent equal to size); pack the data into a \
-                 contiguous type"
-            ),
-        );
-    }
-    Ok(t)
+/// How the general reduction path holds the data of `n` elements of a
+/// datatype: as their `n * size` packed bytes, which is what travels
+/// between ranks. For a predefined or contiguous derived type the packed
+/// bytes are the buffer's own; for any other committed type (holes, a
+/// lower bound, a resized extent, absolute addresses at `MPI_BOTTOM`) the
+/// data is packed on the way in, unpacked on the way out, and unpacked
+/// into scratch buffers of the type's layout for each application of the
+/// operation, so that predefined and user operations see the layout MPI
+/// gives them and nothing outside the type map is read or written.
+#[derive(Clone, Copy)]
+struct RedType {
+    dt: Handle,
+    size: usize,
+    /// The packed bytes are the buffer's bytes.
+    contiguous: bool,
+    extent: isize,
+    true_lb: isize,
+    true_extent: isize,
 }
 
-/// The typed-layout bytes of `n` elements (`n` extents) at `p`, whose type
-/// passed [`reduction_ty`].
-///
-/// # Errors
-/// `MPI_ERR_BUFFER` for a null buffer (`MPI_BOTTOM`) holding data.
-unsafe fn typed<'a>(p: *const c_void, n: usize, t: Ty) -> Result<&'a [u8], Fail> {
-    if n == 0 || t.extent == 0 {
-        return Ok(&[]);
+impl RedType {
+    /// The reduction datatype `dt`.
+    ///
+    /// # Errors
+    /// `MPI_ERR_TYPE` for an invalid or uncommitted type.
+    fn of(l: &Lib, dt: Handle) -> Result<Self, Fail> {
+        let t = ty(l, dt)?;
+        let predefined = crate::datatype::is_predefined(dt);
+        // A predefined type without holes (not, say, MPI_SHORT_INT).
+        if predefined && t.size == t.extent {
+            return Ok(RedType {
+                dt,
+                size: t.size,
+                contiguous: true,
+                extent: t.extent as isize,
+                true_lb: 0,
+                true_extent: t.extent as isize,
+            });
+        }
+        let info = l.types.borrow().info(dt).map_err(|c| type_fail(c, dt))?;
+        if !info.committed && !predefined {
+            return fail(abi::ERR_TYPE, format!("datatype {dt:#x} is not committed"));
+        }
+        Ok(RedType {
+            dt,
+            size: info.size,
+            contiguous: info.contiguous,
+            extent: info.extent,
+            true_lb: info.true_lb,
+            true_extent: info.true_extent,
+        })
     }
-    if p.is_null() {
-        return fail(
-            abi::ERR_BUFFER,
-            "a reduction's buffer is null (MPI_BOTTOM) but holds data",
+
+    /// The packed bytes of `n` elements.
+    fn packed_len(&self, n: usize) -> Result<usize, Fail> {
+        self.size
+            .checked_mul(n)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Fail::new(abi::ERR_COUNT, format!("{n} elements overflow")))
+    }
+
+    /// The packed bytes of `n` elements at `p`.
+    ///
+    /// # Errors
+    /// `MPI_ERR_BUFFER` for a null buffer (`MPI_BOTTOM`) holding data of a
+    /// contiguous type; `MPI_ERR_COUNT` when the size overflows.
+    ///
+    /// # Safety
+    /// `p` holds `n` readable elements of the type.
+    unsafe fn load(&self, l: &Lib, p: *const c_void, n: usize) -> Result<Vec<u8>, Fail> {
+        let len = self.packed_len(n)?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        if self.contiguous {
+            if p.is_null() {
+                return fail(
+                    abi::ERR_BUFFER,
+                    "a reduction's buffer is null (MPI_BOTTOM) but holds data",
+                );
+            }
+            // SAFETY: the program's buffer of `n` elements, `len` bytes.
+            return Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }.to_vec());
+        }
+        let mut out = vec![0u8; len];
+        // SAFETY: the caller's buffer of `n` elements of the type.
+        unsafe { l.types.borrow().pack(self.dt, n, p.cast(), &mut out) }
+            .map_err(|c| type_fail(c, self.dt))?;
+        Ok(out)
+    }
+
+    /// Writes the packed bytes of `n` elements into the buffer at `p`.
+    ///
+    /// # Safety
+    /// `p` holds `n` writable elements of the type.
+    unsafe fn store(&self, l: &Lib, bytes: &[u8], n: usize, p: *mut c_void) -> Result<(), Fail> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.contiguous {
+            // SAFETY: the receive buffer of `n` elements, `bytes.len()` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast(), bytes.len()) };
+            return Ok(());
+        }
+        // SAFETY: the caller's buffer of `n` elements of the type.
+        unsafe { l.types.borrow().unpack(self.dt, n, bytes, p.cast()) }
+            .map(|_| ())
+            .map_err(|c| type_fail(c, self.dt))
+    }
+
+    /// A scratch buffer spanning the data of `n` (> 0) elements in the
+    /// type's layout, and where element 0's address lies relative to the
+    /// buffer's start (element `i`'s data is at `true_lb + i * extent`
+    /// from that address).
+    fn scratch(&self, n: usize) -> Result<(Vec<u8>, isize), Fail> {
+        let over = || Fail::new(abi::ERR_COUNT, format!("{n} elements overflow"));
+        let last = isize::try_from(n.saturating_sub(1))
+            .ok()
+            .and_then(|k| k.checked_mul(self.extent))
+            .ok_or_else(over)?;
+        let lo = self.true_lb.checked_add(last.min(0)).ok_or_else(over)?;
+        let hi = self
+            .true_lb
+            .checked_add(self.true_extent)
+            .and_then(|h| h.checked_add(last.max(0)))
+            .ok_or_else(over)?;
+        let span = hi
+            .checked_sub(lo)
+            .and_then(|d| usize::try_from(d).ok())
+            .ok_or_else(over)?;
+        Ok((vec![0u8; span], -lo))
+    }
+
+    /// `inout = in op inout` on the packed bytes of `n` elements.
+    fn apply(
+        &self,
+        l: &Lib,
+        op: Handle,
+        n: usize,
+        inp: &[u8],
+        inout: &mut [u8],
+    ) -> Result<(), Fail> {
+        if n == 0 || inout.is_empty() {
+            return Ok(());
+        }
+        if self.contiguous {
+            return apply(l, op, self.dt, n, inp.as_ptr(), inout.as_mut_ptr());
+        }
+        let (mut a, at) = self.scratch(n)?;
+        let (mut b, _) = self.scratch(n)?;
+        let (pa, pb) = (
+            a.as_mut_ptr().wrapping_offset(at),
+            b.as_mut_ptr().wrapping_offset(at),
         );
+        let types = |c| type_fail(c, self.dt);
+        // SAFETY: each scratch buffer spans the data of `n` elements
+        // placed at `pa`/`pb` (`scratch`); the packed slices hold them.
+        unsafe {
+            l.types
+                .borrow()
+                .unpack(self.dt, n, inp, pa)
+                .map_err(types)?;
+            l.types
+                .borrow()
+                .unpack(self.dt, n, inout, pb)
+                .map_err(types)?;
+        }
+        apply(l, op, self.dt, n, pa, pb)?;
+        // SAFETY: as above; `inout` holds the packed bytes of `n` elements.
+        unsafe { l.types.borrow().pack(self.dt, n, pb, inout) }.map_err(types)?;
+        Ok(())
     }
-    // SAFETY: the program's buffer of `n` elements of the type.
-    Ok(unsafe { std::slice::from_raw_parts(p.cast(), n * t.extent) })
 }
 
 /// tandem's own reduction of predefined type `dt` with predefined `op`,
@@ -538,21 +662,14 @@ fn allreduce(
         return res;
     }
     check_op(l, op, dt)?;
-    let t = reduction_ty(l, dt)?;
-    let mut acc = if is_in_place(s) {
-        // SAFETY: the program's buffer.
-        unsafe { typed(r, n, t) }?.to_vec()
-    } else {
-        // SAFETY: the program's buffer.
-        unsafe { typed(s, n, t) }?.to_vec()
-    };
-    g_reduce0(l, &c, &mut acc, op, dt, n)?;
+    let t = RedType::of(l, dt)?;
+    let src = if is_in_place(s) { r.cast_const() } else { s };
+    // SAFETY: the program's buffer of `n` elements.
+    let mut acc = unsafe { t.load(l, src, n) }?;
+    g_reduce0(l, &c, &mut acc, op, t, n)?;
     g_bcast(&c, &mut acc, 0)?;
-    if !acc.is_empty() {
-        // SAFETY: the receive buffer holds n elements in the type's layout.
-        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), r.cast(), acc.len()) };
-    }
-    Ok(())
+    // SAFETY: the receive buffer holds n elements of the type.
+    unsafe { t.store(l, &acc, n, r) }
 }
 
 /// tandem's reduce on `n` elements of `T` to `root`.
@@ -607,15 +724,15 @@ fn reduce(
         }
     }
     check_op(l, op, dt)?;
-    let t = reduction_ty(l, dt)?;
+    let t = RedType::of(l, dt)?;
     let src = if is_in_place(s) && me == root {
         r.cast_const()
     } else {
         s
     };
-    // SAFETY: the program's buffer.
-    let mut acc = unsafe { typed(src, n, t) }?.to_vec();
-    g_reduce0(l, &c, &mut acc, op, dt, n)?;
+    // SAFETY: the program's buffer of `n` elements.
+    let mut acc = unsafe { t.load(l, src, n) }?;
+    g_reduce0(l, &c, &mut acc, op, t, n)?;
     if root != 0 {
         if me == 0 {
             g_send(&c, root, &acc, T_REDUCE)?;
@@ -623,9 +740,9 @@ fn reduce(
             g_recv(&c, 0, &mut acc, T_REDUCE)?;
         }
     }
-    if me == root && !acc.is_empty() {
+    if me == root {
         // SAFETY: the root's receive buffer of n elements.
-        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), r.cast(), acc.len()) };
+        unsafe { t.store(l, &acc, n, r) }?;
     }
     Ok(())
 }
@@ -1006,11 +1123,11 @@ fn scan(
     let c = l.comm(comm)?;
     let n = count(n)?;
     check_op(l, op, dt)?;
-    let t = reduction_ty(l, dt)?;
+    let t = RedType::of(l, dt)?;
     let me = c.rank;
     let src = if is_in_place(s) { r.cast_const() } else { s };
-    // SAFETY: the program's buffer.
-    let mine = unsafe { typed(src, n, t) }?.to_vec();
+    // SAFETY: the program's buffer of `n` elements.
+    let mine = unsafe { t.load(l, src, n) }?;
     // prefix = x0 op … op x(me-1), from the left neighbour.
     let mut prefix = vec![0u8; mine.len()];
     if me > 0 {
@@ -1019,15 +1136,15 @@ fn scan(
     // upto = prefix op mine.
     let mut upto = mine.clone();
     if me > 0 {
-        apply(l, op, dt, n, prefix.as_ptr(), upto.as_mut_ptr())?;
+        t.apply(l, op, n, &prefix, &mut upto)?;
     }
     if me + 1 < c.size() {
         g_send(&c, me + 1, &upto, T_SCAN)?;
     }
     let result = if exclusive { &prefix } else { &upto };
-    if (!exclusive || me > 0) && !result.is_empty() {
+    if !exclusive || me > 0 {
         // SAFETY: the receive buffer of n elements.
-        unsafe { std::ptr::copy_nonoverlapping(result.as_ptr(), r.cast(), result.len()) };
+        unsafe { t.store(l, result, n, r) }?;
     }
     Ok(())
 }
@@ -1067,8 +1184,11 @@ fn reduce_scatter(
     comm: Handle,
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
-    let t = reduction_ty(l, dt)?;
-    let total: usize = counts.iter().sum();
+    let t = RedType::of(l, dt)?;
+    let total = counts
+        .iter()
+        .try_fold(0usize, |a, &k| a.checked_add(k))
+        .ok_or_else(|| Fail::new(abi::ERR_COUNT, "the counts' sum overflows".into()))?;
     if total == 0 {
         check_op(l, op, dt)?;
         return Ok(());
@@ -1085,34 +1205,28 @@ fn reduce_scatter(
     check_op(l, op, dt)?;
     let src = if is_in_place(s) { r.cast_const() } else { s };
     // SAFETY: the program's buffer of `total` elements.
-    let mut acc = unsafe { typed(src, total, t) }?.to_vec();
-    g_reduce0(l, &c, &mut acc, op, dt, total)?;
-    let disp: Vec<isize> = counts
-        .iter()
-        .scan(0isize, |a, &k| {
-            let d = *a;
-            *a += k as isize;
-            Some(d)
-        })
-        .collect();
-    let mut mine = vec![0u8; counts[me] * t.extent];
-    scatterv(
-        l,
-        acc.as_ptr().cast(),
-        counts,
-        &disp,
-        dt,
-        mine.as_mut_ptr().cast(),
-        counts[me] as c_int,
-        dt,
-        0,
-        &c,
-    )?;
-    if !mine.is_empty() {
-        // SAFETY: the receive buffer of counts[me] elements.
-        unsafe { std::ptr::copy_nonoverlapping(mine.as_ptr(), r.cast(), mine.len()) };
+    let mut acc = unsafe { t.load(l, src, total) }?;
+    g_reduce0(l, &c, &mut acc, op, t, total)?;
+    // Member 0 holds the packed result: each member's block goes to it as
+    // bytes (the element counts, and so the packed lengths, are known to
+    // every member).
+    let mut mine = vec![0u8; t.packed_len(counts[me])?];
+    if me == 0 {
+        let mut at = 0;
+        for (p, &k) in counts.iter().enumerate() {
+            let len = t.packed_len(k)?;
+            if p == 0 {
+                mine.copy_from_slice(&acc[at..at + len]);
+            } else if len > 0 {
+                g_send(&c, p, &acc[at..at + len], T_SCATTER)?;
+            }
+            at += len;
+        }
+    } else if !mine.is_empty() {
+        g_recv(&c, 0, &mut mine, T_SCATTER)?;
     }
-    Ok(())
+    // SAFETY: the receive buffer of counts[me] elements.
+    unsafe { t.store(l, &mine, counts[me], r) }
 }
 
 /// Starts tandem's allreduce of `n` elements of `T` (`s` null: in place).

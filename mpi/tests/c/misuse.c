@@ -9,10 +9,9 @@
  *   of a send: MPI_ERR_BUFFER, refused by the one rank that makes the
  *   mistake before any traffic;
  * - a reduction through a derived datatype with holes (a vector) or with
- *   a lower bound (resized): reduced (MPICH) or refused with MPI_ERR_TYPE
- *   on every rank before any traffic (tandem reduces only predefined types
- *   and contiguous derived ones); either way nothing outside the type map
- *   written;
+ *   a lower bound (resized): reduced (tandem; coll.c checks the values) or
+ *   refused (the reference MPICH 4.0.2 says MPI_ERR_OP); either way
+ *   nothing outside the type map written;
  * - a rank's own block longer than its receive block (Scatterv, Alltoallv
  *   on MPI_COMM_SELF): MPI_ERR_TRUNCATE, not a silent cut;
  * - an operator that does not apply to the datatype: MPI_ERR_OP, on the
@@ -78,8 +77,8 @@ int main(int argc, char **argv)
     MPI_Type_commit(&vec);
     MPI_Type_create_resized(MPI_INT, -4, 4, &shifted);
     MPI_Type_commit(&shifted);
-    /* Either reduced as the standard says (MPICH) or refused with
-     * MPI_ERR_TYPE (tandem); in both cases nothing outside the type map
+    /* Either reduced as the standard says (tandem) or refused (the
+     * reference MPICH); in both cases nothing outside the type map
      * written. */
     int r[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int rc = MPI_Allreduce(v, r, 1, vec, MPI_SUM, MPI_COMM_WORLD);
