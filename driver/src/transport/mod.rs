@@ -162,7 +162,10 @@ pub trait Transport {
     /// alone in its line): [`consume`](Self::consume) reads it.
     fn peek(&mut self, out: &mut [u8; PEEK_LEN]) -> Peek;
 
-    /// Whether the whole `body` of the peeked header has arrived.
+    /// Whether the whole `body` of the peeked header has arrived. A frame
+    /// that cannot hold it (shorter than the header says) fails the link
+    /// here, before the header is acted on: `false`, and
+    /// [`liveness`](Self::liveness) says why.
     fn body_ready(&mut self, body: usize) -> bool;
 
     /// Consumes the peeked message, copying the first `dst.len()` bytes of

@@ -436,8 +436,22 @@ impl Transport for TcpLink {
         }
     }
 
-    fn body_ready(&mut self, _body: usize) -> bool {
-        // `peek` reports a header only once its whole frame is here.
+    fn body_ready(&mut self, body: usize) -> bool {
+        // `peek` reports a header only once its whole frame is here; the
+        // frame must hold exactly the body the header announces, checked
+        // before the header is acted on (an RTS whose frame ends before its
+        // descriptor would otherwise match a receive with a zeroed one).
+        if self.failed.is_some() {
+            return false;
+        }
+        let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
+        let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
+        if len != HEADER_LEN + body {
+            self.protocol(format!(
+                "TCP frame of {len} bytes for a message with a {body}-byte body"
+            ));
+            return false;
+        }
         true
     }
 

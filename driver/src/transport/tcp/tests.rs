@@ -1183,6 +1183,36 @@ proptest! {
     }
 }
 
+/// A frame shorter than its header's body (an RTS without its descriptor)
+/// is refused by `body_ready`, before the header is acted on.
+#[test]
+fn a_frame_shorter_than_its_body_is_refused_before_it_is_acted_on() {
+    within(20, || {
+        let (mut raw, s) = tcp_pair();
+        let mut link = TcpLink::new(s, PEER, 4096).expect("link");
+        raw.write_all(&message_frame(&header(0), b"")).unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        let mut out = [0u8; PEEK_LEN];
+        while link.peek(&mut out) != Peek::Header {
+            assert!(Instant::now() < end, "the message never came");
+        }
+        assert!(
+            !link.body_ready(DESC_LEN),
+            "a header-only frame cannot hold a descriptor"
+        );
+        match link.liveness() {
+            Liveness::Lost(Error::Protocol { detail, .. }) => assert!(
+                detail.contains(&format!(
+                    "TCP frame of {HEADER_LEN} bytes for a message with a {DESC_LEN}-byte body"
+                )),
+                "{detail}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(!link.body_ready(0), "a failed link has nothing ready");
+    });
+}
+
 /// `consume` told a body length its frame does not have breaks the link.
 #[test]
 fn consume_with_the_wrong_body_length_is_a_protocol_error() {
