@@ -75,9 +75,9 @@ def c_type(fn, arg, ty):
     if base != "Handle":
         raise SystemExit(f"{fn}: no C type for {arg}: {ty}")
     a = arg.lstrip("_")
-    if a in ("comm",):
+    if a in ("comm", "newcomm"):
         k = "MPI_Comm"
-    elif a in ("dt", "sdt", "rdt", "old", "ts"):
+    elif a in ("dt", "sdt", "rdt", "old", "ts", "st", "rt", "sts", "rts"):
         k = "MPI_Datatype"
     elif a == "op":
         k = "MPI_Op"
@@ -169,6 +169,8 @@ def header():
         "#define MPI_STATUSES_IGNORE ((MPI_Status *)1)",
         "#define MPI_IN_PLACE ((void *)-1)",
         "#define MPI_BOTTOM ((void *)0)",
+        "extern int * const MPI_UNWEIGHTED;",
+        "extern int * const MPI_WEIGHTS_EMPTY;",
         "#define MPI_LONG_LONG MPI_LONG_LONG_INT",
         "#define MPI_C_COMPLEX MPI_C_FLOAT_COMPLEX",
         "#define MPI_COMM_NULL_COPY_FN ((MPI_Comm_copy_attr_function *)0)",

@@ -40,6 +40,8 @@ typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);
 #define MPI_STATUSES_IGNORE ((MPI_Status *)1)
 #define MPI_IN_PLACE ((void *)-1)
 #define MPI_BOTTOM ((void *)0)
+extern int * const MPI_UNWEIGHTED;
+extern int * const MPI_WEIGHTS_EMPTY;
 #define MPI_LONG_LONG MPI_LONG_LONG_INT
 #define MPI_C_COMPLEX MPI_C_FLOAT_COMPLEX
 #define MPI_COMM_NULL_COPY_FN ((MPI_Comm_copy_attr_function *)0)
@@ -62,6 +64,9 @@ int MPIR_Dup_fn(MPI_Comm, int, void *, void *, void *, int *);
 #define MPI_COMM_WORLD ((MPI_Comm)0x44000000)
 #define MPI_COMM_SELF ((MPI_Comm)0x44000001)
 #define MPI_GROUP_EMPTY ((MPI_Group)0x48000000)
+#define MPI_GRAPH (1)
+#define MPI_CART (2)
+#define MPI_DIST_GRAPH (3)
 #define MPI_IDENT (0)
 #define MPI_CONGRUENT (1)
 #define MPI_SIMILAR (2)
@@ -278,6 +283,22 @@ int MPI_Buffer_detach(void *, int *);
 int PMPI_Buffer_detach(void *, int *);
 int MPI_Cancel(MPI_Request *);
 int PMPI_Cancel(MPI_Request *);
+int MPI_Cart_coords(MPI_Comm, int, int, int *);
+int PMPI_Cart_coords(MPI_Comm, int, int, int *);
+int MPI_Cart_create(MPI_Comm, int, const int *, const int *, int, MPI_Comm *);
+int PMPI_Cart_create(MPI_Comm, int, const int *, const int *, int, MPI_Comm *);
+int MPI_Cart_get(MPI_Comm, int, int *, int *, int *);
+int PMPI_Cart_get(MPI_Comm, int, int *, int *, int *);
+int MPI_Cart_map(MPI_Comm, int, const int *, const int *, int *);
+int PMPI_Cart_map(MPI_Comm, int, const int *, const int *, int *);
+int MPI_Cart_rank(MPI_Comm, const int *, int *);
+int PMPI_Cart_rank(MPI_Comm, const int *, int *);
+int MPI_Cart_shift(MPI_Comm, int, int, int *, int *);
+int PMPI_Cart_shift(MPI_Comm, int, int, int *, int *);
+int MPI_Cart_sub(MPI_Comm, const int *, MPI_Comm *);
+int PMPI_Cart_sub(MPI_Comm, const int *, MPI_Comm *);
+int MPI_Cartdim_get(MPI_Comm, int *);
+int PMPI_Cartdim_get(MPI_Comm, int *);
 int MPI_Comm_call_errhandler(MPI_Comm, int);
 int PMPI_Comm_call_errhandler(MPI_Comm, int);
 int MPI_Comm_compare(MPI_Comm, MPI_Comm, int *);
@@ -340,6 +361,14 @@ int MPI_Comm_test_inter(MPI_Comm, int *);
 int PMPI_Comm_test_inter(MPI_Comm, int *);
 int MPI_Dims_create(int, int, int *);
 int PMPI_Dims_create(int, int, int *);
+int MPI_Dist_graph_create(MPI_Comm, int, const int *, const int *, const int *, const int *, MPI_Info, int, MPI_Comm *);
+int PMPI_Dist_graph_create(MPI_Comm, int, const int *, const int *, const int *, const int *, MPI_Info, int, MPI_Comm *);
+int MPI_Dist_graph_create_adjacent(MPI_Comm, int, const int *, const int *, int, const int *, const int *, MPI_Info, int, MPI_Comm *);
+int PMPI_Dist_graph_create_adjacent(MPI_Comm, int, const int *, const int *, int, const int *, const int *, MPI_Info, int, MPI_Comm *);
+int MPI_Dist_graph_neighbors(MPI_Comm, int, int *, int *, int, int *, int *);
+int PMPI_Dist_graph_neighbors(MPI_Comm, int, int *, int *, int, int *, int *);
+int MPI_Dist_graph_neighbors_count(MPI_Comm, int *, int *, int *);
+int PMPI_Dist_graph_neighbors_count(MPI_Comm, int *, int *, int *);
 int MPI_Errhandler_create(MPI_Comm_errhandler_function *, MPI_Errhandler *);
 int PMPI_Errhandler_create(MPI_Comm_errhandler_function *, MPI_Errhandler *);
 int MPI_Errhandler_free(MPI_Errhandler *);
@@ -378,6 +407,18 @@ int MPI_Get_processor_name(char *, int *);
 int PMPI_Get_processor_name(char *, int *);
 int MPI_Get_version(int *, int *);
 int PMPI_Get_version(int *, int *);
+int MPI_Graph_create(MPI_Comm, int, const int *, const int *, int, MPI_Comm *);
+int PMPI_Graph_create(MPI_Comm, int, const int *, const int *, int, MPI_Comm *);
+int MPI_Graph_get(MPI_Comm, int, int, int *, int *);
+int PMPI_Graph_get(MPI_Comm, int, int, int *, int *);
+int MPI_Graph_map(MPI_Comm, int, const int *, const int *, int *);
+int PMPI_Graph_map(MPI_Comm, int, const int *, const int *, int *);
+int MPI_Graph_neighbors(MPI_Comm, int, int, int *);
+int PMPI_Graph_neighbors(MPI_Comm, int, int, int *);
+int MPI_Graph_neighbors_count(MPI_Comm, int, int *);
+int PMPI_Graph_neighbors_count(MPI_Comm, int, int *);
+int MPI_Graphdims_get(MPI_Comm, int *, int *);
+int PMPI_Graphdims_get(MPI_Comm, int *, int *);
 int MPI_Group_compare(MPI_Group, MPI_Group, int *);
 int PMPI_Group_compare(MPI_Group, MPI_Group, int *);
 int MPI_Group_difference(MPI_Group, MPI_Group, MPI_Group *);
@@ -430,6 +471,16 @@ int MPI_Improbe(int, int, MPI_Comm, int *, MPI_Message *, MPI_Status *);
 int PMPI_Improbe(int, int, MPI_Comm, int *, MPI_Message *, MPI_Status *);
 int MPI_Imrecv(void *, int, MPI_Datatype, MPI_Message *, MPI_Request *);
 int PMPI_Imrecv(void *, int, MPI_Datatype, MPI_Message *, MPI_Request *);
+int MPI_Ineighbor_allgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+int PMPI_Ineighbor_allgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+int MPI_Ineighbor_allgatherv(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *);
+int PMPI_Ineighbor_allgatherv(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *);
+int MPI_Ineighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+int PMPI_Ineighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *);
+int MPI_Ineighbor_alltoallv(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *);
+int PMPI_Ineighbor_alltoallv(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *);
+int MPI_Ineighbor_alltoallw(const void *, const int *, const MPI_Aint *, MPI_Datatype const *, void *, const int *, const MPI_Aint *, MPI_Datatype const *, MPI_Comm, MPI_Request *);
+int PMPI_Ineighbor_alltoallw(const void *, const int *, const MPI_Aint *, MPI_Datatype const *, void *, const int *, const MPI_Aint *, MPI_Datatype const *, MPI_Comm, MPI_Request *);
 int MPI_Info_create(MPI_Info *);
 int PMPI_Info_create(MPI_Info *);
 int MPI_Info_delete(MPI_Info, const char *);
@@ -486,6 +537,16 @@ int MPI_Mprobe(int, int, MPI_Comm, MPI_Message *, MPI_Status *);
 int PMPI_Mprobe(int, int, MPI_Comm, MPI_Message *, MPI_Status *);
 int MPI_Mrecv(void *, int, MPI_Datatype, MPI_Message *, MPI_Status *);
 int PMPI_Mrecv(void *, int, MPI_Datatype, MPI_Message *, MPI_Status *);
+int MPI_Neighbor_allgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
+int PMPI_Neighbor_allgather(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
+int MPI_Neighbor_allgatherv(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm);
+int PMPI_Neighbor_allgatherv(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm);
+int MPI_Neighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
+int PMPI_Neighbor_alltoall(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm);
+int MPI_Neighbor_alltoallv(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm);
+int PMPI_Neighbor_alltoallv(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm);
+int MPI_Neighbor_alltoallw(const void *, const int *, const MPI_Aint *, MPI_Datatype const *, void *, const int *, const MPI_Aint *, MPI_Datatype const *, MPI_Comm);
+int PMPI_Neighbor_alltoallw(const void *, const int *, const MPI_Aint *, MPI_Datatype const *, void *, const int *, const MPI_Aint *, MPI_Datatype const *, MPI_Comm);
 int MPI_Op_commutative(MPI_Op, int *);
 int PMPI_Op_commutative(MPI_Op, int *);
 int MPI_Op_create(MPI_User_function *, int, MPI_Op *);

@@ -68,6 +68,14 @@ pub const COMM_WORLD: Handle = 0x4400_0000;
 pub const COMM_SELF: Handle = 0x4400_0001;
 pub const GROUP_EMPTY: Handle = 0x4800_0000;
 
+// Topology kinds (`MPI_Topo_test`).
+/// `MPI_GRAPH`: `MPI_Topo_test`'s answer for a graph topology.
+pub const GRAPH: c_int = 1;
+/// `MPI_CART`: a Cartesian topology.
+pub const CART: c_int = 2;
+/// `MPI_DIST_GRAPH`: a distributed graph topology.
+pub const DIST_GRAPH: c_int = 3;
+
 // Comparison results.
 pub const IDENT: c_int = 0;
 pub const CONGRUENT: c_int = 1;

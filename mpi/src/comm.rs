@@ -79,16 +79,20 @@ pub(crate) fn make(
         name: RefCell::new(String::new()),
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
+        topo: RefCell::new(None),
     })
 }
 
 /// `MPI_Comm_dup` without the attribute copies.
-fn dup_bare(l: &Lib, c: &CommObj) -> Result<CommObj, Fail> {
+pub(crate) fn dup_bare(l: &Lib, c: &CommObj) -> Result<CommObj, Fail> {
     let ctx = agree_contexts(l, c)?;
-    make(l, c.group.clone(), ctx, c)
+    let obj = make(l, c.group.clone(), ctx, c)?;
+    // A duplicate keeps the topology.
+    *obj.topo.borrow_mut() = c.topo.borrow().clone();
+    Ok(obj)
 }
 
-fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<Handle, Fail> {
+pub(crate) fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<Handle, Fail> {
     let c = l.comm(comm)?;
     if color < 0 && color != abi::UNDEFINED {
         return fail(abi::ERR_ARG, format!("invalid color {color}"));
@@ -167,6 +171,7 @@ pub fn create_group(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, F
         name: RefCell::new(String::new()),
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
+        topo: RefCell::new(None),
     };
     let ctx = agree_contexts(l, &view)?;
     let obj = make(l, group, ctx, &c)?;
@@ -356,12 +361,12 @@ fn group_relation(x: &[u32], y: &[u32], same: c_int) -> c_int {
     }
 }
 
-fn as_bytes(v: &[i32]) -> &[u8] {
+pub(crate) fn as_bytes(v: &[i32]) -> &[u8] {
     // SAFETY: i32 has no padding; the byte view covers exactly the slice.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
-fn as_bytes_mut(v: &mut [i32]) -> &mut [u8] {
+pub(crate) fn as_bytes_mut(v: &mut [i32]) -> &mut [u8] {
     // SAFETY: as in `as_bytes`; every byte pattern is a valid i32.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
 }

@@ -61,6 +61,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         name: RefCell::new("MPI_COMM_WORLD".into()),
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
+        topo: RefCell::new(None),
     };
     let mut inv = vec![-1i32; n];
     inv[me] = 0;
@@ -77,6 +78,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         name: RefCell::new("MPI_COMM_SELF".into()),
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
+        topo: RefCell::new(None),
     };
     let mut comms = Slab::default();
     let world = Rc::new(world);

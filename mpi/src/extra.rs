@@ -1,9 +1,10 @@
 //! The rest of what common programs (and mpi4py) call: info objects,
 //! matched probes, group set operations, `MPI_Comm_idup`,
-//! `MPI_Dims_create`, `MPI_Topo_test`, and the non-blocking collectives
+//! `MPI_Dims_create`, `MPI_Topo_test` (the topologies are in `topo`), and the
+//! non-blocking collectives
 //! tandem has no engine for yet (they complete within the call).
 
-use crate::abi::{self, Handle};
+use crate::abi::{self, Aint, Handle};
 use crate::state::{Fail, Lib, Req};
 use crate::{count, export, fail, put, put_str, run};
 use std::cell::RefCell;
@@ -94,6 +95,66 @@ fn new_info(l: &Lib, v: Vec<(String, String)>) -> Handle {
     (INFO_KIND | extra(l).infos.borrow_mut().insert(v) as u32) as Handle
 }
 
+/// The most balanced split of `n` into `k` factors, in non-increasing
+/// order: the smallest difference between the largest and the smallest
+/// factor, and among those the one whose factors, smallest first, are
+/// largest (what MPICH's `MPI_Dims_create` answers; its test suite's
+/// `topo/dims5` lists 75 000 cases). An exhaustive search over the
+/// non-increasing factorisations, each factor at least the `k`-th root of
+/// what is left.
+fn balanced(n: usize, k: usize) -> Vec<usize> {
+    fn better(a: &[usize], b: &[usize]) -> bool {
+        let (da, db) = (a[0] - a[a.len() - 1], b[0] - b[b.len() - 1]);
+        da < db || (da == db && a.iter().rev().gt(b.iter().rev()))
+    }
+    /// The largest `r` with `r^k <= n`.
+    fn root(n: usize, k: usize) -> usize {
+        let mut r = (n as f64).powf(1.0 / k as f64).round() as usize;
+        while r > 0 && r.checked_pow(k as u32).is_none_or(|p| p > n) {
+            r -= 1;
+        }
+        while (r + 1).checked_pow(k as u32).is_some_and(|p| p <= n) {
+            r += 1;
+        }
+        r
+    }
+    fn search(n: usize, k: usize, maxf: usize, cur: &mut Vec<usize>, best: &mut Vec<usize>) {
+        if k == 1 {
+            if n <= maxf {
+                cur.push(n);
+                if best.is_empty() || better(cur, best) {
+                    best.clone_from(cur);
+                }
+                cur.pop();
+            }
+            return;
+        }
+        // The largest of k factors of n is at least n^(1/k): the most
+        // balanced candidates come first, and once even the best case of
+        // a larger factor (the others as large as they can be) is less
+        // balanced than the best found, no larger one can win.
+        let r = root(n, k);
+        let lo = if r.pow(k as u32) == n { r } else { r + 1 };
+        for f in lo..=n.min(maxf) {
+            if !best.is_empty() {
+                let top = cur.first().copied().unwrap_or(f);
+                let bound = top - root(n / f, k - 1).min(top);
+                if bound > best[0] - best[best.len() - 1] {
+                    break;
+                }
+            }
+            if n % f == 0 {
+                cur.push(f);
+                search(n / f, k - 1, f, cur, best);
+                cur.pop();
+            }
+        }
+    }
+    let mut best = Vec::new();
+    search(n, k, n, &mut Vec::with_capacity(k), &mut best);
+    best
+}
+
 /// `MPI_Dims_create`: a balanced factorisation of `nnodes` over the zero
 /// entries of `dims`, in non-increasing order.
 fn dims_create(nnodes: usize, dims: &mut [c_int]) -> Result<(), Fail> {
@@ -124,28 +185,7 @@ fn dims_create(nnodes: usize, dims: &mut [c_int]) -> Result<(), Fail> {
         }
         return Ok(());
     }
-    // Prime factors of what is left, largest first, each given to the
-    // currently smallest free dimension.
-    let mut rest = nnodes / fixed;
-    let mut primes = Vec::new();
-    let mut p = 2;
-    while p * p <= rest {
-        while rest % p == 0 {
-            primes.push(p);
-            rest /= p;
-        }
-        p += 1;
-    }
-    if rest > 1 {
-        primes.push(rest);
-    }
-    primes.sort_unstable_by(|a, b| b.cmp(a));
-    let mut f = vec![1usize; free];
-    for q in primes {
-        let i = (0..free).min_by_key(|&i| f[i]).expect("free > 0");
-        f[i] *= q;
-    }
-    f.sort_unstable_by(|a, b| b.cmp(a));
+    let f = balanced(nnodes / fixed, free);
     let mut it = f.into_iter();
     for d in dims.iter_mut() {
         if *d == 0 {
@@ -481,8 +521,7 @@ export! {
 
     fn MPI_Topo_test, PMPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
         run(comm, "MPI_Topo_test", |l| {
-            l.comm(comm)?;
-            put(status, abi::UNDEFINED);
+            put(status, crate::topo::kind(&*l.comm(comm)?));
             Ok(())
         })
     }
@@ -791,6 +830,11 @@ completes_now! {
     MPI_Iscan, PMPI_Iscan, crate::coll::PMPI_Scan => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
     MPI_Ialltoallw, PMPI_Ialltoallw, crate::coll::PMPI_Alltoallw => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: *const Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: *const Handle, comm: Handle) comm = comm;
     MPI_Iexscan, PMPI_Iexscan, crate::coll::PMPI_Exscan => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Ineighbor_allgather, PMPI_Ineighbor_allgather, crate::topo::PMPI_Neighbor_allgather => (s: *const c_void, sc: c_int, st: Handle, r: *mut c_void, rc: c_int, rt: Handle, comm: Handle) comm = comm;
+    MPI_Ineighbor_allgatherv, PMPI_Ineighbor_allgatherv, crate::topo::PMPI_Neighbor_allgatherv => (s: *const c_void, sc: c_int, st: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rt: Handle, comm: Handle) comm = comm;
+    MPI_Ineighbor_alltoall, PMPI_Ineighbor_alltoall, crate::topo::PMPI_Neighbor_alltoall => (s: *const c_void, sc: c_int, st: Handle, r: *mut c_void, rc: c_int, rt: Handle, comm: Handle) comm = comm;
+    MPI_Ineighbor_alltoallv, PMPI_Ineighbor_alltoallv, crate::topo::PMPI_Neighbor_alltoallv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, st: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rt: Handle, comm: Handle) comm = comm;
+    MPI_Ineighbor_alltoallw, PMPI_Ineighbor_alltoallw, crate::topo::PMPI_Neighbor_alltoallw => (s: *const c_void, scounts: *const c_int, sdispls: *const Aint, sts: *const Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const Aint, rts: *const Handle, comm: Handle) comm = comm;
 }
 
 #[cfg(test)]
@@ -812,5 +856,30 @@ mod tests {
         dims_create(7, &mut d).unwrap();
         assert_eq!(d, [7, 1]);
         assert!(dims_create(7, &mut [2, 0]).is_err());
+    }
+
+    /// Cases where giving each prime to the smallest factor is not the
+    /// most balanced split (from MPICH's `topo/dims5` expectations).
+    #[test]
+    fn dims_take_the_most_balanced_split() {
+        for (n, want) in [
+            (72, vec![9, 8]),
+            (180, vec![15, 12]),
+            (240, vec![16, 15]),
+            (228_072, vec![86, 52, 51]),
+            (712_656, vec![101, 14, 9, 8, 7]),
+            (117_936, vec![14, 13, 9, 9, 8]),
+        ] {
+            let mut d = vec![0; want.len()];
+            dims_create(n, &mut d).unwrap();
+            assert_eq!(
+                d.iter().map(|&x| x as usize).collect::<Vec<_>>(),
+                want,
+                "{n}"
+            );
+        }
+        let mut d = [0; 17];
+        dims_create(999_999, &mut d).unwrap();
+        assert_eq!(d.iter().map(|&x| x as usize).product::<usize>(), 999_999);
     }
 }

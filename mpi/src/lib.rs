@@ -30,6 +30,7 @@ mod env;
 mod extra;
 mod ft;
 mod p2p;
+mod topo;
 mod types;
 mod unsupported;
 #[cfg(target_arch = "x86_64")]

@@ -48,6 +48,9 @@ pub struct CommObj {
     /// The failed members acknowledged by `MPIX_Comm_failure_ack` (job
     /// ranks, in this communicator's order).
     pub acked: RefCell<Rc<[u32]>>,
+    /// Its virtual topology (`MPI_Cart_create`, `MPI_Graph_create`,
+    /// `MPI_Dist_graph_create*`; kept by `MPI_Comm_dup`).
+    pub topo: RefCell<Option<Rc<crate::topo::Topo>>>,
 }
 
 impl CommObj {

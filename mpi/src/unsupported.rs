@@ -50,13 +50,20 @@ pub extern "C" fn PMPI_Pcontrol(_level: c_int) -> c_int {
 /// A pointer constant of MPICH's interface.
 #[repr(transparent)]
 pub struct Marker(*const c_int);
+
+impl Marker {
+    /// The address it stands for.
+    pub(crate) fn addr(&self) -> *const c_int {
+        self.0
+    }
+}
 // SAFETY: the pointer is a constant address, never written through.
 unsafe impl Sync for Marker {}
 
 static UNWEIGHTED_TARGET: c_int = 0;
 static WEIGHTS_EMPTY_TARGET: c_int = 0;
 
-/// `MPI_UNWEIGHTED`: a distinct address (graph topologies are not supported).
+/// `MPI_UNWEIGHTED`: a distinct address (a distributed graph without weights).
 #[no_mangle]
 pub static MPI_UNWEIGHTED: Marker = Marker(&UNWEIGHTED_TARGET);
 /// `MPI_WEIGHTS_EMPTY`: a distinct address.
@@ -65,14 +72,6 @@ pub static MPI_WEIGHTS_EMPTY: Marker = Marker(&WEIGHTS_EMPTY_TARGET);
 
 unsupported! {
     MPI_Accumulate PMPI_Accumulate
-    MPI_Cart_coords PMPI_Cart_coords
-    MPI_Cart_create PMPI_Cart_create
-    MPI_Cart_get PMPI_Cart_get
-    MPI_Cart_map PMPI_Cart_map
-    MPI_Cart_rank PMPI_Cart_rank
-    MPI_Cart_shift PMPI_Cart_shift
-    MPI_Cart_sub PMPI_Cart_sub
-    MPI_Cartdim_get PMPI_Cartdim_get
     MPI_Close_port PMPI_Close_port
     MPI_Comm_accept PMPI_Comm_accept
     MPI_Comm_connect PMPI_Comm_connect
@@ -80,10 +79,6 @@ unsupported! {
     MPI_Comm_spawn PMPI_Comm_spawn
     MPI_Comm_spawn_multiple PMPI_Comm_spawn_multiple
     MPI_Compare_and_swap PMPI_Compare_and_swap
-    MPI_Dist_graph_create PMPI_Dist_graph_create
-    MPI_Dist_graph_create_adjacent PMPI_Dist_graph_create_adjacent
-    MPI_Dist_graph_neighbors PMPI_Dist_graph_neighbors
-    MPI_Dist_graph_neighbors_count PMPI_Dist_graph_neighbors_count
     MPI_Fetch_and_op PMPI_Fetch_and_op
     MPI_File_call_errhandler PMPI_File_call_errhandler
     MPI_File_close PMPI_File_close
@@ -142,27 +137,11 @@ unsupported! {
     MPI_File_write_shared PMPI_File_write_shared
     MPI_Get PMPI_Get
     MPI_Get_accumulate PMPI_Get_accumulate
-    MPI_Graph_create PMPI_Graph_create
-    MPI_Graph_get PMPI_Graph_get
-    MPI_Graph_map PMPI_Graph_map
-    MPI_Graph_neighbors PMPI_Graph_neighbors
-    MPI_Graph_neighbors_count PMPI_Graph_neighbors_count
-    MPI_Graphdims_get PMPI_Graphdims_get
     MPI_Grequest_complete PMPI_Grequest_complete
     MPI_Grequest_start PMPI_Grequest_start
-    MPI_Ineighbor_allgather PMPI_Ineighbor_allgather
-    MPI_Ineighbor_allgatherv PMPI_Ineighbor_allgatherv
-    MPI_Ineighbor_alltoall PMPI_Ineighbor_alltoall
-    MPI_Ineighbor_alltoallv PMPI_Ineighbor_alltoallv
-    MPI_Ineighbor_alltoallw PMPI_Ineighbor_alltoallw
     MPI_Intercomm_create PMPI_Intercomm_create
     MPI_Intercomm_merge PMPI_Intercomm_merge
     MPI_Lookup_name PMPI_Lookup_name
-    MPI_Neighbor_allgather PMPI_Neighbor_allgather
-    MPI_Neighbor_allgatherv PMPI_Neighbor_allgatherv
-    MPI_Neighbor_alltoall PMPI_Neighbor_alltoall
-    MPI_Neighbor_alltoallv PMPI_Neighbor_alltoallv
-    MPI_Neighbor_alltoallw PMPI_Neighbor_alltoallw
     MPI_Open_port PMPI_Open_port
     MPI_Publish_name PMPI_Publish_name
     MPI_Put PMPI_Put
