@@ -188,7 +188,7 @@ fn dup(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
     for (key, val) in attrs {
         let Some(k) = keyval(l, key) else { continue };
         if let Some(out) = copy_one(comm, key, &k, val)? {
-            set_attr(l, h, key, out)?;
+            attach(l, h, key, out, true)?;
         }
     }
     Ok(h)
@@ -231,11 +231,24 @@ pub fn keyval(l: &Lib, key: c_int) -> Option<Keyval> {
     l.keyvals.borrow().get(l.keyval_index(key)?).copied()
 }
 
+/// `MPI_Comm_set_attr`: a key the program freed is refused.
 fn set_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
+    attach(l, comm, key, val, false)
+}
+
+/// Attaches `val` under `key` to `comm`, replacing (and deleting) what was
+/// there. `freed_ok`: also a key the program freed that still lives on
+/// through its attachments (a duplicate's copies of them, as MPI requires).
+fn attach(l: &Lib, comm: Handle, key: c_int, val: *mut c_void, freed_ok: bool) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let i = l
         .keyval_index(key)
-        .filter(|&i| l.keyvals.borrow().get(i).is_some_and(|k| !k.freed))
+        .filter(|&i| {
+            l.keyvals
+                .borrow()
+                .get(i)
+                .is_some_and(|k| freed_ok || !k.freed)
+        })
         .ok_or_else(|| Fail::new(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}")))?;
     let old = c.attrs.borrow().iter().find(|a| a.0 == key).map(|a| a.1);
     if let Some(old) = old {
@@ -287,8 +300,16 @@ fn detach(l: &Lib, comm: Handle, key: c_int) -> Result<bool, Fail> {
     Ok(true)
 }
 
+/// One attachment of `key` more (a datatype's attribute).
+pub(crate) fn hold_key(l: &Lib, key: c_int) {
+    let Some(i) = l.keyval_index(key) else { return };
+    if let Some(k) = l.keyvals.borrow_mut().get_mut(i) {
+        k.uses += 1;
+    }
+}
+
 /// One attachment of `key` fewer; a freed key with none left goes.
-fn release_key(l: &Lib, key: c_int) {
+pub(crate) fn release_key(l: &Lib, key: c_int) {
     let Some(i) = l.keyval_index(key) else { return };
     let mut ks = l.keyvals.borrow_mut();
     let gone = match ks.get_mut(i) {
@@ -450,7 +471,10 @@ fn free_keyval(l: &Lib, key: *mut c_int) -> Result<(), Fail> {
             kv.freed = true;
             kv.uses == 0
         }
-        _ => return fail(abi::ERR_KEYVAL, format!("invalid attribute key {k:#x}")),
+        // Freed already and still attached somewhere (say, freed again by
+        // its own delete callback): nothing more to do, as in MPICH.
+        Some(_) => false,
+        None => return fail(abi::ERR_KEYVAL, format!("invalid attribute key {k:#x}")),
     };
     if gone {
         ks.remove(i);

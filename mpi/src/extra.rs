@@ -263,6 +263,7 @@ pub fn type_attrs_dup(l: &Lib, old: Handle, new: Handle) -> Result<(), Fail> {
         };
         if let Some(out) = crate::comm::copy_one(old, key, &k, val)? {
             l.extra.type_attrs.borrow_mut().push((new, key, out));
+            crate::comm::hold_key(l, key);
         }
     }
     Ok(())
@@ -276,8 +277,17 @@ fn type_attr_set(l: &Lib, dt: Handle, key: c_int, val: *mut c_void) -> Result<()
     if l.keyval_index(key).is_none() {
         return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
     }
+    if l.keyvals
+        .borrow()
+        .get(l.keyval_index(key).expect("checked"))
+        .is_none_or(|k| k.freed)
+    {
+        return fail(abi::ERR_KEYVAL, format!("attribute key {key:#x} was freed"));
+    }
     type_attr_delete(l, dt, key, false)?;
     l.extra.type_attrs.borrow_mut().push((dt, key, val));
+    // The attachment keeps a freed key alive for its delete callback.
+    crate::comm::hold_key(l, key);
     Ok(())
 }
 
@@ -302,6 +312,7 @@ fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> Result<(), F
         .type_attrs
         .borrow_mut()
         .retain(|x| !(x.0 == dt && x.1 == key));
+    crate::comm::release_key(l, key);
     Ok(())
 }
 

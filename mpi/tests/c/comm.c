@@ -353,6 +353,68 @@ static void test_attributes(void)
     MPI_Comm_free_keyval(&key3);
 }
 
+/* A key the program freed lives on while attributes use it: a duplicate
+ * still runs its copy callback, freeing a communicator or datatype still
+ * runs its delete callback, MPI_Comm_delete_attr with the saved key works,
+ * and freeing it again (its own delete callback does) is not an error. */
+static int counted = 0;
+static int count_copy(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag)
+{
+    (void)c, (void)k, (void)extra;
+    counted++;
+    *(void **)out = in;
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+static int count_delete(MPI_Comm c, int k, void *val, void *extra)
+{
+    (void)c, (void)val, (void)extra;
+    counted--;
+    MPI_Comm_free_keyval(&k); /* a second free of the same key: allowed */
+    return MPI_SUCCESS;
+}
+static int type_delete(MPI_Datatype t, int k, void *val, void *extra)
+{
+    (void)t, (void)k, (void)extra;
+    *(int *)val += 1;
+    return MPI_SUCCESS;
+}
+
+static void test_freed_keys(void)
+{
+    MPI_Comm base, copy;
+    MPI_Comm_dup(MPI_COMM_WORLD, &base);
+    int key, saved;
+    MPI_Comm_create_keyval(count_copy, count_delete, &key, NULL);
+    saved = key;
+    counted = 1;
+    MPI_Comm_set_attr(base, key, &counted);
+    CHECK(MPI_Comm_free_keyval(&key) == MPI_SUCCESS && key == MPI_KEYVAL_INVALID,
+          "freeing a key in use");
+    CHECK(MPI_Comm_dup(base, &copy) == MPI_SUCCESS, "dup after the key was freed");
+    CHECK(counted == 2, "the freed key's copy callback ran: %d", counted);
+    void *v = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(copy, saved, &v, &flag);
+    CHECK(flag && v == &counted, "the duplicate holds the attribute of a freed key");
+    MPI_Comm_free(&copy);
+    CHECK(counted == 1, "freeing the duplicate ran the delete callback: %d", counted);
+    CHECK(MPI_Comm_delete_attr(base, saved) == MPI_SUCCESS && counted == 0,
+          "deleting with the saved key: %d", counted);
+    MPI_Comm_free(&base);
+
+    /* A datatype's attribute keeps its freed key alive too. */
+    MPI_Datatype t;
+    MPI_Type_contiguous(2, MPI_INT, &t);
+    int tkey, deleted = 0;
+    MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, type_delete, &tkey, NULL);
+    MPI_Type_set_attr(t, tkey, &deleted);
+    MPI_Type_free_keyval(&tkey);
+    MPI_Type_free(&t);
+    CHECK(deleted == 1, "freeing a datatype ran the delete callback of a freed key: %d",
+          deleted);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -369,5 +431,6 @@ int main(int argc, char **argv)
     test_self();
     MPI_Barrier(MPI_COMM_WORLD);
     test_attributes();
+    test_freed_keys();
     return finish("comm");
 }
