@@ -1478,8 +1478,11 @@ impl Types {
         let p = Part::concat(parts)?;
         let (mut lb, mut ub) = if p.any { (p.lb, p.ub) } else { (0, 0) };
         if mlb.is_some() || mub.is_some() {
-            lb = mlb.unwrap_or(if p.any { lb } else { mub.unwrap_or(0) });
-            ub = mub.unwrap_or(if p.any { ub } else { lb });
+            // A marker sets its bound; the other is the data's, or 0 when
+            // there is no data (MPICH: a struct of one MPI_LB at 10 has
+            // extent -10).
+            lb = mlb.unwrap_or(lb);
+            ub = mub.unwrap_or(ub);
         } else if mixed && p.align > 1 && ub > lb {
             let a = p.align as i128;
             ub = lb + (ub - lb + a - 1) / a * a;
@@ -2720,6 +2723,10 @@ mod tests {
                 (5, 0, 20, 0, 17),
             ),
             (st(&mut t, &[1, 1], &[0, -1], &[INT, LB]), (4, -1, 5, 0, 4)),
+            // Markers alone: the other bound is 0 (MPICH's
+            // struct_no_real_types).
+            (st(&mut t, &[1], &[10], &[LB]), (0, 10, -10, 0, 0)),
+            (st(&mut t, &[1], &[10], &[UB]), (0, 0, 10, 0, 0)),
             (
                 st(&mut t, &[1, 0], &[0, 8], &[CHAR, DOUBLE]),
                 (1, 0, 1, 0, 1),
