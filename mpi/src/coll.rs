@@ -1457,6 +1457,15 @@ export! {
         run(abi::COMM_WORLD, "MPI_Reduce_local", |l| {
             let n = count(n)?;
             check_op(l, op, dt)?;
+            if is_in_place(s) || is_in_place(r.cast_const()) {
+                return fail(abi::ERR_BUFFER, "MPI_Reduce_local takes no MPI_IN_PLACE");
+            }
+            if n > 0 && std::ptr::eq(s, r.cast_const()) {
+                return fail(abi::ERR_BUFFER, "MPI_Reduce_local's buffers are one buffer (aliased)");
+            }
+            if n > 0 && (s.is_null() || r.is_null()) && ty(l, dt)?.size > 0 {
+                return fail(abi::ERR_BUFFER, "a null buffer (MPI_BOTTOM) holding data");
+            }
             apply(l, op, dt, n, s.cast(), r.cast())
         })
     }

@@ -461,6 +461,8 @@ unsafe fn varying(
 export! {
     fn MPI_Cart_create, PMPI_Cart_create(comm: Handle, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Cart_create", |l| {
+            // MPI_COMM_NULL unless a communicator is made.
+            put(newcomm, abi::COMM_NULL);
             if ndims < 0 {
                 return fail(abi::ERR_DIMS, format!("negative number of dimensions {ndims}"));
             }
@@ -539,6 +541,8 @@ export! {
 
     fn MPI_Cart_sub, PMPI_Cart_sub(comm: Handle, remain: *const c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Cart_sub", |l| {
+            // MPI_COMM_NULL unless a communicator is made.
+            put(newcomm, abi::COMM_NULL);
             let c = l.comm(comm)?;
             let (d, p) = cart(&c)?;
             let keep: Vec<bool> = ints(remain, d.len(), "remain_dims")?.iter().map(|&x| x != 0).collect();
@@ -583,6 +587,8 @@ export! {
 
     fn MPI_Graph_create, PMPI_Graph_create(comm: Handle, nnodes: c_int, index: *const c_int, edges: *const c_int, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Graph_create", |l| {
+            // MPI_COMM_NULL unless a communicator is made.
+            put(newcomm, abi::COMM_NULL);
             let n = count(nnodes)?;
             let idx = ints(index, n, "index")?.to_vec();
             let nedges = idx.last().copied().unwrap_or(0);
@@ -673,6 +679,8 @@ export! {
 
     fn MPI_Dist_graph_create_adjacent, PMPI_Dist_graph_create_adjacent(comm: Handle, indegree: c_int, sources: *const c_int, sweights: *const c_int, outdegree: c_int, dests: *const c_int, dweights: *const c_int, _info: Handle, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Dist_graph_create_adjacent", |l| {
+            // MPI_COMM_NULL unless a communicator is made.
+            put(newcomm, abi::COMM_NULL);
             let c = l.comm(comm)?;
             let (ni, no) = (count(indegree)?, count(outdegree)?);
             let src = ints(sources, ni, "sources")?.to_vec();
@@ -705,6 +713,8 @@ export! {
 
     fn MPI_Dist_graph_create, PMPI_Dist_graph_create(comm: Handle, n: c_int, sources: *const c_int, degrees: *const c_int, dests: *const c_int, weights: *const c_int, _info: Handle, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Dist_graph_create", |l| {
+            // MPI_COMM_NULL unless a communicator is made.
+            put(newcomm, abi::COMM_NULL);
             let c = l.comm(comm)?;
             let size = c.size();
             let k = count(n)?;

@@ -16,6 +16,8 @@
  *   on MPI_COMM_SELF): MPI_ERR_TRUNCATE, not a silent cut;
  * - an operator that does not apply to the datatype: MPI_ERR_OP, on the
  *   whole world too, and with a count of 0 as well;
+ * - MPI_Reduce_local from or into MPI_IN_PLACE, or of a buffer with
+ *   itself: MPI_ERR_BUFFER (it crashed);
  * - MPI_Group_range_incl naming a rank twice: an error;
  * - MPI_Get_count of a type of size 0 for a message of some bytes:
  *   MPI_UNDEFINED.
@@ -124,6 +126,20 @@ int main(int argc, char **argv)
                "Reduce of floats with MPI_BOR");
         int rc0 = MPI_Allreduce(&f, &g, 0, MPI_FLOAT, MPI_OP_NULL, MPI_COMM_WORLD);
         CHECK_STD(rc0 != MPI_SUCCESS, "Allreduce of 0 elements with MPI_OP_NULL accepted");
+    }
+
+    /* MPI_Reduce_local with MPI_IN_PLACE or one buffer twice (it read
+     * address -1 before: a crash). */
+    {
+        int a[4] = {1, 2, 3, 4}, b[4] = {0};
+        expect(MPI_Reduce_local(MPI_IN_PLACE, b, 4, MPI_INT, MPI_SUM), MPI_ERR_BUFFER,
+               "Reduce_local from MPI_IN_PLACE");
+        expect(MPI_Reduce_local(a, MPI_IN_PLACE, 4, MPI_INT, MPI_SUM), MPI_ERR_BUFFER,
+               "Reduce_local into MPI_IN_PLACE");
+        expect(MPI_Reduce_local(a, a, 4, MPI_INT, MPI_SUM), MPI_ERR_BUFFER,
+               "Reduce_local of one buffer with itself");
+        CHECK(MPI_Reduce_local(a, b, 4, MPI_INT, MPI_SUM) == MPI_SUCCESS && b[3] == 4,
+              "Reduce_local still works");
     }
 
     /* A group naming a rank twice. */

@@ -180,8 +180,10 @@ static void test_cart_sizes(void)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm big = MPI_COMM_NULL;
     dims[0] = g_size + 1;
+    big = MPI_COMM_SELF;
     expect_fail(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &big), MPI_ERR_ARG,
                 "a grid larger than the communicator");
+    CHECK(big == MPI_COMM_NULL, "a refused grid leaves MPI_COMM_NULL (MPICH's cartsmall)");
     int zero[2] = {2, 0}, periods2[2] = {0, 0};
     MPI_Comm empty = MPI_COMM_SELF;
     CHECK(MPI_Cart_create(MPI_COMM_WORLD, 2, zero, periods2, 0, &empty) == MPI_SUCCESS &&
