@@ -330,6 +330,21 @@ impl TcpLink {
         }
     }
 
+    /// The length of the front message frame (whole in `rx`, as `peek`
+    /// saw), if it holds a header and exactly `body` bytes; otherwise the
+    /// link fails with a protocol error.
+    fn front_frame(&mut self, body: usize) -> Option<usize> {
+        let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
+        let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
+        if len != HEADER_LEN + body {
+            self.protocol(format!(
+                "TCP frame of {len} bytes for a message with a {body}-byte body"
+            ));
+            return None;
+        }
+        Some(len)
+    }
+
     fn protocol(&mut self, detail: String) {
         let peer = self.peer;
         self.fail(Error::Protocol { peer, detail });
@@ -441,29 +456,13 @@ impl Transport for TcpLink {
         // frame must hold exactly the body the header announces, checked
         // before the header is acted on (an RTS whose frame ends before its
         // descriptor would otherwise match a receive with a zeroed one).
-        if self.failed.is_some() {
-            return false;
-        }
-        let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
-        let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
-        if len != HEADER_LEN + body {
-            self.protocol(format!(
-                "TCP frame of {len} bytes for a message with a {body}-byte body"
-            ));
-            return false;
-        }
-        true
+        self.failed.is_none() && self.front_frame(body).is_some()
     }
 
     fn consume(&mut self, _peeked: &[u8; PEEK_LEN], body: usize, dst: &mut [u8]) -> bool {
-        let p = &self.rx[self.rx_start..self.rx_start + PREFIX];
-        let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
-        if len != HEADER_LEN + body {
-            self.protocol(format!(
-                "TCP frame of {len} bytes for a message with a {body}-byte body"
-            ));
+        let Some(len) = self.front_frame(body) else {
             return false;
-        }
+        };
         let at = self.rx_start + PREFIX + HEADER_LEN;
         let n = dst.len().min(body);
         dst[..n].copy_from_slice(&self.rx[at..at + n]);
