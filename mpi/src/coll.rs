@@ -16,7 +16,7 @@ use crate::abi::{self, Handle};
 use crate::datatype::basic_of;
 use crate::p2p::{in_view, out_view, type_fail, unstage};
 use crate::state::{CommObj, Fail, Lib, Req, Staged};
-use crate::{count, export, fail, put, run};
+use crate::{count, export, fail, put, run, set};
 use std::ffi::{c_int, c_void};
 use tandem_driver::{f16, ReduceOp};
 
@@ -86,6 +86,29 @@ fn send_buffer_off_root(s: *const c_void, at_root: bool) -> Result<(), Fail> {
         );
     }
     Ok(())
+}
+
+/// Refuses a send buffer that is the receive buffer, or the place in it
+/// where this rank's own data goes (`at`): MPI forbids aliased arguments,
+/// and `MPI_IN_PLACE` says that instead. Checked, as MPICH does, by
+/// address when the rank has data to move (`data`) and neither buffer is
+/// `MPI_BOTTOM` (whose types may address disjoint memory).
+fn not_aliased(s: *const c_void, at: *const c_void, data: bool, call: &str) -> Result<(), Fail> {
+    if data && !is_in_place(s) && !s.is_null() && std::ptr::eq(s, at) {
+        return fail(
+            abi::ERR_BUFFER,
+            format!("{call}: the send and receive buffers are one (aliased); use MPI_IN_PLACE"),
+        );
+    }
+    Ok(())
+}
+
+/// `base` moved by `k` elements of `extent` bytes: where a block of a
+/// buffer starts (the pointer is compared, never read through).
+fn block_at(base: *const c_void, k: isize, extent: usize) -> *const c_void {
+    base.cast::<u8>()
+        .wrapping_offset(k.wrapping_mul(extent as isize))
+        .cast()
 }
 
 fn root_of(c: &CommObj, root: c_int) -> Result<usize, Fail> {
@@ -652,6 +675,7 @@ fn allreduce(
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let n = count(n)?;
+    not_aliased(s, r, n > 0, "MPI_Allreduce")?;
     if n == 0 {
         // Nothing to reduce, but the arguments are still checked.
         check_op(l, op, dt)?;
@@ -712,6 +736,7 @@ fn reduce(
     let root = root_of(&c, root)?;
     send_buffer_off_root(s, c.rank == root)?;
     let n = count(n)?;
+    not_aliased(s, r, n > 0 && c.rank == root, "MPI_Reduce")?;
     if n == 0 {
         check_op(l, op, dt)?;
         return Ok(());
@@ -857,6 +882,8 @@ fn gatherv(
         return g_send(c, root, out.bytes(), T_GATHER);
     }
     let rt = ty(l, rdt)?;
+    let own = block_at(r, displs[me], rt.extent);
+    not_aliased(s, own, counts[me] > 0, "MPI_Gather")?;
     for i in 0..c.size() {
         // SAFETY: the root's receive buffer covers every block.
         let at = unsafe { r.cast::<u8>().offset(displs[i] * rt.extent as isize) }.cast::<c_void>();
@@ -935,6 +962,8 @@ fn scatterv(
         return Ok(());
     }
     let st = ty(l, sdt)?;
+    let own = block_at(s, displs[me], st.extent);
+    not_aliased(r, own, counts[me] > 0, "MPI_Scatter")?;
     for i in 0..c.size() {
         // SAFETY: the root's send buffer covers every block.
         let at = unsafe { s.cast::<u8>().offset(displs[i] * st.extent as isize) }.cast::<c_void>();
@@ -985,6 +1014,8 @@ fn alltoallv(
     c: &CommObj,
 ) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
+    let data = scounts.iter().chain(rcounts).any(|&k| k > 0);
+    not_aliased(s, r, data, "MPI_Alltoall")?;
     let rt = ty(l, rdt)?;
     let st = if is_in_place(s) { rt } else { ty(l, sdt)? };
     let in_place = is_in_place(s);
@@ -1064,6 +1095,7 @@ fn alltoallw(
     c: &CommObj,
 ) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
+    not_aliased(s, r, sc.iter().chain(rc).any(|&k| k > 0), "MPI_Alltoallw")?;
     // In place: the data to send is the receive buffer's, copied first.
     let saved: Option<Vec<u8>> = if is_in_place(s) {
         let mut end = 0usize;
@@ -1122,6 +1154,12 @@ fn scan(
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let n = count(n)?;
+    not_aliased(
+        s,
+        r,
+        n > 0,
+        if exclusive { "MPI_Exscan" } else { "MPI_Scan" },
+    )?;
     check_op(l, op, dt)?;
     let t = RedType::of(l, dt)?;
     let me = c.rank;
@@ -1189,6 +1227,7 @@ fn reduce_scatter(
         .iter()
         .try_fold(0usize, |a, &k| a.checked_add(k))
         .ok_or_else(|| Fail::new(abi::ERR_COUNT, "the counts' sum overflows".into()))?;
+    not_aliased(s, r, total > 0, "MPI_Reduce_scatter")?;
     if total == 0 {
         check_op(l, op, dt)?;
         return Ok(());
@@ -1294,6 +1333,12 @@ fn iallgather_start(
     let (n, me) = (c.size(), c.rank);
     let rt = ty(l, rdt)?;
     let rn_u = count(rn)?;
+    not_aliased(
+        s,
+        block_at(r, (me * rn_u) as isize, rt.extent),
+        rn_u > 0,
+        "MPI_Iallgather",
+    )?;
     let block = rn_u * rt.size;
     let mine = if is_in_place(s) {
         // This rank's block of `r` (out_view reads it through the type).
@@ -1347,6 +1392,7 @@ fn ialltoall_start(
     rdt: Handle,
 ) -> Result<Option<(tandem_driver::RawCollRequest, Option<Staged>)>, Fail> {
     let n = c.size();
+    not_aliased(s, r, count(rn)? > 0, "MPI_Ialltoall")?;
     if is_in_place(s) {
         return Ok(None);
     }
@@ -1477,6 +1523,7 @@ export! {
             let rt = ty(l, rdt)?;
             let rn_u = count(rn)?;
             let block = rn_u * rt.size;
+            not_aliased(s, block_at(r, (me * rn_u) as isize, rt.extent), rn_u > 0, "MPI_Allgather")?;
             // The own block, packed.
             let mine = if is_in_place(s) {
                 let at = r.cast::<u8>().add(me * rn_u * rt.extent).cast::<c_void>();
@@ -1510,6 +1557,7 @@ export! {
             let dis = displs(rdispls, n)?;
             let me = c.rank;
             let rt = ty(l, rdt)?;
+            not_aliased(s, block_at(r, dis[me], rt.extent), counts[me] > 0, "MPI_Allgatherv")?;
             let (sbuf, sn, sdt) = if is_in_place(s) {
                 (r.cast::<u8>().offset(dis[me] * rt.extent as isize).cast::<c_void>().cast_const(), counts[me] as c_int, rdt)
             } else {
@@ -1589,6 +1637,7 @@ export! {
             if rk == 0 && sk == 0 {
                 return Ok(());
             }
+            not_aliased(s, r, true, "MPI_Alltoall")?;
             if c.whole && !is_in_place(s) {
                 let out = out_view(l, s, elements(sk, n)?, sdt)?;
                 let mut inb = in_view(l, r, elements(rk, n)?, rdt)?;
@@ -1718,6 +1767,7 @@ export! {
             let rt = root_of(&c, root)?;
             let at_root = c.rank == rt;
             send_buffer_off_root(s, at_root)?;
+            not_aliased(s, r, nn > 0 && at_root, "MPI_Ireduce")?;
             drop(c);
             // The same choice on every rank, as the blocking call makes it:
             // unaligned buffers are staged.
@@ -1757,6 +1807,7 @@ export! {
     fn MPI_Iallreduce, PMPI_Iallreduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Iallreduce", |l| {
             let nn = count(n)?;
+            not_aliased(s, r, nn > 0, "MPI_Iallreduce")?;
             // The same choice on every rank: unaligned buffers are staged.
             let fast = native(dt, op);
             let size = abi::builtin_size(dt).unwrap_or(1);
@@ -1786,7 +1837,7 @@ export! {
     fn MPI_Op_create, PMPI_Op_create(f: Option<crate::op::UserFn>, commute: c_int, op: *mut Handle) -> c_int {
         run(abi::COMM_WORLD, "MPI_Op_create", |l| {
             let Some(f) = f else { return fail(abi::ERR_ARG, "null user function") };
-            put(op, l.ops.borrow_mut().create(f, commute != 0));
+            set(op, l.ops.borrow_mut().create(f, commute != 0), "op")?;
             Ok(())
         })
     }
@@ -1803,7 +1854,7 @@ export! {
     fn MPI_Op_commutative, PMPI_Op_commutative(op: Handle, flag: *mut c_int) -> c_int {
         run(abi::COMM_WORLD, "MPI_Op_commutative", |l| {
             let c = l.ops.borrow().commutative(op).map_err(|c| Fail::new(c, format!("invalid operation {op:#x}")))?;
-            put(flag, c as c_int);
+            set(flag, c as c_int, "flag")?;
             Ok(())
         })
     }

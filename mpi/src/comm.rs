@@ -2,7 +2,7 @@
 
 use crate::abi::{self, Handle};
 use crate::state::{self, CommObj, CopyFn, DeleteFn, Fail, Keyval, Lib};
-use crate::{coll, export, fail, put, put_str, run};
+use crate::{coll, export, fail, put, put_str, run, set};
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::rc::Rc;
@@ -218,12 +218,23 @@ pub fn copy_one(
         )
     };
     if r != abi::SUCCESS {
-        return Err(Fail::new(
-            r,
-            format!("the copy callback of key {key:#x} failed ({r})"),
-        ));
+        return Err(callback_failed("copy", key, r));
     }
     Ok((flag != 0).then_some(out))
+}
+
+/// The failure of an attribute callback that returned `r`: the code goes
+/// back to the program, as it is if the program added it
+/// (`MPI_Add_error_code`), else reduced to its class.
+fn callback_failed(which: &str, key: c_int, r: c_int) -> Fail {
+    let code = match crate::extra::user_class(r) {
+        Some(_) => r,
+        None => crate::state::code_class(r),
+    };
+    Fail::new(
+        code,
+        format!("the {which} callback of key {key:#x} failed ({r})"),
+    )
 }
 
 /// The key `key`, if it exists.
@@ -279,10 +290,7 @@ pub fn delete_one(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result
         // SAFETY: the program's delete callback, called as MPI specifies.
         let r = unsafe { f(comm, key, val, k.extra) };
         if r != abi::SUCCESS {
-            return Err(Fail::new(
-                r,
-                format!("the delete callback of key {key:#x} failed ({r})"),
-            ));
+            return Err(callback_failed("delete", key, r));
         }
     }
     Ok(())
@@ -416,9 +424,9 @@ fn get_attr(
     let out = val.cast::<*mut c_void>();
     if let Some(v) = predefined {
         // SAFETY: `out` is the program's `void *` slot (checked non-null by put).
-        unsafe { put(out, v.as_ptr().cast()) };
+        unsafe { set(out, v.as_ptr().cast(), "attribute_val") }?;
         // SAFETY: the program's flag.
-        unsafe { put(flag, 1) };
+        unsafe { set(flag, 1, "flag") }?;
         return Ok(());
     }
     if l.keyval_index(key)
@@ -429,9 +437,9 @@ fn get_attr(
     let found = c.attrs.borrow().iter().find(|a| a.0 == key).map(|a| a.1);
     // SAFETY: the program's out-parameters.
     unsafe {
-        put(flag, found.is_some() as c_int);
+        set(flag, found.is_some() as c_int, "flag")?;
         if let Some(v) = found {
-            put(out, v);
+            set(out, v, "attribute_val")?;
         }
     }
     Ok(())
@@ -452,7 +460,7 @@ fn create_keyval(
         uses: 0,
     });
     // SAFETY: the program's out-parameter.
-    unsafe { put(key, k) };
+    unsafe { set(key, k, "key") }?;
     Ok(())
 }
 
@@ -510,21 +518,22 @@ fn group_of(l: &Lib, g: Handle) -> Result<Rc<[u32]>, Fail> {
 export! {
     fn MPI_Comm_rank, PMPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
         run(comm, "MPI_Comm_rank", |l| {
-            put(rank, l.comm(comm)?.rank as c_int);
+            set(rank, l.comm(comm)?.rank as c_int, "rank")?;
             Ok(())
         })
     }
 
     fn MPI_Comm_size, PMPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
         run(comm, "MPI_Comm_size", |l| {
-            put(size, l.comm(comm)?.size() as c_int);
+            set(size, l.comm(comm)?.size() as c_int, "size")?;
             Ok(())
         })
     }
 
     fn MPI_Comm_dup, PMPI_Comm_dup(comm: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_dup", |l| {
-            put(out, dup(l, comm)?);
+            crate::need(out, "newcomm")?;
+            set(out, dup(l, comm)?, "newcomm")?;
             Ok(())
         })
     }
@@ -535,7 +544,8 @@ export! {
 
     fn MPI_Comm_split, PMPI_Comm_split(comm: Handle, color: c_int, key: c_int, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_split", |l| {
-            put(out, split(l, comm, color, key)?);
+            crate::need(out, "newcomm")?;
+            set(out, split(l, comm, color, key)?, "newcomm")?;
             Ok(())
         })
     }
@@ -558,7 +568,8 @@ export! {
                 }
                 first as c_int
             };
-            put(out, split(l, comm, color, key)?);
+            crate::need(out, "newcomm")?;
+            set(out, split(l, comm, color, key)?, "newcomm")?;
             Ok(())
         })
     }
@@ -566,7 +577,8 @@ export! {
     fn MPI_Comm_create, PMPI_Comm_create(comm: Handle, group: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_create", |l| {
             let g = group_of(l, group)?;
-            put(out, create(l, comm, g)?);
+            crate::need(out, "newcomm")?;
+            set(out, create(l, comm, g)?, "newcomm")?;
             Ok(())
         })
     }
@@ -582,7 +594,7 @@ export! {
 
     fn MPI_Comm_compare, PMPI_Comm_compare(a: Handle, b: Handle, result: *mut c_int) -> c_int {
         run(a, "MPI_Comm_compare", |l| {
-            put(result, compare(l, a, b)?);
+            set(result, compare(l, a, b)?, "result")?;
             Ok(())
         })
     }
@@ -590,7 +602,7 @@ export! {
     fn MPI_Comm_test_inter, PMPI_Comm_test_inter(comm: Handle, flag: *mut c_int) -> c_int {
         run(comm, "MPI_Comm_test_inter", |l| {
             l.comm(comm)?;
-            put(flag, 0);
+            set(flag, 0, "flag")?;
             Ok(())
         })
     }
@@ -612,7 +624,7 @@ export! {
         run(comm, "MPI_Comm_get_name", |l| {
             let c = l.comm(comm)?;
             let n = put_str(name, abi::MAX_OBJECT_NAME, &c.name.borrow());
-            put(len, n);
+            set(len, n, "len")?;
             Ok(())
         })
     }
@@ -665,14 +677,14 @@ export! {
     fn MPI_Comm_group, PMPI_Comm_group(comm: Handle, group: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_group", |l| {
             let c = l.comm(comm)?;
-            put(group, l.add_group(c.group.clone()));
+            set(group, l.add_group(c.group.clone()), "group")?;
             Ok(())
         })
     }
 
     fn MPI_Group_size, PMPI_Group_size(group: Handle, size: *mut c_int) -> c_int {
         run(abi::COMM_WORLD, "MPI_Group_size", |l| {
-            put(size, group_of(l, group)?.len() as c_int);
+            set(size, group_of(l, group)?.len() as c_int, "size")?;
             Ok(())
         })
     }
@@ -681,7 +693,7 @@ export! {
         run(abi::COMM_WORLD, "MPI_Group_rank", |l| {
             let g = group_of(l, group)?;
             let me = l.job.rank() as u32;
-            put(rank, g.iter().position(|&x| x == me).map_or(abi::UNDEFINED, |r| r as c_int));
+            set(rank, g.iter().position(|&x| x == me).map_or(abi::UNDEFINED, |r| r as c_int), "rank")?;
             Ok(())
         })
     }
@@ -703,9 +715,10 @@ export! {
         run(abi::COMM_WORLD, "MPI_Group_translate_ranks", |l| {
             let (ga, gb) = (group_of(l, a)?, group_of(l, b)?);
             let n = crate::count(n)?;
-            for i in 0..n {
-                let r = *ra.add(i);
-                let out = if r == abi::PROC_NULL {
+            let ra = crate::array(ra, n, "ranks1")?;
+            let rb = crate::array_mut(rb, n, "ranks2")?;
+            for (&r, out) in ra.iter().zip(rb) {
+                *out = if r == abi::PROC_NULL {
                     abi::PROC_NULL
                 } else {
                     let j = *ga.get(r as usize).ok_or_else(|| {
@@ -713,7 +726,6 @@ export! {
                     })?;
                     gb.iter().position(|&x| x == j).map_or(abi::UNDEFINED, |p| p as c_int)
                 };
-                *rb.add(i) = out;
             }
             Ok(())
         })
@@ -722,10 +734,10 @@ export! {
     fn MPI_Group_incl, PMPI_Group_incl(group: Handle, n: c_int, ranks: *const c_int, out: *mut Handle) -> c_int {
         run(abi::COMM_WORLD, "MPI_Group_incl", |l| {
             let g = group_of(l, group)?;
-            let n = crate::count(n)?;
-            let mut v = Vec::with_capacity(n);
-            for i in 0..n {
-                let r = *ranks.add(i);
+            let ranks = crate::array(ranks, crate::count(n)?, "ranks")?;
+            crate::need(out, "newgroup")?;
+            let mut v = Vec::with_capacity(ranks.len());
+            for &r in ranks {
                 let j = *g.get(r as usize).filter(|_| r >= 0).ok_or_else(|| {
                     Fail::new(abi::ERR_RANK, format!("rank {r} is not in a group of {}", g.len()))
                 })?;
@@ -734,7 +746,7 @@ export! {
                 }
                 v.push(j);
             }
-            put(out, l.add_group(Rc::from(v)));
+            set(out, l.add_group(Rc::from(v)), "newgroup")?;
             Ok(())
         })
     }
@@ -742,17 +754,17 @@ export! {
     fn MPI_Group_excl, PMPI_Group_excl(group: Handle, n: c_int, ranks: *const c_int, out: *mut Handle) -> c_int {
         run(abi::COMM_WORLD, "MPI_Group_excl", |l| {
             let g = group_of(l, group)?;
-            let n = crate::count(n)?;
+            let ranks = crate::array(ranks, crate::count(n)?, "ranks")?;
+            crate::need(out, "newgroup")?;
             let mut drop = vec![false; g.len()];
-            for i in 0..n {
-                let r = *ranks.add(i);
+            for &r in ranks {
                 if r < 0 || r as usize >= g.len() {
                     return fail(abi::ERR_RANK, format!("rank {r} is not in a group of {}", g.len()));
                 }
                 drop[r as usize] = true;
             }
             let v: Vec<u32> = g.iter().zip(&drop).filter(|x| !*x.1).map(|x| *x.0).collect();
-            put(out, l.add_group(Rc::from(v)));
+            set(out, l.add_group(Rc::from(v)), "newgroup")?;
             Ok(())
         })
     }
@@ -760,7 +772,7 @@ export! {
     fn MPI_Group_compare, PMPI_Group_compare(a: Handle, b: Handle, result: *mut c_int) -> c_int {
         run(abi::COMM_WORLD, "MPI_Group_compare", |l| {
             let (x, y) = (group_of(l, a)?, group_of(l, b)?);
-            put(result, group_relation(&x, &y, abi::IDENT));
+            set(result, group_relation(&x, &y, abi::IDENT), "result")?;
             Ok(())
         })
     }

@@ -4,7 +4,7 @@ use crate::abi::{self, Handle};
 use crate::datatype::Types;
 use crate::op::Ops;
 use crate::state::{self, lib, CommObj, ErrFn, Fail, Lib, Slab};
-use crate::{export, fail, put, put_str, run};
+use crate::{export, fail, put, put_str, run, set};
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_double, c_int, c_void};
 use std::rc::Rc;
@@ -183,14 +183,14 @@ export! {
 
     fn MPI_Query_thread, PMPI_Query_thread(provided: *mut c_int) -> c_int {
         run(NO_COMM, "MPI_Query_thread", |l| {
-            put(provided, l.thread_level);
+            set(provided, l.thread_level, "provided")?;
             Ok(())
         })
     }
 
     fn MPI_Is_thread_main, PMPI_Is_thread_main(flag: *mut c_int) -> c_int {
         run(NO_COMM, "MPI_Is_thread_main", |l| {
-            put(flag, (std::thread::current().id() == l.main_thread) as c_int);
+            set(flag, (std::thread::current().id() == l.main_thread) as c_int, "flag")?;
             Ok(())
         })
     }
@@ -265,7 +265,7 @@ export! {
             if p.is_null() {
                 return fail(abi::ERR_NO_MEM, format!("could not allocate {size} bytes"));
             }
-            put(base.cast::<*mut c_void>(), p);
+            set(base.cast::<*mut c_void>(), p, "base")?;
             Ok(())
         })
     }
@@ -289,7 +289,7 @@ export! {
 
     fn MPI_Comm_get_errhandler, PMPI_Comm_get_errhandler(comm: Handle, h: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_get_errhandler", |l| {
-            put(h, l.comm(comm)?.errhandler.get());
+            set(h, l.comm(comm)?.errhandler.get(), "h")?;
             Ok(())
         })
     }
@@ -312,7 +312,7 @@ export! {
             let Some(f) = f else {
                 return fail(abi::ERR_ARG, "null error handler function");
             };
-            put(h, l.add_errhandler(f));
+            set(h, l.add_errhandler(f), "h")?;
             Ok(())
         })
     }

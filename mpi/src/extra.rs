@@ -6,7 +6,7 @@
 
 use crate::abi::{self, Aint, Handle};
 use crate::state::{Fail, Lib, Req};
-use crate::{count, export, fail, put, put_str, run};
+use crate::{count, export, fail, put, put_str, run, set};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::rc::Rc;
@@ -206,7 +206,7 @@ fn now(l: &Lib, out: *mut Handle, r: c_int) -> Result<(), Fail> {
     }
     let h = l.add_req(Req::Done(crate::p2p::empty_status(), None));
     // SAFETY: the program's request out-parameter.
-    unsafe { put(out, h) };
+    unsafe { set(out, h, "request") }?;
     Ok(())
 }
 
@@ -336,9 +336,9 @@ export! {
                 return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
             }
             let v = l.extra.type_attrs.borrow().iter().find(|x| x.0 == dt && x.1 == key).map(|x| x.2);
-            put(flag, v.is_some() as c_int);
+            set(flag, v.is_some() as c_int, "flag")?;
             if let Some(v) = v {
-                put(val.cast::<*mut c_void>(), v);
+                set(val.cast::<*mut c_void>(), v, "val")?;
             }
             Ok(())
         })
@@ -359,7 +359,7 @@ export! {
             let c = next_user_code(l);
             l.extra.codes.borrow_mut().push((c, c));
             crate::comm::set_last_code(c);
-            put(class, c);
+            set(class, c, "class")?;
             Ok(())
         })
     }
@@ -374,7 +374,7 @@ export! {
             let c = next_user_code(l);
             l.extra.codes.borrow_mut().push((c, class));
             crate::comm::set_last_code(c);
-            put(code, c);
+            set(code, c, "code")?;
             Ok(())
         })
     }
@@ -406,14 +406,15 @@ export! {
     fn MPI_Comm_create_group, PMPI_Comm_create_group(comm: Handle, group: Handle, _tag: c_int, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_create_group", |l| {
             let g = l.group(group)?;
-            put(out, crate::comm::create_group(l, comm, g)?);
+            crate::need(out, "newcomm")?;
+            set(out, crate::comm::create_group(l, comm, g)?, "newcomm")?;
             Ok(())
         })
     }
 
     fn MPI_Info_create, PMPI_Info_create(info: *mut Handle) -> c_int {
         run(W, "MPI_Info_create", |l| {
-            put(info, new_info(l, Vec::new()));
+            set(info, new_info(l, Vec::new()), "info")?;
             Ok(())
         })
     }
@@ -435,7 +436,7 @@ export! {
     fn MPI_Info_dup, PMPI_Info_dup(info: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Info_dup", |l| {
             let v = with_info(l, info, |v| Ok(v.clone()))?;
-            put(out, new_info(l, v));
+            set(out, new_info(l, v), "newinfo")?;
             Ok(())
         })
     }
@@ -477,7 +478,7 @@ export! {
         run(W, "MPI_Info_get", |l| {
             let k = cstr(key)?;
             let found = with_info(l, info, |e| Ok(e.iter().find(|x| x.0 == k).map(|x| x.1.clone())))?;
-            put(flag, found.is_some() as c_int);
+            set(flag, found.is_some() as c_int, "flag")?;
             if let Some(v) = found {
                 put_str(val, count(len)? + 1, &v);
             }
@@ -489,9 +490,9 @@ export! {
         run(W, "MPI_Info_get_valuelen", |l| {
             let k = cstr(key)?;
             let found = with_info(l, info, |e| Ok(e.iter().find(|x| x.0 == k).map(|x| x.1.len())))?;
-            put(flag, found.is_some() as c_int);
+            set(flag, found.is_some() as c_int, "flag")?;
             if let Some(n) = found {
-                put(len, n as c_int);
+                set(len, n as c_int, "len")?;
             }
             Ok(())
         })
@@ -499,7 +500,7 @@ export! {
 
     fn MPI_Info_get_nkeys, PMPI_Info_get_nkeys(info: Handle, n: *mut c_int) -> c_int {
         run(W, "MPI_Info_get_nkeys", |l| {
-            put(n, with_info(l, info, |e| Ok(e.len()))? as c_int);
+            set(n, with_info(l, info, |e| Ok(e.len()))? as c_int, "n")?;
             Ok(())
         })
     }
@@ -520,7 +521,7 @@ export! {
     fn MPI_Comm_get_info, PMPI_Comm_get_info(comm: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_get_info", |l| {
             l.comm(comm)?;
-            put(out, new_info(l, Vec::new()));
+            set(out, new_info(l, Vec::new()), "info_used")?;
             Ok(())
         })
     }
@@ -532,7 +533,7 @@ export! {
 
     fn MPI_Topo_test, PMPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
         run(comm, "MPI_Topo_test", |l| {
-            put(status, crate::topo::kind(&*l.comm(comm)?));
+            set(status, crate::topo::kind(&*l.comm(comm)?), "status")?;
             Ok(())
         })
     }
@@ -589,46 +590,50 @@ export! {
                 (3, 32) => abi::C_LONG_DOUBLE_COMPLEX,
                 _ => return fail(abi::ERR_ARG, format!("no type of class {class} and size {size}")),
             };
-            put(dt, t);
+            set(dt, t, "dt")?;
             Ok(())
         })
     }
 
     fn MPI_Group_union, PMPI_Group_union(a: Handle, b: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Group_union", |l| {
+            crate::need(out, "newgroup")?;
             let (x, y) = (l.group(a)?, l.group(b)?);
             let mut v = x.to_vec();
             v.extend(y.iter().filter(|g| !x.contains(g)));
-            put(out, l.add_group(Rc::from(v)));
+            set(out, l.add_group(Rc::from(v)), "newgroup")?;
             Ok(())
         })
     }
 
     fn MPI_Group_intersection, PMPI_Group_intersection(a: Handle, b: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Group_intersection", |l| {
+            crate::need(out, "newgroup")?;
             let (x, y) = (l.group(a)?, l.group(b)?);
             let v: Vec<u32> = x.iter().copied().filter(|g| y.contains(g)).collect();
-            put(out, l.add_group(Rc::from(v)));
+            set(out, l.add_group(Rc::from(v)), "newgroup")?;
             Ok(())
         })
     }
 
     fn MPI_Group_difference, PMPI_Group_difference(a: Handle, b: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Group_difference", |l| {
+            crate::need(out, "newgroup")?;
             let (x, y) = (l.group(a)?, l.group(b)?);
             let v: Vec<u32> = x.iter().copied().filter(|g| !y.contains(g)).collect();
-            put(out, l.add_group(Rc::from(v)));
+            set(out, l.add_group(Rc::from(v)), "newgroup")?;
             Ok(())
         })
     }
 
     fn MPI_Group_range_incl, PMPI_Group_range_incl(group: Handle, n: c_int, ranges: *const [c_int; 3], out: *mut Handle) -> c_int {
         run(W, "MPI_Group_range_incl", |l| {
+            crate::need(out, "newgroup")?;
             let g = l.group(group)?;
             let mut v = Vec::new();
             let mut taken = vec![false; g.len()];
-            for i in 0..count(n)? {
-                for r in expand(*ranges.add(i), g.len())? {
+            for &t in crate::array(ranges, count(n)?, "ranges")? {
+                for r in expand(t, g.len())? {
                     // The ranks the triplets name must be distinct.
                     if std::mem::replace(&mut taken[r], true) {
                         return fail(abi::ERR_RANK, format!("rank {r} named twice by the ranges"));
@@ -636,28 +641,32 @@ export! {
                     v.push(g[r]);
                 }
             }
-            put(out, l.add_group(Rc::from(v)));
+            set(out, l.add_group(Rc::from(v)), "newgroup")?;
             Ok(())
         })
     }
 
     fn MPI_Group_range_excl, PMPI_Group_range_excl(group: Handle, n: c_int, ranges: *const [c_int; 3], out: *mut Handle) -> c_int {
         run(W, "MPI_Group_range_excl", |l| {
+            crate::need(out, "newgroup")?;
             let g = l.group(group)?;
             let mut drop = vec![false; g.len()];
-            for i in 0..count(n)? {
-                for r in expand(*ranges.add(i), g.len())? {
+            for &t in crate::array(ranges, count(n)?, "ranges")? {
+                for r in expand(t, g.len())? {
                     drop[r] = true;
                 }
             }
             let v: Vec<u32> = g.iter().zip(&drop).filter(|x| !*x.1).map(|x| *x.0).collect();
-            put(out, l.add_group(Rc::from(v)));
+            set(out, l.add_group(Rc::from(v)), "newgroup")?;
             Ok(())
         })
     }
 
     fn MPI_Improbe, PMPI_Improbe(from: c_int, tag: c_int, comm: Handle, flag: *mut c_int, msg: *mut Handle, st: *mut abi::Status) -> c_int {
-        run(comm, "MPI_Improbe", |l| mprobe(l, from, tag, comm, flag, msg, st, false))
+        run(comm, "MPI_Improbe", |l| {
+            crate::need(flag, "flag")?;
+            mprobe(l, from, tag, comm, flag, msg, st, false)
+        })
     }
 
     fn MPI_Mprobe, PMPI_Mprobe(from: c_int, tag: c_int, comm: Handle, msg: *mut Handle, st: *mut abi::Status) -> c_int {
@@ -701,7 +710,7 @@ fn matched_recv(
     };
     let h = l.add_req(r);
     // SAFETY: the program's request out-parameter.
-    unsafe { put(req, h) };
+    unsafe { set(req, h, "req") }?;
     Ok(())
 }
 
@@ -803,12 +812,12 @@ fn mprobe(
         }
         crate::p2p::out_status(st, &s);
         if from == abi::PROC_NULL {
-            put(msg, abi::MESSAGE_NO_PROC);
+            set(msg, abi::MESSAGE_NO_PROC, "msg")?;
             return Ok(());
         }
         let taken = crate::p2p::matched_take(l.comm(comm)?, &s)?;
         let i = l.extra.msgs.borrow_mut().insert((comm, taken));
-        put(msg, (MSG_KIND | i as u32) as Handle);
+        set(msg, (MSG_KIND | i as u32) as Handle, "msg")?;
     }
     Ok(())
 }

@@ -12,7 +12,7 @@
 use crate::abi::{self, Handle};
 use crate::comm::{make, take_two};
 use crate::state::{AgreeReq, CommObj, Fail, Lib, Req};
-use crate::{export, fail, put, run};
+use crate::{export, fail, run, set};
 use std::cell::Ref;
 use std::ffi::c_int;
 use std::rc::Rc;
@@ -93,7 +93,7 @@ export! {
             if newcomm.is_null() {
                 return fail(abi::ERR_ARG, "newcomm is NULL");
             }
-            put(newcomm, shrink(l, comm)?);
+            set(newcomm, shrink(l, comm)?, "newcomm")?;
             Ok(())
         })
     }
@@ -106,7 +106,7 @@ export! {
             // SAFETY: not null; the caller's int, as MPI requires.
             let mine = unsafe { flag.read() };
             let (out, unacked) = agree(l, comm, mine)?;
-            put(flag, out);
+            set(flag, out, "flag")?;
             if unacked {
                 // ULFM: the value is agreed, and the caller learns that a
                 // failure it has not acknowledged happened.
@@ -134,7 +134,7 @@ export! {
                 op: Some(op),
                 flag,
             })));
-            put(req, h);
+            set(req, h, "req")?;
             Ok(())
         })
     }
@@ -155,7 +155,7 @@ export! {
             }
             let c = l.comm(comm)?;
             let g = c.acked.borrow().clone();
-            put(failedgrp, l.add_group(g));
+            set(failedgrp, l.add_group(g), "failedgrp")?;
             Ok(())
         })
     }
@@ -167,7 +167,7 @@ export! {
             }
             let c = l.comm(comm)?;
             let failed = ft_comm(l, &c)?.failed_ranks();
-            put(failedgrp, l.add_group(job_ranks(&c, &failed)));
+            set(failedgrp, l.add_group(job_ranks(&c, &failed)), "failedgrp")?;
             Ok(())
         })
     }

@@ -158,7 +158,76 @@ pub(crate) unsafe fn put_str(dst: *mut std::ffi::c_char, cap: usize, s: &str) ->
     n as c_int
 }
 
-/// Writes `v` through `p` if it is not null.
+/// Checks an output argument the program must give (MPI allows no null
+/// pointer there): done before a call acts, so that a refused call
+/// changes nothing.
+///
+/// # Errors
+/// `MPI_ERR_ARG` naming `what` for a null pointer.
+#[inline(always)]
+pub(crate) fn need<T>(p: *mut T, what: &str) -> Result<*mut T, Fail> {
+    if p.is_null() {
+        return null_arg(what);
+    }
+    Ok(p)
+}
+
+#[cold]
+fn null_arg<T>(what: &str) -> Result<T, Fail> {
+    fail(abi::ERR_ARG, format!("{what} is a null pointer"))
+}
+
+/// Writes `v` through the output argument `p`, which must not be null.
+///
+/// # Errors
+/// `MPI_ERR_ARG` naming `what` for a null pointer (nothing written).
+///
+/// # Safety
+/// `p` is null or valid for a write of `T`.
+#[inline(always)]
+pub(crate) unsafe fn set<T>(p: *mut T, v: T, what: &str) -> Result<(), Fail> {
+    // SAFETY: the caller's promise; `need` refused null.
+    unsafe { need(p, what)?.write(v) };
+    Ok(())
+}
+
+/// The program's array of `n` entries at `p` (empty for `n` = 0, whatever
+/// `p` is).
+///
+/// # Errors
+/// `MPI_ERR_ARG` naming `what` for a null `p` with `n` > 0.
+///
+/// # Safety
+/// `p` is null or holds `n` readable entries.
+pub(crate) unsafe fn array<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], Fail> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller's promise; `need` refused null.
+    Ok(unsafe { std::slice::from_raw_parts(need(p.cast_mut(), what)?, n) })
+}
+
+/// [`array`] for an output array of `n` writable entries.
+///
+/// # Errors
+/// `MPI_ERR_ARG` naming `what` for a null `p` with `n` > 0.
+///
+/// # Safety
+/// `p` is null or holds `n` writable entries.
+pub(crate) unsafe fn array_mut<'a, T>(
+    p: *mut T,
+    n: usize,
+    what: &str,
+) -> Result<&'a mut [T], Fail> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: the caller's promise; `need` refused null.
+    Ok(unsafe { std::slice::from_raw_parts_mut(need(p, what)?, n) })
+}
+
+/// Writes `v` through `p` if it is not null: for the arguments MPI lets a
+/// program leave out, and for callbacks that cannot report an error.
 ///
 /// # Safety
 /// `p` is null or valid for a write of `T`.

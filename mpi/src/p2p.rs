@@ -3,7 +3,7 @@
 use crate::abi::{self, Handle};
 use crate::datatype::TypeHold;
 use crate::state::{CommObj, Fail, Lib, P2pReq, Persistent, Req, Unpack};
-use crate::{count, export, fail, put, run};
+use crate::{count, export, fail, put, run, set};
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 use tandem_driver::{Error, Status as DStatus, ANY_SOURCE, ANY_TAG};
@@ -639,7 +639,7 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
                     // SAFETY: the program's flag, checked not null by
                     // MPIX_Comm_iagree and valid until the request completes
                     // (MPI's rule for a non-blocking call's arguments).
-                    unsafe { put(flag, flags as c_int) };
+                    unsafe { set(flag, flags as c_int, "flag") }?;
                     let failed = op.agreement().map(|a| a.failed.clone()).unwrap_or_default();
                     let f = crate::ft::unacked(&comm, &failed).then(crate::ft::unacked_failure);
                     let mut st = empty_status();
@@ -845,13 +845,13 @@ fn test(l: &Lib, r: *mut Handle, flag: *mut c_int, st: *mut abi::Status) -> Resu
     match complete(l, r, Mode::Test)? {
         Outcome::Pending => {
             // SAFETY: the caller's flag.
-            unsafe { put(flag, 0) };
+            unsafe { set(flag, 0, "flag") }?;
             Ok(())
         }
         Outcome::Done(s, f) => {
             // SAFETY: the caller's flag and status.
             unsafe {
-                put(flag, 1);
+                set(flag, 1, "flag")?;
                 if f.is_some() && wants(st) {
                     *st = s;
                 } else {
@@ -983,7 +983,7 @@ fn waitany(
         None => {
             // SAFETY: the caller's out-parameters.
             unsafe {
-                put(index, abi::UNDEFINED);
+                set(index, abi::UNDEFINED, "index")?;
                 put(flag, 1);
                 out_status(st, &empty_status());
             }
@@ -993,14 +993,14 @@ fn waitany(
             // SAFETY: as above.
             unsafe {
                 put(flag, 0);
-                put(index, abi::UNDEFINED);
+                set(index, abi::UNDEFINED, "index")?;
             }
             Ok(())
         }
         Some((i, Outcome::Done(s, f))) => {
             // SAFETY: as above.
             unsafe {
-                put(index, i as c_int);
+                set(index, i as c_int, "index")?;
                 put(flag, 1);
                 if f.is_some() && wants(st) {
                     *st = s;
@@ -1052,7 +1052,7 @@ fn some(
         }
         if !any_active {
             // SAFETY: the caller's out-parameter.
-            unsafe { put(outcount, abi::UNDEFINED) };
+            unsafe { set(outcount, abi::UNDEFINED, "outcount") }?;
             return Ok(());
         }
         if got > 0 || !block {
@@ -1074,7 +1074,7 @@ fn some(
         }
     }
     // SAFETY: the caller's out-parameter.
-    unsafe { put(outcount, got as c_int) };
+    unsafe { set(outcount, got as c_int, "outcount") }?;
     match first {
         None => Ok(()),
         Some(f) => Err(Fail::new(abi::ERR_IN_STATUS, f.msg)),
@@ -1127,12 +1127,12 @@ fn testall(
                 }
             }
             // SAFETY: the caller's flag.
-            unsafe { put(flag, 0) };
+            unsafe { set(flag, 0, "flag") }?;
             return Ok(());
         }
     }
     // SAFETY: the caller's flag.
-    unsafe { put(flag, 1) };
+    unsafe { set(flag, 1, "flag") }?;
     waitall(l, n as c_int, rs, sts)
 }
 
@@ -1355,7 +1355,7 @@ fn get_count(
         n as c_int
     };
     // SAFETY: the caller's out-parameter.
-    unsafe { put(out, n) };
+    unsafe { set(out, n, "count") }?;
     Ok(())
 }
 
@@ -1474,7 +1474,7 @@ export! {
     }
 
     fn MPI_Iprobe, PMPI_Iprobe(from: c_int, tag: c_int, comm: Handle, flag: *mut c_int, st: *mut abi::Status) -> c_int {
-        run(comm, "MPI_Iprobe", |l| probe(l, from, tag, comm, flag, st, false))
+        run(comm, "MPI_Iprobe", |l| { crate::need(flag, "flag")?; probe(l, from, tag, comm, flag, st, false) })
     }
 
     fn MPI_Wait, PMPI_Wait(r: *mut Handle, st: *mut abi::Status) -> c_int {
@@ -1482,7 +1482,7 @@ export! {
     }
 
     fn MPI_Test, PMPI_Test(r: *mut Handle, flag: *mut c_int, st: *mut abi::Status) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Test", |l| test(l, r, flag, st))
+        run(abi::COMM_WORLD, "MPI_Test", |l| { crate::need(flag, "flag")?; test(l, r, flag, st) })
     }
 
     fn MPI_Waitall, PMPI_Waitall(n: c_int, rs: *mut Handle, sts: *mut abi::Status) -> c_int {
@@ -1490,23 +1490,23 @@ export! {
     }
 
     fn MPI_Testall, PMPI_Testall(n: c_int, rs: *mut Handle, flag: *mut c_int, sts: *mut abi::Status) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Testall", |l| testall(l, n, rs, flag, sts))
+        run(abi::COMM_WORLD, "MPI_Testall", |l| { crate::need(flag, "flag")?; testall(l, n, rs, flag, sts) })
     }
 
     fn MPI_Waitany, PMPI_Waitany(n: c_int, rs: *mut Handle, index: *mut c_int, st: *mut abi::Status) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Waitany", |l| waitany(l, n, rs, index, st, true, std::ptr::null_mut()))
+        run(abi::COMM_WORLD, "MPI_Waitany", |l| { crate::need(index, "index")?; waitany(l, n, rs, index, st, true, std::ptr::null_mut()) })
     }
 
     fn MPI_Testany, PMPI_Testany(n: c_int, rs: *mut Handle, index: *mut c_int, flag: *mut c_int, st: *mut abi::Status) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Testany", |l| waitany(l, n, rs, index, st, false, flag))
+        run(abi::COMM_WORLD, "MPI_Testany", |l| { crate::need(index, "index")?; crate::need(flag, "flag")?; waitany(l, n, rs, index, st, false, flag) })
     }
 
     fn MPI_Waitsome, PMPI_Waitsome(n: c_int, rs: *mut Handle, outcount: *mut c_int, idx: *mut c_int, sts: *mut abi::Status) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Waitsome", |l| some(l, n, rs, outcount, idx, sts, true))
+        run(abi::COMM_WORLD, "MPI_Waitsome", |l| { crate::need(outcount, "outcount")?; some(l, n, rs, outcount, idx, sts, true) })
     }
 
     fn MPI_Testsome, PMPI_Testsome(n: c_int, rs: *mut Handle, outcount: *mut c_int, idx: *mut c_int, sts: *mut abi::Status) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Testsome", |l| some(l, n, rs, outcount, idx, sts, false))
+        run(abi::COMM_WORLD, "MPI_Testsome", |l| { crate::need(outcount, "outcount")?; some(l, n, rs, outcount, idx, sts, false) })
     }
 
     fn MPI_Request_free, PMPI_Request_free(r: *mut Handle) -> c_int {
@@ -1552,7 +1552,7 @@ export! {
     fn MPI_Request_get_status, PMPI_Request_get_status(h: Handle, flag: *mut c_int, st: *mut abi::Status) -> c_int {
         run(abi::COMM_WORLD, "MPI_Request_get_status", |l| {
             if inactive(l, h) {
-                put(flag, 1);
+                set(flag, 1, "flag")?;
                 out_status(st, &empty_status());
                 return Ok(());
             }
@@ -1569,13 +1569,13 @@ export! {
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
             if !done {
-                put(flag, 0);
+                set(flag, 0, "flag")?;
                 return Ok(());
             }
             // Complete it and keep the result for the later wait/test.
             match complete_index(l, idx, Mode::Look)? {
                 Outcome::Done(s, f) => {
-                    put(flag, 1);
+                    set(flag, 1, "flag")?;
                     out_status(st, &s);
                     // The later wait or test collects it with the same
                     // failure this call returns.
@@ -1589,7 +1589,7 @@ export! {
                     r
                 }
                 Outcome::Pending => {
-                    put(flag, 0);
+                    set(flag, 0, "flag")?;
                     Ok(())
                 }
             }
@@ -1622,7 +1622,7 @@ export! {
             if st.is_null() || st as usize == abi::STATUS_IGNORE {
                 return fail(abi::ERR_ARG, "MPI_STATUS_IGNORE has no cancelled flag");
             }
-            put(flag, (*st).cancelled() as c_int);
+            set(flag, (*st).cancelled() as c_int, "flag")?;
             Ok(())
         })
     }
@@ -1642,7 +1642,7 @@ export! {
             }
             let bytes = (*st).count() as usize;
             let n = l.types.borrow().elements(dt, bytes).map_err(|c| type_fail(c, dt))?;
-            put(out, n);
+            set(out, n, "count")?;
             Ok(())
         })
     }
@@ -1720,8 +1720,8 @@ export! {
             // MPI: detaching waits for the buffered messages to go.
             drain(l);
             let (b, n) = l.extra.buffer.replace((0, 0));
-            put(buf.cast::<*mut c_void>(), b as *mut c_void);
-            put(size, n);
+            set(buf.cast::<*mut c_void>(), b as *mut c_void, "buf")?;
+            set(size, n, "size")?;
             Ok(())
         })
     }

@@ -582,6 +582,11 @@ const MESSAGES: usize = 64;
 /// `MPI_Error_string`.
 pub fn error_code(l: Option<&Lib>, f: &Fail) -> c_int {
     let Some(l) = l else { return f.class };
+    // A code the program added (a callback's failure handed on) is
+    // returned as it is: its class and string are the program's.
+    if crate::extra::user_class(f.class).is_some() {
+        return f.class;
+    }
     let mut m = l.messages.borrow_mut();
     // A ring of recent messages; the code names its slot.
     let n = l.next_message.get();

@@ -25,7 +25,7 @@ use crate::abi::{self, Aint, Handle};
 use crate::comm;
 use crate::p2p::{in_view, out_view, unstage, In, Out};
 use crate::state::{self, CommObj, Fail, Lib};
-use crate::{count, export, fail, put, run};
+use crate::{array, array_mut, count, export, fail, run, set};
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 
@@ -82,36 +82,6 @@ fn cart(c: &CommObj) -> Result<(Vec<c_int>, Vec<bool>), Fail> {
         Some(Topo::Cart { dims, periods }) => Ok((dims.clone(), periods.clone())),
         _ => no_topo("Cartesian"),
     }
-}
-
-/// `n` ints at `p` (a program's array).
-///
-/// # Safety
-/// `p` holds `n` readable ints (or `n` is 0).
-unsafe fn ints<'a>(p: *const c_int, n: usize, what: &str) -> Result<&'a [c_int], Fail> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return fail(abi::ERR_ARG, format!("{what} is a null array"));
-    }
-    // SAFETY: the caller's array of `n` ints.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
-}
-
-/// `n` writable ints at `p`.
-///
-/// # Safety
-/// `p` holds `n` writable ints (or `n` is 0).
-unsafe fn ints_out<'a>(p: *mut c_int, n: usize, what: &str) -> Result<&'a mut [c_int], Fail> {
-    if n == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return fail(abi::ERR_ARG, format!("{what} is a null array"));
-    }
-    // SAFETY: the caller's array of `n` ints.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }
 
 /// The number of processes of a grid, checking its extents (an extent
@@ -446,8 +416,8 @@ unsafe fn varying(
     // SAFETY: the caller's arrays.
     let (cs, ds) = unsafe {
         (
-            ints(counts, n, "counts")?,
-            ints(displs, n, "displacements")?,
+            array(counts, n, "counts")?,
+            array(displs, n, "displacements")?,
         )
     };
     let displs = ds
@@ -462,16 +432,16 @@ export! {
     fn MPI_Cart_create, PMPI_Cart_create(comm: Handle, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Cart_create", |l| {
             // MPI_COMM_NULL unless a communicator is made.
-            put(newcomm, abi::COMM_NULL);
+            set(newcomm, abi::COMM_NULL, "newcomm")?;
             if ndims < 0 {
                 return fail(abi::ERR_DIMS, format!("negative number of dimensions {ndims}"));
             }
             let n = ndims as usize;
-            let d = ints(dims, n, "dims")?.to_vec();
-            let p = ints(periods, n, "periods")?.iter().map(|&x| x != 0).collect();
+            let d = array(dims, n, "dims")?.to_vec();
+            let p = array(periods, n, "periods")?.iter().map(|&x| x != 0).collect();
             let k = grid_size(&d)?;
             let h = create_first(l, comm, k, Topo::Cart { dims: d, periods: p })?;
-            put(newcomm, h);
+            set(newcomm, h, "newcomm")?;
             Ok(())
         })
     }
@@ -479,7 +449,7 @@ export! {
     fn MPI_Cartdim_get, PMPI_Cartdim_get(comm: Handle, ndims: *mut c_int) -> c_int {
         run(comm, "MPI_Cartdim_get", |l| {
             let (d, _) = cart(&*l.comm(comm)?)?;
-            put(ndims, d.len() as c_int);
+            set(ndims, d.len() as c_int, "ndims")?;
             Ok(())
         })
     }
@@ -490,11 +460,11 @@ export! {
             let (d, p) = cart(&c)?;
             let n = count(maxdims)?.min(d.len());
             let me = coords_of(&d, c.rank);
-            ints_out(dims, n, "dims")?.copy_from_slice(&d[..n]);
-            for (o, &x) in ints_out(periods, n, "periods")?.iter_mut().zip(&p) {
+            array_mut(dims, n, "dims")?.copy_from_slice(&d[..n]);
+            for (o, &x) in array_mut(periods, n, "periods")?.iter_mut().zip(&p) {
                 *o = x as c_int;
             }
-            ints_out(coords, n, "coords")?.copy_from_slice(&me[..n]);
+            array_mut(coords, n, "coords")?.copy_from_slice(&me[..n]);
             Ok(())
         })
     }
@@ -502,8 +472,8 @@ export! {
     fn MPI_Cart_rank, PMPI_Cart_rank(comm: Handle, coords: *const c_int, rank: *mut c_int) -> c_int {
         run(comm, "MPI_Cart_rank", |l| {
             let (d, p) = cart(&*l.comm(comm)?)?;
-            let r = rank_at(&d, &p, ints(coords, d.len(), "coords")?)?;
-            put(rank, r as c_int);
+            let r = rank_at(&d, &p, array(coords, d.len(), "coords")?)?;
+            set(rank, r as c_int, "rank")?;
             Ok(())
         })
     }
@@ -518,7 +488,7 @@ export! {
             if count(maxdims)? < d.len() {
                 return fail(abi::ERR_ARG, format!("maxdims {maxdims} is below the grid's {} dimensions", d.len()));
             }
-            ints_out(coords, d.len(), "coords")?.copy_from_slice(&coords_of(&d, rank as usize));
+            array_mut(coords, d.len(), "coords")?.copy_from_slice(&coords_of(&d, rank as usize));
             Ok(())
         })
     }
@@ -533,8 +503,8 @@ export! {
             let me = coords_of(&d, c.rank);
             let dir = direction as usize;
             let rank = |x: Option<usize>| x.map_or(abi::PROC_NULL, |r| r as c_int);
-            put(source, rank(shifted(&d, &p, &me, dir, -(disp as i64))));
-            put(dest, rank(shifted(&d, &p, &me, dir, disp as i64)));
+            set(source, rank(shifted(&d, &p, &me, dir, -(disp as i64))), "source")?;
+            set(dest, rank(shifted(&d, &p, &me, dir, disp as i64)), "dest")?;
             Ok(())
         })
     }
@@ -542,10 +512,10 @@ export! {
     fn MPI_Cart_sub, PMPI_Cart_sub(comm: Handle, remain: *const c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Cart_sub", |l| {
             // MPI_COMM_NULL unless a communicator is made.
-            put(newcomm, abi::COMM_NULL);
+            set(newcomm, abi::COMM_NULL, "newcomm")?;
             let c = l.comm(comm)?;
             let (d, p) = cart(&c)?;
-            let keep: Vec<bool> = ints(remain, d.len(), "remain_dims")?.iter().map(|&x| x != 0).collect();
+            let keep: Vec<bool> = array(remain, d.len(), "remain_dims")?.iter().map(|&x| x != 0).collect();
             let me = coords_of(&d, c.rank);
             // Processes that agree on the dropped coordinates share a grid;
             // their order in it is the row-major order of the kept ones.
@@ -565,7 +535,7 @@ export! {
                 dims: pick(&d),
                 periods: (0..d.len()).filter(|&i| keep[i]).map(|i| p[i]).collect(),
             }));
-            put(newcomm, h);
+            set(newcomm, h, "newcomm")?;
             Ok(())
         })
     }
@@ -576,11 +546,11 @@ export! {
             if ndims < 0 {
                 return fail(abi::ERR_DIMS, format!("negative number of dimensions {ndims}"));
             }
-            let k = grid_size(ints(dims, ndims as usize, "dims")?)?;
+            let k = grid_size(array(dims, ndims as usize, "dims")?)?;
             if k > c.size() {
                 return fail(abi::ERR_ARG, format!("the grid has {k} processes, more than the communicator's {}", c.size()));
             }
-            put(newrank, if c.rank < k { c.rank as c_int } else { abi::UNDEFINED });
+            set(newrank, if c.rank < k { c.rank as c_int } else { abi::UNDEFINED }, "newrank")?;
             Ok(())
         })
     }
@@ -588,20 +558,20 @@ export! {
     fn MPI_Graph_create, PMPI_Graph_create(comm: Handle, nnodes: c_int, index: *const c_int, edges: *const c_int, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Graph_create", |l| {
             // MPI_COMM_NULL unless a communicator is made.
-            put(newcomm, abi::COMM_NULL);
+            set(newcomm, abi::COMM_NULL, "newcomm")?;
             let n = count(nnodes)?;
-            let idx = ints(index, n, "index")?.to_vec();
+            let idx = array(index, n, "index")?.to_vec();
             let nedges = idx.last().copied().unwrap_or(0);
-            let e = ints(edges, count(nedges)?, "edges")?.to_vec();
+            let e = array(edges, count(nedges)?, "edges")?.to_vec();
             check_graph(n, &idx, &e)?;
             if n == 0 {
                 // An empty graph: MPI_COMM_NULL everywhere.
                 l.comm(comm)?;
-                put(newcomm, abi::COMM_NULL);
+                set(newcomm, abi::COMM_NULL, "newcomm")?;
                 return Ok(());
             }
             let h = create_first(l, comm, n, Topo::Graph { index: idx, edges: e })?;
-            put(newcomm, h);
+            set(newcomm, h, "newcomm")?;
             Ok(())
         })
     }
@@ -610,8 +580,8 @@ export! {
         run(comm, "MPI_Graphdims_get", |l| {
             match topo_of(&*l.comm(comm)?).as_deref() {
                 Some(Topo::Graph { index, edges }) => {
-                    put(nnodes, index.len() as c_int);
-                    put(nedges, edges.len() as c_int);
+                    set(nnodes, index.len() as c_int, "nnodes")?;
+                    set(nedges, edges.len() as c_int, "nedges")?;
                     Ok(())
                 }
                 _ => no_topo("graph"),
@@ -624,8 +594,8 @@ export! {
             match topo_of(&*l.comm(comm)?).as_deref() {
                 Some(Topo::Graph { index: i, edges: e }) => {
                     let (ni, ne) = (count(maxindex)?.min(i.len()), count(maxedges)?.min(e.len()));
-                    ints_out(index, ni, "index")?.copy_from_slice(&i[..ni]);
-                    ints_out(edges, ne, "edges")?.copy_from_slice(&e[..ne]);
+                    array_mut(index, ni, "index")?.copy_from_slice(&i[..ni]);
+                    array_mut(edges, ne, "edges")?.copy_from_slice(&e[..ne]);
                     Ok(())
                 }
                 _ => no_topo("graph"),
@@ -640,7 +610,7 @@ export! {
                     if rank < 0 || rank as usize >= index.len() {
                         return fail(abi::ERR_RANK, format!("rank {rank} is not a node of the graph"));
                     }
-                    put(n, graph_neighbors(index, edges, rank as usize).len() as c_int);
+                    set(n, graph_neighbors(index, edges, rank as usize).len() as c_int, "n")?;
                     Ok(())
                 }
                 _ => no_topo("graph"),
@@ -657,7 +627,7 @@ export! {
                     }
                     let nb = graph_neighbors(index, edges, rank as usize);
                     let k = count(maxn)?.min(nb.len());
-                    ints_out(out, k, "neighbors")?.copy_from_slice(&nb[..k]);
+                    array_mut(out, k, "neighbors")?.copy_from_slice(&nb[..k]);
                     Ok(())
                 }
                 _ => no_topo("graph"),
@@ -672,7 +642,7 @@ export! {
             if k > c.size() {
                 return fail(abi::ERR_ARG, format!("the graph has {k} nodes, more than the communicator's {}", c.size()));
             }
-            put(newrank, if c.rank < k { c.rank as c_int } else { abi::UNDEFINED });
+            set(newrank, if c.rank < k { c.rank as c_int } else { abi::UNDEFINED }, "newrank")?;
             Ok(())
         })
     }
@@ -680,11 +650,11 @@ export! {
     fn MPI_Dist_graph_create_adjacent, PMPI_Dist_graph_create_adjacent(comm: Handle, indegree: c_int, sources: *const c_int, sweights: *const c_int, outdegree: c_int, dests: *const c_int, dweights: *const c_int, _info: Handle, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Dist_graph_create_adjacent", |l| {
             // MPI_COMM_NULL unless a communicator is made.
-            put(newcomm, abi::COMM_NULL);
+            set(newcomm, abi::COMM_NULL, "newcomm")?;
             let c = l.comm(comm)?;
             let (ni, no) = (count(indegree)?, count(outdegree)?);
-            let src = ints(sources, ni, "sources")?.to_vec();
-            let dst = ints(dests, no, "destinations")?.to_vec();
+            let src = array(sources, ni, "sources")?.to_vec();
+            let dst = array(dests, no, "destinations")?.to_vec();
             let n = c.size();
             if let Some(&r) = src.iter().chain(&dst).find(|&&r| r < 0 || r as usize >= n) {
                 return fail(abi::ERR_RANK, format!("neighbour {r} is not a rank of the communicator of {n}"));
@@ -694,7 +664,7 @@ export! {
                 if !weighted || k == 0 || std::ptr::eq(p, crate::unsupported::MPI_WEIGHTS_EMPTY.addr()) {
                     Ok(vec![0; k])
                 } else {
-                    Ok(ints(p, k, what)?.to_vec())
+                    Ok(array(p, k, what)?.to_vec())
                 }
             };
             let topo = Topo::Dist {
@@ -706,7 +676,7 @@ export! {
             };
             let obj = comm::dup_bare(l, &c)?;
             *obj.topo.borrow_mut() = Some(Rc::new(topo));
-            put(newcomm, l.add_comm(obj));
+            set(newcomm, l.add_comm(obj), "newcomm")?;
             Ok(())
         })
     }
@@ -714,18 +684,18 @@ export! {
     fn MPI_Dist_graph_create, PMPI_Dist_graph_create(comm: Handle, n: c_int, sources: *const c_int, degrees: *const c_int, dests: *const c_int, weights: *const c_int, _info: Handle, _reorder: c_int, newcomm: *mut Handle) -> c_int {
         run(comm, "MPI_Dist_graph_create", |l| {
             // MPI_COMM_NULL unless a communicator is made.
-            put(newcomm, abi::COMM_NULL);
+            set(newcomm, abi::COMM_NULL, "newcomm")?;
             let c = l.comm(comm)?;
             let size = c.size();
             let k = count(n)?;
-            let src = ints(sources, k, "sources")?;
-            let deg = ints(degrees, k, "degrees")?;
+            let src = array(sources, k, "sources")?;
+            let deg = array(degrees, k, "degrees")?;
             let total = deg.iter().try_fold(0usize, |a, &d| a.checked_add(count(d).ok()?))
                 .ok_or_else(|| Fail::new(abi::ERR_ARG, "invalid degrees".into()))?;
-            let dst = ints(dests, total, "destinations")?;
+            let dst = array(dests, total, "destinations")?;
             let weighted = !unweighted(weights);
             let w = if weighted && total > 0 && !std::ptr::eq(weights, crate::unsupported::MPI_WEIGHTS_EMPTY.addr()) {
-                ints(weights, total, "weights")?.to_vec()
+                array(weights, total, "weights")?.to_vec()
             } else {
                 vec![0; total]
             };
@@ -779,7 +749,7 @@ export! {
                 dweights: w_out,
                 weighted,
             }));
-            put(newcomm, l.add_comm(obj));
+            set(newcomm, l.add_comm(obj), "newcomm")?;
             Ok(())
         })
     }
@@ -788,9 +758,9 @@ export! {
         run(comm, "MPI_Dist_graph_neighbors_count", |l| {
             match topo_of(&*l.comm(comm)?).as_deref() {
                 Some(Topo::Dist { sources, dests, weighted: w, .. }) => {
-                    put(indegree, sources.len() as c_int);
-                    put(outdegree, dests.len() as c_int);
-                    put(weighted, *w as c_int);
+                    set(indegree, sources.len() as c_int, "indegree")?;
+                    set(outdegree, dests.len() as c_int, "outdegree")?;
+                    set(weighted, *w as c_int, "weighted")?;
                     Ok(())
                 }
                 _ => no_topo("distributed graph"),
@@ -803,13 +773,13 @@ export! {
             match topo_of(&*l.comm(comm)?).as_deref() {
                 Some(Topo::Dist { sources: s, sweights: sw, dests: d, dweights: dw, weighted }) => {
                     let (ni, no) = (count(maxin)?.min(s.len()), count(maxout)?.min(d.len()));
-                    ints_out(sources, ni, "sources")?.copy_from_slice(&s[..ni]);
-                    ints_out(dests, no, "destinations")?.copy_from_slice(&d[..no]);
+                    array_mut(sources, ni, "sources")?.copy_from_slice(&s[..ni]);
+                    array_mut(dests, no, "destinations")?.copy_from_slice(&d[..no]);
                     if *weighted && !unweighted(sweights) {
-                        ints_out(sweights, ni, "sourceweights")?.copy_from_slice(&sw[..ni]);
+                        array_mut(sweights, ni, "sourceweights")?.copy_from_slice(&sw[..ni]);
                     }
                     if *weighted && !unweighted(dweights) {
-                        ints_out(dweights, no, "destweights")?.copy_from_slice(&dw[..no]);
+                        array_mut(dweights, no, "destweights")?.copy_from_slice(&dw[..no]);
                     }
                     Ok(())
                 }
@@ -867,8 +837,8 @@ export! {
             };
             neighbor_w(
                 l, comm,
-                s, ints(scounts, no, "sendcounts")?, &arr(sdispls, no)?, &tys(sts, no)?,
-                r, ints(rcounts, ni, "recvcounts")?, &arr(rdispls, ni)?, &tys(rts, ni)?,
+                s, array(scounts, no, "sendcounts")?, &arr(sdispls, no)?, &tys(sts, no)?,
+                r, array(rcounts, ni, "recvcounts")?, &arr(rdispls, ni)?, &tys(rts, ni)?,
             )
         })
     }

@@ -3,29 +3,31 @@
 use crate::abi::{self, Aint, Count, Handle};
 use crate::p2p::type_fail;
 use crate::state::{Fail, Lib};
-use crate::{count, export, fail, put, put_str, run};
+use crate::{count, export, fail, put, put_str, run, set};
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 const W: Handle = abi::COMM_WORLD;
 
-/// A constructor's result handle, written to `out`.
-fn made(r: Result<Handle, c_int>, out: *mut Handle, what: &str) -> Result<(), Fail> {
-    let h = r.map_err(|c| Fail::new(c, format!("{what}: invalid arguments or base datatype")))?;
-    // SAFETY: the program's out-parameter.
-    unsafe { put(out, h) };
+/// A constructor's result handle, written to `out`, which is checked
+/// before `make` runs.
+fn made(
+    l: &Lib,
+    out: *mut Handle,
+    what: &str,
+    make: impl FnOnce(&mut crate::datatype::Types) -> Result<Handle, c_int>,
+) -> Result<(), Fail> {
+    crate::need(out, "newtype")?;
+    let h = make(&mut l.types.borrow_mut())
+        .map_err(|c| Fail::new(c, format!("{what}: invalid arguments or base datatype")))?;
+    // SAFETY: the program's out-parameter, checked above.
+    unsafe { out.write(h) };
     Ok(())
 }
 
+/// The program's array of `n` entries (`n` checked not negative).
 unsafe fn arr<'a, T>(p: *const T, n: c_int) -> Result<&'a [T], Fail> {
-    let n = count(n)?;
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return fail(abi::ERR_ARG, "null array");
-    }
-    // SAFETY: the program's array of n entries.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    // SAFETY: the caller's array of n entries.
+    unsafe { crate::array(p, count(n)?, "an array argument") }
 }
 
 /// Checks a `datarep` argument: only `"external32"` is known.
@@ -79,14 +81,14 @@ export! {
     fn MPI_Type_size, PMPI_Type_size(dt: Handle, size: *mut c_int) -> c_int {
         run(W, "MPI_Type_size", |l| {
             let s = info(l, dt)?.size;
-            put(size, if s > c_int::MAX as usize { abi::UNDEFINED } else { s as c_int });
+            set(size, if s > c_int::MAX as usize { abi::UNDEFINED } else { s as c_int }, "size")?;
             Ok(())
         })
     }
 
     fn MPI_Type_size_x, PMPI_Type_size_x(dt: Handle, size: *mut Count) -> c_int {
         run(W, "MPI_Type_size_x", |l| {
-            put(size, info(l, dt)?.size as Count);
+            set(size, info(l, dt)?.size as Count, "size")?;
             Ok(())
         })
     }
@@ -94,8 +96,8 @@ export! {
     fn MPI_Type_get_extent, PMPI_Type_get_extent(dt: Handle, lb: *mut Aint, extent: *mut Aint) -> c_int {
         run(W, "MPI_Type_get_extent", |l| {
             let i = info(l, dt)?;
-            put(lb, i.lb);
-            put(extent, i.extent);
+            set(lb, i.lb, "lb")?;
+            set(extent, i.extent, "extent")?;
             Ok(())
         })
     }
@@ -103,8 +105,8 @@ export! {
     fn MPI_Type_get_extent_x, PMPI_Type_get_extent_x(dt: Handle, lb: *mut Count, extent: *mut Count) -> c_int {
         run(W, "MPI_Type_get_extent_x", |l| {
             let i = info(l, dt)?;
-            put(lb, i.lb as Count);
-            put(extent, i.extent as Count);
+            set(lb, i.lb as Count, "lb")?;
+            set(extent, i.extent as Count, "extent")?;
             Ok(())
         })
     }
@@ -112,8 +114,8 @@ export! {
     fn MPI_Type_get_true_extent, PMPI_Type_get_true_extent(dt: Handle, lb: *mut Aint, extent: *mut Aint) -> c_int {
         run(W, "MPI_Type_get_true_extent", |l| {
             let i = info(l, dt)?;
-            put(lb, i.true_lb);
-            put(extent, i.true_extent);
+            set(lb, i.true_lb, "lb")?;
+            set(extent, i.true_extent, "extent")?;
             Ok(())
         })
     }
@@ -121,22 +123,22 @@ export! {
     fn MPI_Type_get_true_extent_x, PMPI_Type_get_true_extent_x(dt: Handle, lb: *mut Count, extent: *mut Count) -> c_int {
         run(W, "MPI_Type_get_true_extent_x", |l| {
             let i = info(l, dt)?;
-            put(lb, i.true_lb as Count);
-            put(extent, i.true_extent as Count);
+            set(lb, i.true_lb as Count, "lb")?;
+            set(extent, i.true_extent as Count, "extent")?;
             Ok(())
         })
     }
 
     fn MPI_Type_extent, PMPI_Type_extent(dt: Handle, extent: *mut Aint) -> c_int {
         run(W, "MPI_Type_extent", |l| {
-            put(extent, info(l, dt)?.extent);
+            set(extent, info(l, dt)?.extent, "extent")?;
             Ok(())
         })
     }
 
     fn MPI_Type_lb, PMPI_Type_lb(dt: Handle, lb: *mut Aint) -> c_int {
         run(W, "MPI_Type_lb", |l| {
-            put(lb, info(l, dt)?.lb);
+            set(lb, info(l, dt)?.lb, "lb")?;
             Ok(())
         })
     }
@@ -144,21 +146,21 @@ export! {
     fn MPI_Type_ub, PMPI_Type_ub(dt: Handle, ub: *mut Aint) -> c_int {
         run(W, "MPI_Type_ub", |l| {
             let i = info(l, dt)?;
-            put(ub, i.lb + i.extent);
+            set(ub, i.lb + i.extent, "ub")?;
             Ok(())
         })
     }
 
     fn MPI_Type_contiguous, PMPI_Type_contiguous(n: c_int, old: Handle, out: *mut Handle) -> c_int {
-        run(W, "MPI_Type_contiguous", |l| made(l.types.borrow_mut().contiguous(n, old), out, "MPI_Type_contiguous"))
+        run(W, "MPI_Type_contiguous", |l| made(l, out, "MPI_Type_contiguous", |t| t.contiguous(n, old)))
     }
 
     fn MPI_Type_vector, PMPI_Type_vector(n: c_int, bl: c_int, stride: c_int, old: Handle, out: *mut Handle) -> c_int {
-        run(W, "MPI_Type_vector", |l| made(l.types.borrow_mut().vector(n, bl, stride, old), out, "MPI_Type_vector"))
+        run(W, "MPI_Type_vector", |l| made(l, out, "MPI_Type_vector", |t| t.vector(n, bl, stride, old)))
     }
 
     fn MPI_Type_create_hvector, PMPI_Type_create_hvector(n: c_int, bl: c_int, stride: Aint, old: Handle, out: *mut Handle) -> c_int {
-        run(W, "MPI_Type_create_hvector", |l| made(l.types.borrow_mut().hvector(n, bl, stride, old), out, "MPI_Type_create_hvector"))
+        run(W, "MPI_Type_create_hvector", |l| made(l, out, "MPI_Type_create_hvector", |t| t.hvector(n, bl, stride, old)))
     }
 
     fn MPI_Type_hvector, PMPI_Type_hvector(n: c_int, bl: c_int, stride: Aint, old: Handle, out: *mut Handle) -> c_int {
@@ -168,14 +170,14 @@ export! {
     fn MPI_Type_indexed, PMPI_Type_indexed(n: c_int, bls: *const c_int, ds: *const c_int, old: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Type_indexed", |l| {
             let (b, d) = (arr(bls, n)?, arr(ds, n)?);
-            made(l.types.borrow_mut().indexed(b, d, old), out, "MPI_Type_indexed")
+            made(l, out, "MPI_Type_indexed", |t| t.indexed(b, d, old))
         })
     }
 
     fn MPI_Type_create_hindexed, PMPI_Type_create_hindexed(n: c_int, bls: *const c_int, ds: *const Aint, old: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Type_create_hindexed", |l| {
             let (b, d) = (arr(bls, n)?, arr(ds, n)?);
-            made(l.types.borrow_mut().hindexed(b, d, old), out, "MPI_Type_create_hindexed")
+            made(l, out, "MPI_Type_create_hindexed", |t| t.hindexed(b, d, old))
         })
     }
 
@@ -186,21 +188,21 @@ export! {
     fn MPI_Type_create_indexed_block, PMPI_Type_create_indexed_block(n: c_int, bl: c_int, ds: *const c_int, old: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Type_create_indexed_block", |l| {
             let d = arr(ds, n)?;
-            made(l.types.borrow_mut().indexed_block(bl, d, old), out, "MPI_Type_create_indexed_block")
+            made(l, out, "MPI_Type_create_indexed_block", |t| t.indexed_block(bl, d, old))
         })
     }
 
     fn MPI_Type_create_hindexed_block, PMPI_Type_create_hindexed_block(n: c_int, bl: c_int, ds: *const Aint, old: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Type_create_hindexed_block", |l| {
             let d = arr(ds, n)?;
-            made(l.types.borrow_mut().hindexed_block(bl, d, old), out, "MPI_Type_create_hindexed_block")
+            made(l, out, "MPI_Type_create_hindexed_block", |t| t.hindexed_block(bl, d, old))
         })
     }
 
     fn MPI_Type_create_struct, PMPI_Type_create_struct(n: c_int, bls: *const c_int, ds: *const Aint, ts: *const Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Type_create_struct", |l| {
             let (b, d, t) = (arr(bls, n)?, arr(ds, n)?, arr(ts, n)?);
-            made(l.types.borrow_mut().create_struct(b, d, t), out, "MPI_Type_create_struct")
+            made(l, out, "MPI_Type_create_struct", |ts| ts.create_struct(b, d, t))
         })
     }
 
@@ -209,13 +211,12 @@ export! {
     }
 
     fn MPI_Type_create_resized, PMPI_Type_create_resized(old: Handle, lb: Aint, extent: Aint, out: *mut Handle) -> c_int {
-        run(W, "MPI_Type_create_resized", |l| made(l.types.borrow_mut().resized(old, lb, extent), out, "MPI_Type_create_resized"))
+        run(W, "MPI_Type_create_resized", |l| made(l, out, "MPI_Type_create_resized", |t| t.resized(old, lb, extent)))
     }
 
     fn MPI_Type_dup, PMPI_Type_dup(old: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Type_dup", |l| {
-            let r = l.types.borrow_mut().dup(old);
-            made(r, out, "MPI_Type_dup")?;
+            made(l, out, "MPI_Type_dup", |t| t.dup(old))?;
             crate::extra::type_attrs_dup(l, old, *out)
         })
     }
@@ -249,7 +250,7 @@ export! {
         run(W, "MPI_Type_get_name", |l| {
             let n = l.types.borrow().name(dt).map_err(|c| type_fail(c, dt))?;
             let k = put_str(name, abi::MAX_OBJECT_NAME, &n);
-            put(len, k);
+            set(len, k, "len")?;
             Ok(())
         })
     }
@@ -267,10 +268,10 @@ export! {
     fn MPI_Type_get_envelope, PMPI_Type_get_envelope(dt: Handle, ni: *mut c_int, na: *mut c_int, nd: *mut c_int, combiner: *mut c_int) -> c_int {
         run(W, "MPI_Type_get_envelope", |l| {
             let (a, b, c, d) = l.types.borrow().envelope(dt).map_err(|c| type_fail(c, dt))?;
-            put(ni, a);
-            put(na, b);
-            put(nd, c);
-            put(combiner, d);
+            set(ni, a, "ni")?;
+            set(na, b, "na")?;
+            set(nd, c, "nd")?;
+            set(combiner, d, "combiner")?;
             Ok(())
         })
     }
@@ -288,7 +289,7 @@ export! {
     fn MPI_Pack_size, PMPI_Pack_size(n: c_int, dt: Handle, _comm: Handle, size: *mut c_int) -> c_int {
         run(W, "MPI_Pack_size", |l| {
             let s = count(n)? * info(l, dt)?.size;
-            put(size, s as c_int);
+            set(size, s as c_int, "size")?;
             Ok(())
         })
     }
@@ -335,7 +336,7 @@ export! {
                 return fail(abi::ERR_ARG, format!("negative number of dimensions {ndims}"));
             }
             let (a, b, c) = (arr(sizes, ndims)?, arr(subsizes, ndims)?, arr(starts, ndims)?);
-            made(l.types.borrow_mut().subarray(a, b, c, order, old), out, "MPI_Type_create_subarray")
+            made(l, out, "MPI_Type_create_subarray", |t| t.subarray(a, b, c, order, old))
         })
     }
 
@@ -346,8 +347,7 @@ export! {
             }
             let (g, d) = (arr(gsizes, ndims)?, arr(distribs, ndims)?);
             let (a, p) = (arr(dargs, ndims)?, arr(psizes, ndims)?);
-            let r = l.types.borrow_mut().darray(size, rank, g, d, a, p, order, old);
-            made(r, out, "MPI_Type_create_darray")
+            made(l, out, "MPI_Type_create_darray", |t| t.darray(size, rank, g, d, a, p, order, old))
         })
     }
 
@@ -355,7 +355,7 @@ export! {
         run(W, "MPI_Pack_external_size", |l| {
             external32(datarep)?;
             let s = l.types.borrow().external32_size(dt, count(n)?).map_err(|c| type_fail(c, dt))?;
-            put(size, s as Aint);
+            set(size, s as Aint, "size")?;
             Ok(())
         })
     }

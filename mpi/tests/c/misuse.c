@@ -20,7 +20,14 @@
  *   itself: MPI_ERR_BUFFER (it crashed);
  * - MPI_Group_range_incl naming a rank twice: an error;
  * - MPI_Get_count of a type of size 0 for a message of some bytes:
- *   MPI_UNDEFINED.
+ *   MPI_UNDEFINED;
+ * - a null pointer for an argument the call writes or reads (the size of
+ *   MPI_Comm_size, a new datatype, group or communicator, the flag of
+ *   MPI_Test, MPI_Group_translate_ranks's arrays, which it dereferenced):
+ *   MPI_ERR_ARG, with nothing made and the request still active;
+ * - an attribute copy callback failing with a code the program added
+ *   (MPI_Add_error_code): MPI_Comm_dup fails with that code, its class
+ *   and string the program's.
  * Afterwards ordinary collectives still work.
  */
 #include "common.h"
@@ -43,6 +50,17 @@ static void expect_std(int rc, int want, const char *what)
         MPI_Error_class(rc, &cls);
     CHECK(rc != MPI_SUCCESS, "%s: accepted", what);
     CHECK_STD(cls == want, "%s: class %d, expected class %d", what, cls, want);
+}
+
+/* An attribute copy callback that fails with the code in `extra`. */
+static int refusing_copy(MPI_Comm comm, int key, void *extra, void *in, void *out, int *flag)
+{
+    (void)comm;
+    (void)key;
+    (void)in;
+    (void)out;
+    *flag = 0;
+    return *(int *)extra;
 }
 
 int main(int argc, char **argv)
@@ -171,6 +189,69 @@ int main(int argc, char **argv)
         CHECK(y == 1, "received %d", y);
         MPI_Wait(&rq, MPI_STATUS_IGNORE);
         MPI_Type_free(&z);
+    }
+
+    /* Null pointers where the call must write or read. */
+    {
+        MPI_Group w, g = MPI_GROUP_NULL;
+        MPI_Comm_group(MPI_COMM_WORLD, &w);
+        int r0 = 0;
+        expect(MPI_Comm_size(MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "Comm_size into NULL");
+        expect(MPI_Comm_rank(MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "Comm_rank into NULL");
+        expect(MPI_Type_contiguous(2, MPI_INT, NULL), MPI_ERR_ARG, "Type_contiguous into NULL");
+        expect(MPI_Type_size(MPI_INT, NULL), MPI_ERR_ARG, "Type_size into NULL");
+        expect(MPI_Group_size(w, NULL), MPI_ERR_ARG, "Group_size into NULL");
+        /* The reference MPICH 4.0.2 crashes (SIGSEGV) in these three. */
+        if (!g_lenient_ref) {
+            expect(MPI_Group_incl(w, 1, &r0, NULL), MPI_ERR_ARG, "Group_incl into NULL");
+            expect(MPI_Group_incl(w, 1, NULL, &g), MPI_ERR_ARG, "Group_incl of a NULL rank list");
+            CHECK(g == MPI_GROUP_NULL, "a refused Group_incl made a group");
+            expect(MPI_Group_translate_ranks(w, 1, NULL, w, &r0), MPI_ERR_ARG,
+                   "Group_translate_ranks from NULL");
+        } else if (g_rank == 0) {
+            fprintf(stderr, "NOTE: Group_incl and Group_translate_ranks from NULL skipped on the reference MPICH\n");
+        }
+        expect(MPI_Group_translate_ranks(w, 1, &r0, w, NULL), MPI_ERR_ARG,
+               "Group_translate_ranks into NULL");
+        /* MPI_COMM_SELF's handler returns; split is collective over it. */
+        expect(MPI_Comm_split(MPI_COMM_SELF, 0, 0, NULL), MPI_ERR_ARG, "Comm_split into NULL");
+        int x = 7, y = 0, c = -1;
+        MPI_Request rq;
+        MPI_Status st;
+        MPI_Irecv(&y, 1, MPI_INT, 0, 9, MPI_COMM_SELF, &rq);
+        expect(MPI_Test(&rq, NULL, &st), MPI_ERR_ARG, "Test into a NULL flag");
+        CHECK(rq != MPI_REQUEST_NULL, "a refused Test freed the request");
+        CHECK_MPI(MPI_Send(&x, 1, MPI_INT, 0, 9, MPI_COMM_SELF));
+        expect(MPI_Iprobe(0, 9, MPI_COMM_SELF, NULL, &st), MPI_ERR_ARG, "Iprobe into NULL");
+        CHECK_MPI(MPI_Wait(&rq, &st));
+        CHECK(y == 7, "received %d after the refused Test", y);
+        expect(MPI_Get_count(&st, MPI_INT, NULL), MPI_ERR_ARG, "Get_count into NULL");
+        CHECK_MPI(MPI_Get_count(&st, MPI_INT, &c));
+        CHECK(c == 1, "Get_count %d", c);
+        MPI_Group_free(&w);
+    }
+
+    /* A copy callback failing with the program's own error code. */
+    {
+        int cls, code, key, val = 1, k, len;
+        char msg[MPI_MAX_ERROR_STRING];
+        MPI_Add_error_class(&cls);
+        MPI_Add_error_code(cls, &code);
+        MPI_Add_error_string(code, "misuse: the copy callback refused");
+        MPI_Comm_create_keyval(refusing_copy, MPI_COMM_NULL_DELETE_FN, &key, &code);
+        MPI_Comm d, d2 = MPI_COMM_NULL;
+        MPI_Comm_dup(MPI_COMM_WORLD, &d);
+        MPI_Comm_set_attr(d, key, &val);
+        int rc = MPI_Comm_dup(d, &d2);
+        MPI_Error_class(rc, &k);
+        CHECK(rc == code && k == cls, "Comm_dup with a refusing copy callback: rc %d class %d, "
+              "expected code %d class %d", rc, k, code, cls);
+        MPI_Error_string(rc, msg, &len);
+        CHECK(strcmp(msg, "misuse: the copy callback refused") == 0, "its string: %s", msg);
+        if (d2 != MPI_COMM_NULL)
+            MPI_Comm_free(&d2);
+        MPI_Comm_free(&d);
+        MPI_Comm_free_keyval(&key);
     }
 
     /* Still works. */
