@@ -101,7 +101,7 @@ def c_type(fn, arg, ty):
         k = "MPI_Errhandler"
     elif fn.startswith("MPI_Request_") and a == "h":
         k = "MPI_Request"
-    elif fn.startswith(("MPI_Comm_", "MPIX_Comm_")) or fn == "MPI_Comm_compare":
+    elif fn.startswith(("MPI_Comm_", "MPIX_Comm_", "MPI_Intercomm_")):
         k = "MPI_Comm"
     else:
         raise SystemExit(f"{fn}: which handle is {arg}?")

@@ -147,7 +147,7 @@ fn g_sendrecv(
 }
 
 /// Dissemination barrier.
-fn g_barrier(c: &CommObj) -> Result<(), Fail> {
+pub(crate) fn g_barrier(c: &CommObj) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
     let mut k = 1;
     while k < n {
@@ -158,7 +158,7 @@ fn g_barrier(c: &CommObj) -> Result<(), Fail> {
 }
 
 /// Binomial-tree broadcast of bytes from `root`.
-fn g_bcast(c: &CommObj, buf: &mut [u8], root: usize) -> Result<(), Fail> {
+pub(crate) fn g_bcast(c: &CommObj, buf: &mut [u8], root: usize) -> Result<(), Fail> {
     let (n, me) = (c.size(), c.rank);
     let rel = (me + n - root) % n;
     let mut mask = 1;
@@ -1477,7 +1477,10 @@ fn start_coll(
 export! {
     fn MPI_Barrier, PMPI_Barrier(comm: Handle) -> c_int {
         run(comm, "MPI_Barrier", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::barrier(&c);
+            }
             if c.whole {
                 c.p2p.barrier()?;
                 Ok(())

@@ -80,11 +80,15 @@ pub(crate) fn make(
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
         topo: RefCell::new(None),
+        remote: None,
     })
 }
 
 /// `MPI_Comm_dup` without the attribute copies.
 pub(crate) fn dup_bare(l: &Lib, c: &CommObj) -> Result<CommObj, Fail> {
+    if c.remote.is_some() {
+        return crate::inter::dup(l, c);
+    }
     let ctx = agree_contexts(l, c)?;
     let obj = make(l, c.group.clone(), ctx, c)?;
     // A duplicate keeps the topology.
@@ -172,6 +176,7 @@ pub fn create_group(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, F
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
         topo: RefCell::new(None),
+        remote: None,
     };
     let ctx = agree_contexts(l, &view)?;
     let obj = make(l, group, ctx, &c)?;
@@ -179,7 +184,7 @@ pub fn create_group(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, F
 }
 
 fn dup(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let obj = dup_bare(l, &c)?;
     // Attributes: each key's copy callback decides.
     let attrs = c.attrs.borrow().clone();
@@ -251,7 +256,7 @@ fn set_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), F
 /// there. `freed_ok`: also a key the program freed that still lives on
 /// through its attachments (a duplicate's copies of them, as MPI requires).
 fn attach(l: &Lib, comm: Handle, key: c_int, val: *mut c_void, freed_ok: bool) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let i = l
         .keyval_index(key)
         .filter(|&i| {
@@ -265,7 +270,7 @@ fn attach(l: &Lib, comm: Handle, key: c_int, val: *mut c_void, freed_ok: bool) -
     if let Some(old) = old {
         drop(c);
         delete_one(l, comm, key, old)?;
-        let c = l.comm(comm)?;
+        let c = l.any_comm(comm)?;
         c.attrs.borrow_mut().retain(|a| a.0 != key);
         c.attrs.borrow_mut().push((key, val));
     } else {
@@ -298,12 +303,12 @@ pub fn delete_one(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result
 
 /// Detaches an attribute (after its delete callback) and releases its key.
 fn detach(l: &Lib, comm: Handle, key: c_int) -> Result<bool, Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let val = c.attrs.borrow().iter().find(|a| a.0 == key).map(|a| a.1);
     drop(c);
     let Some(val) = val else { return Ok(false) };
     delete_one(l, comm, key, val)?;
-    l.comm(comm)?.attrs.borrow_mut().retain(|a| a.0 != key);
+    l.any_comm(comm)?.attrs.borrow_mut().retain(|a| a.0 != key);
     release_key(l, key);
     Ok(true)
 }
@@ -336,7 +341,7 @@ pub(crate) fn release_key(l: &Lib, key: c_int) {
 /// and `MPI_Finalize`).
 pub fn delete_attrs(l: &Lib, comm: Handle) -> Result<(), Fail> {
     loop {
-        let last = l.comm(comm)?.attrs.borrow().last().map(|a| a.0);
+        let last = l.any_comm(comm)?.attrs.borrow().last().map(|a| a.0);
         let Some(key) = last else { return Ok(()) };
         detach(l, comm, key)?;
     }
@@ -354,7 +359,7 @@ fn free(l: &Lib, h: *mut Handle) -> Result<(), Fail> {
             "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
         );
     }
-    l.comm(comm)?;
+    l.any_comm(comm)?;
     delete_attrs(l, comm)?;
     if let Some(c) = l.remove_comm(comm) {
         state::mark(l, c.contexts[0], true);
@@ -367,11 +372,18 @@ fn free(l: &Lib, h: *mut Handle) -> Result<(), Fail> {
 
 fn compare(l: &Lib, a: Handle, b: Handle) -> Result<c_int, Fail> {
     if a == b {
-        l.comm(a)?;
+        l.any_comm(a)?;
         return Ok(abi::IDENT);
     }
-    let (x, y) = (l.comm(a)?, l.comm(b)?);
-    Ok(group_relation(&x.group, &y.group, abi::CONGRUENT))
+    let (x, y) = (l.any_comm(a)?, l.any_comm(b)?);
+    let local = group_relation(&x.group, &y.group, abi::CONGRUENT);
+    Ok(match (&x.remote, &y.remote) {
+        (None, None) => local,
+        // Intercommunicators: both groups count, the weaker relation wins
+        // (CONGRUENT < SIMILAR < UNEQUAL as MPI numbers them).
+        (Some(p), Some(q)) => local.max(group_relation(&p.group, &q.group, abi::CONGRUENT)),
+        _ => abi::UNEQUAL,
+    })
 }
 
 /// `same` if the groups are equal in order, `SIMILAR` if as sets, else
@@ -407,7 +419,7 @@ fn get_attr(
     val: *mut c_void,
     flag: *mut c_int,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let predefined: Option<&AtomicI32> = match key {
         abi::TAG_UB => Some(&TAG_UB_VALUE),
         abi::HOST => Some(&HOST_VALUE),
@@ -518,14 +530,14 @@ fn group_of(l: &Lib, g: Handle) -> Result<Rc<[u32]>, Fail> {
 export! {
     fn MPI_Comm_rank, PMPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
         run(comm, "MPI_Comm_rank", |l| {
-            set(rank, l.comm(comm)?.rank as c_int, "rank")?;
+            set(rank, l.any_comm(comm)?.rank as c_int, "rank")?;
             Ok(())
         })
     }
 
     fn MPI_Comm_size, PMPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
         run(comm, "MPI_Comm_size", |l| {
-            set(size, l.comm(comm)?.size() as c_int, "size")?;
+            set(size, l.any_comm(comm)?.size() as c_int, "size")?;
             Ok(())
         })
     }
@@ -601,15 +613,14 @@ export! {
 
     fn MPI_Comm_test_inter, PMPI_Comm_test_inter(comm: Handle, flag: *mut c_int) -> c_int {
         run(comm, "MPI_Comm_test_inter", |l| {
-            l.comm(comm)?;
-            set(flag, 0, "flag")?;
+            set(flag, l.any_comm(comm)?.remote.is_some() as c_int, "flag")?;
             Ok(())
         })
     }
 
     fn MPI_Comm_set_name, PMPI_Comm_set_name(comm: Handle, name: *const c_char) -> c_int {
         run(comm, "MPI_Comm_set_name", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
             if name.is_null() {
                 return fail(abi::ERR_ARG, "null name");
             }
@@ -622,7 +633,7 @@ export! {
 
     fn MPI_Comm_get_name, PMPI_Comm_get_name(comm: Handle, name: *mut c_char, len: *mut c_int) -> c_int {
         run(comm, "MPI_Comm_get_name", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
             let n = put_str(name, abi::MAX_OBJECT_NAME, &c.name.borrow());
             set(len, n, "len")?;
             Ok(())
@@ -676,7 +687,7 @@ export! {
 
     fn MPI_Comm_group, PMPI_Comm_group(comm: Handle, group: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_group", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
             set(group, l.add_group(c.group.clone()), "group")?;
             Ok(())
         })

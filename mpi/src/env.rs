@@ -62,6 +62,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
         topo: RefCell::new(None),
+        remote: None,
     };
     let mut inv = vec![-1i32; n];
     inv[me] = 0;
@@ -79,6 +80,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         ft: RefCell::new(None),
         acked: RefCell::new(Rc::from(Vec::new())),
         topo: RefCell::new(None),
+        remote: None,
     };
     let mut comms = Slab::default();
     let world = Rc::new(world);
@@ -278,7 +280,7 @@ export! {
 
     fn MPI_Comm_set_errhandler, PMPI_Comm_set_errhandler(comm: Handle, h: Handle) -> c_int {
         run(comm, "MPI_Comm_set_errhandler", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
             if !l.errhandler_valid(h) {
                 return fail(abi::ERR_ARG, format!("invalid error handler {h:#x}"));
             }
@@ -289,7 +291,7 @@ export! {
 
     fn MPI_Comm_get_errhandler, PMPI_Comm_get_errhandler(comm: Handle, h: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_get_errhandler", |l| {
-            set(h, l.comm(comm)?.errhandler.get(), "h")?;
+            set(h, l.any_comm(comm)?.errhandler.get(), "h")?;
             Ok(())
         })
     }
@@ -340,7 +342,7 @@ export! {
 
     fn MPI_Comm_call_errhandler, PMPI_Comm_call_errhandler(comm: Handle, code: c_int) -> c_int {
         run(comm, "MPI_Comm_call_errhandler", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
             match c.errhandler.get() {
                 abi::ERRORS_RETURN => Ok(()),
                 abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {

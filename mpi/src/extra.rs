@@ -222,7 +222,7 @@ pub(crate) fn code_to_fail(r: c_int, what: &str) -> Result<(), Fail> {
 /// Calls a blocking collective with the communicator's handler set to
 /// return, so its failure reaches the non-blocking call's caller once.
 pub(crate) fn quiet(l: &Lib, comm: Handle, f: impl FnOnce() -> c_int) -> c_int {
-    let c = l.comm(comm).ok();
+    let c = l.any_comm(comm).ok();
     let old = c.as_ref().map(|c| c.errhandler.replace(abi::ERRORS_RETURN));
     let r = f();
     if let (Some(c), Some(h)) = (c, old) {
@@ -520,7 +520,7 @@ export! {
 
     fn MPI_Comm_get_info, PMPI_Comm_get_info(comm: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_get_info", |l| {
-            l.comm(comm)?;
+            l.any_comm(comm)?;
             set(out, new_info(l, Vec::new()), "info_used")?;
             Ok(())
         })
@@ -528,27 +528,13 @@ export! {
 
     fn MPI_Comm_set_info, PMPI_Comm_set_info(comm: Handle, _info: Handle) -> c_int {
         // No hints apply: accepted and ignored, as MPI allows.
-        run(comm, "MPI_Comm_set_info", |l| l.comm(comm).map(|_| ()))
+        run(comm, "MPI_Comm_set_info", |l| l.any_comm(comm).map(|_| ()))
     }
 
     fn MPI_Topo_test, PMPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
         run(comm, "MPI_Topo_test", |l| {
-            set(status, crate::topo::kind(&*l.comm(comm)?), "status")?;
+            set(status, crate::topo::kind(&*l.any_comm(comm)?), "status")?;
             Ok(())
-        })
-    }
-
-    fn MPI_Comm_remote_size, PMPI_Comm_remote_size(comm: Handle, _size: *mut c_int) -> c_int {
-        run(comm, "MPI_Comm_remote_size", |l| {
-            l.comm(comm)?;
-            fail(abi::ERR_COMM, "not an intercommunicator (tandem has none)")
-        })
-    }
-
-    fn MPI_Comm_remote_group, PMPI_Comm_remote_group(comm: Handle, _g: *mut Handle) -> c_int {
-        run(comm, "MPI_Comm_remote_group", |l| {
-            l.comm(comm)?;
-            fail(abi::ERR_COMM, "not an intercommunicator (tandem has none)")
         })
     }
 
@@ -815,7 +801,7 @@ fn mprobe(
             set(msg, abi::MESSAGE_NO_PROC, "msg")?;
             return Ok(());
         }
-        let taken = crate::p2p::matched_take(l.comm(comm)?, &s)?;
+        let taken = crate::p2p::matched_take(l.any_comm(comm)?, &s)?;
         let i = l.extra.msgs.borrow_mut().insert((comm, taken));
         set(msg, (MSG_KIND | i as u32) as Handle, "msg")?;
     }

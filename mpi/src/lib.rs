@@ -29,6 +29,7 @@ mod comm;
 mod env;
 mod extra;
 mod ft;
+mod inter;
 mod p2p;
 mod topo;
 mod types;
@@ -92,11 +93,11 @@ fn not_running(name: &str) -> c_int {
 #[inline(never)]
 pub(crate) fn raise(l: &Lib, comm: abi::Handle, name: &str, e: Fail) -> c_int {
     let code = state::error_code(Some(l), &e);
-    let (mut h, handler) = match l.comm(comm) {
+    let (mut h, handler) = match l.any_comm(comm) {
         Ok(c) => (comm, c.errhandler.get()),
         Err(_) => (
             abi::COMM_WORLD,
-            l.comm(abi::COMM_WORLD)
+            l.any_comm(abi::COMM_WORLD)
                 .map(|c| c.errhandler.get())
                 .unwrap_or(abi::ERRORS_ARE_FATAL),
         ),

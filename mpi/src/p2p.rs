@@ -52,7 +52,7 @@ fn status_of(c: &CommObj, st: &DStatus, bytes: usize) -> abi::Status {
     let mut s = abi::Status {
         count_lo: 0,
         count_hi_and_cancelled: 0,
-        source: c.member(st.source).map_or(abi::UNDEFINED, |r| r as c_int),
+        source: c.peer_of(st.source).map_or(abi::UNDEFINED, |r| r as c_int),
         tag: st.tag as c_int,
         error: abi::SUCCESS,
     };
@@ -63,15 +63,15 @@ fn status_of(c: &CommObj, st: &DStatus, bytes: usize) -> abi::Status {
 /// The destination's job rank; `None` for `MPI_PROC_NULL`.
 #[inline(always)]
 fn dest(c: &CommObj, r: c_int) -> Result<Option<usize>, Fail> {
-    if r >= 0 && (r as usize) < c.size() {
-        return Ok(Some(c.job_rank(r as usize)));
+    if r >= 0 && (r as usize) < c.peers() {
+        return Ok(Some(c.peer_job(r as usize)));
     }
     if r == abi::PROC_NULL {
         return Ok(None);
     }
     fail(
         abi::ERR_RANK,
-        format!("invalid rank {r} in a communicator of {}", c.size()),
+        format!("invalid rank {r} in a communicator of {}", c.peers()),
     )
 }
 
@@ -292,7 +292,7 @@ fn send(
     comm: Handle,
     sync: bool,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let out = out_view(l, buf, n, dt)?;
     let tag = send_tag(tag)?;
     let Some(to) = dest(&c, to)? else {
@@ -380,7 +380,7 @@ fn recv(
     comm: Handle,
     st: *mut abi::Status,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let mut inb = in_view(l, buf, n, dt)?;
     let tag = recv_tag(tag)?;
     let Some(from) = source(&c, from)? else {
@@ -1203,7 +1203,7 @@ fn persistent(
     sync: bool,
     out: *mut Handle,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     // Validate now, as the calls that start it would.
     if recv {
         in_view(l, buf, n, dt)?;
@@ -1250,7 +1250,7 @@ fn probe(
     st: *mut abi::Status,
     block: bool,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let tag = recv_tag(tag)?;
     let Some(from) = source(&c, from)? else {
         // SAFETY: the caller's out-parameters.
@@ -1290,7 +1290,7 @@ fn sendrecv(
     comm: Handle,
     st: *mut abi::Status,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let out = out_view(l, sbuf, sn, sdt)?;
     let mut inb = in_view(l, rbuf, rn, rdt)?;
     let (stag, rtag) = (send_tag(stag)?, recv_tag(rtag)?);
@@ -1376,7 +1376,7 @@ export! {
         // Buffered: the data is copied and sent in the background, so the
         // call returns whatever the receiver does.
         run(comm, "MPI_Bsend", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
             let out = out_view(l, buf, n, dt)?;
             // Sent as bytes: a count of them must fit a C int.
             let len = out.bytes().len();
@@ -1405,7 +1405,7 @@ export! {
 
     fn MPI_Isend, PMPI_Isend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
         run(comm, "MPI_Isend", |l| {
-            let q = isend(l, buf, n, dt, to, tag, l.comm(comm)?, false, None)?;
+            let q = isend(l, buf, n, dt, to, tag, l.any_comm(comm)?, false, None)?;
             add(l, q, r);
             Ok(())
         })
@@ -1421,7 +1421,7 @@ export! {
 
     fn MPI_Issend, PMPI_Issend(buf: *const c_void, n: c_int, dt: Handle, to: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
         run(comm, "MPI_Issend", |l| {
-            let q = isend(l, buf, n, dt, to, tag, l.comm(comm)?, true, None)?;
+            let q = isend(l, buf, n, dt, to, tag, l.any_comm(comm)?, true, None)?;
             add(l, q, r);
             Ok(())
         })
@@ -1429,7 +1429,7 @@ export! {
 
     fn MPI_Irecv, PMPI_Irecv(buf: *mut c_void, n: c_int, dt: Handle, from: c_int, tag: c_int, comm: Handle, r: *mut Handle) -> c_int {
         run(comm, "MPI_Irecv", |l| {
-            let q = irecv(l, buf, n, dt, from, tag, l.comm(comm)?, None)?;
+            let q = irecv(l, buf, n, dt, from, tag, l.any_comm(comm)?, None)?;
             add(l, q, r);
             Ok(())
         })
@@ -1442,7 +1442,7 @@ export! {
     fn MPI_Sendrecv_replace, PMPI_Sendrecv_replace(buf: *mut c_void, n: c_int, dt: Handle, to: c_int, stag: c_int, from: c_int, rtag: c_int, comm: Handle, st: *mut abi::Status) -> c_int {
         run(comm, "MPI_Sendrecv_replace", |l| {
             let copy = out_view(l, buf, n, dt)?.bytes().to_vec();
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
             let (stag, rtag) = (send_tag(stag)?, recv_tag(rtag)?);
             let (to, from) = (dest(&c, to)?, source(&c, from)?);
             let mut inb = in_view(l, buf, n, dt)?;

@@ -51,6 +51,32 @@ pub struct CommObj {
     /// Its virtual topology (`MPI_Cart_create`, `MPI_Graph_create`,
     /// `MPI_Dist_graph_create*`; kept by `MPI_Comm_dup`).
     pub topo: RefCell<Option<Rc<crate::topo::Topo>>>,
+    /// An intercommunicator's remote group (`None`: an intracommunicator).
+    /// `group`, `rank` and `size()` are then the local group's, as
+    /// `MPI_Comm_size` answers; point-to-point ranks name the remote group.
+    pub remote: Option<Remote>,
+}
+
+/// The other group of an intercommunicator.
+pub struct Remote {
+    /// Its members' job ranks, in its rank order.
+    pub group: Rc<[u32]>,
+    /// Job rank to its rank (-1: not in it).
+    pub inverse: Rc<[i32]>,
+}
+
+impl Remote {
+    /// The remote group of job ranks `group`, for a job of `n` ranks.
+    pub fn new(group: Rc<[u32]>, n: usize) -> Self {
+        let mut inverse = vec![-1i32; n];
+        for (i, &g) in group.iter().enumerate() {
+            inverse[g as usize] = i as i32;
+        }
+        Self {
+            group,
+            inverse: Rc::from(inverse),
+        }
+    }
 }
 
 impl CommObj {
@@ -69,6 +95,39 @@ impl CommObj {
     #[inline(always)]
     pub fn member(&self, j: usize) -> Option<usize> {
         match self.inverse.get(j) {
+            Some(&r) if r >= 0 => Some(r as usize),
+            _ => None,
+        }
+    }
+
+    /// The number of ranks point-to-point calls name: the members, or an
+    /// intercommunicator's remote group.
+    #[inline(always)]
+    pub fn peers(&self) -> usize {
+        match &self.remote {
+            None => self.group.len(),
+            Some(r) => r.group.len(),
+        }
+    }
+
+    /// The job rank of peer `r` (a member, or a rank of the remote group).
+    #[inline(always)]
+    pub fn peer_job(&self, r: usize) -> usize {
+        match &self.remote {
+            None => self.group[r] as usize,
+            Some(x) => x.group[r] as usize,
+        }
+    }
+
+    /// The peer rank of job rank `j` (`None`: no peer), as a received
+    /// message's source is reported.
+    #[inline(always)]
+    pub fn peer_of(&self, j: usize) -> Option<usize> {
+        let inv = match &self.remote {
+            None => &self.inverse,
+            Some(x) => &x.inverse,
+        };
+        match inv.get(j) {
             Some(&r) if r >= 0 => Some(r as usize),
             _ => None,
         }
@@ -411,8 +470,26 @@ impl Lib {
     ///
     /// # Errors
     /// `MPI_ERR_COMM` for an invalid or freed handle.
+    /// Intercommunicators are refused: the calls that take one ask
+    /// [`any_comm`](Self::any_comm).
     #[inline(always)]
     pub fn comm(&self, h: Handle) -> Result<Rc<CommObj>, Fail> {
+        let c = self.any_comm(h)?;
+        if c.remote.is_some() {
+            return Err(Fail::new(
+                abi::ERR_COMM,
+                format!("{h:#x} is an intercommunicator, which this call does not take (tandem's intercommunicators carry point-to-point traffic, MPI_Comm_dup, MPI_Intercomm_merge and MPI_Barrier)"),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The communicator behind a handle, intra- or intercommunicator.
+    ///
+    /// # Errors
+    /// `MPI_ERR_COMM` for an invalid or freed handle.
+    #[inline(always)]
+    pub fn any_comm(&self, h: Handle) -> Result<Rc<CommObj>, Fail> {
         let i = match h {
             abi::COMM_WORLD => return Ok(self.world.clone()),
             abi::COMM_SELF => 1,

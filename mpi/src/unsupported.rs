@@ -139,8 +139,6 @@ unsupported! {
     MPI_Get_accumulate PMPI_Get_accumulate
     MPI_Grequest_complete PMPI_Grequest_complete
     MPI_Grequest_start PMPI_Grequest_start
-    MPI_Intercomm_create PMPI_Intercomm_create
-    MPI_Intercomm_merge PMPI_Intercomm_merge
     MPI_Lookup_name PMPI_Lookup_name
     MPI_Open_port PMPI_Open_port
     MPI_Publish_name PMPI_Publish_name

@@ -1,0 +1,294 @@
+//! Intercommunicators: two disjoint groups, each rank's point-to-point
+//! ranks naming the other group (`MPI_Intercomm_create`), merged into one
+//! intracommunicator by `MPI_Intercomm_merge`.
+//!
+//! An intercommunicator is a [`CommObj`] whose `group` is the local group
+//! and whose `remote` is the other: `MPI_Comm_size`, `MPI_Comm_rank` and
+//! `MPI_Comm_group` answer for the local group, as MPI says, and the
+//! point-to-point layer maps ranks through the remote group
+//! ([`CommObj::peer_job`]). Its two contexts are free on every rank of both
+//! groups: each group agrees on its free contexts over its own members,
+//! the two leaders swap their masks (and groups), and each leader hands
+//! the combined answer to its group. On the collective context the local
+//! members run the MPI layer's intracommunicator algorithms among
+//! themselves (the two groups are disjoint, so their traffic never meets);
+//! only the leaders talk across, with tags of their own ([`T_INTER`]).
+//!
+//! Collectives other than `MPI_Barrier` and communicator constructors
+//! other than `MPI_Comm_dup` and `MPI_Intercomm_merge` refuse an
+//! intercommunicator with `MPI_ERR_COMM` ([`Lib::comm`]).
+
+use crate::abi::{self, Handle};
+use crate::coll::{allreduce_band, g_barrier, g_bcast};
+use crate::comm::{make, take_two};
+use crate::state::{CommObj, Fail, Lib, Remote};
+use crate::{export, fail, run, set};
+use std::ffi::c_int;
+use std::rc::Rc;
+
+/// The tag of the leaders' exchange on an intercommunicator's collective
+/// context (distinct from `coll.rs`'s tags).
+const T_INTER: u32 = 64;
+/// The tag of an intercommunicator barrier's leader exchange.
+const T_INTER_BARRIER: u32 = 65;
+
+/// What each group tells the other when they meet.
+struct Side {
+    /// Contexts free on every member of the group.
+    mask: [u64; 8],
+    /// `MPI_Intercomm_merge`'s `high` (0 elsewhere).
+    high: u64,
+    /// The members' job ranks, in their rank order.
+    group: Vec<u32>,
+}
+
+/// A leader's send-and-receive with the other group's leader.
+type Talk<'a> = &'a dyn Fn(&[u8], &mut [u8]) -> Result<(), Fail>;
+
+/// A header's length: the mask, `high`, the group's size.
+const HEADER: usize = 80;
+
+fn header(s: &Side) -> [u8; HEADER] {
+    let mut b = [0u8; HEADER];
+    let words = s.mask.iter().copied().chain([s.high, s.group.len() as u64]);
+    for (chunk, w) in b.chunks_exact_mut(8).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    b
+}
+
+fn word(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+}
+
+fn group_bytes(g: &[u32]) -> Vec<u8> {
+    g.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Sentinel group size: the leader found the two groups unfit (shared
+/// ranks), and every member fails alike.
+const REFUSED: u64 = u64::MAX;
+
+/// The meeting of two groups: a collective over `local` (the local
+/// group, whose member `leader` talks to the other group's leader through
+/// `talk`, a send-and-receive of equal roles). Returns the contexts free
+/// on both groups and what the other group said.
+fn meet(
+    l: &Lib,
+    local: &CommObj,
+    leader: usize,
+    high: bool,
+    talk: Talk,
+) -> Result<([u64; 8], Side), Fail> {
+    let mut mask = l.free_ctx.get();
+    allreduce_band(local, &mut mask)?;
+    let mine = Side {
+        mask,
+        high: high as u64,
+        group: local.group.to_vec(),
+    };
+    // The leader's answer for its group: the combined mask, the other
+    // side's `high` and size, then its group.
+    let mut head = [0u8; HEADER];
+    let mut theirs = Vec::new();
+    if local.rank == leader {
+        let mut other = [0u8; HEADER];
+        talk(&header(&mine), &mut other)?;
+        let n = word(&other, 9) as usize;
+        let mut rg = vec![0u8; 4 * n];
+        talk(&group_bytes(&mine.group), &mut rg)?;
+        theirs = rg
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect::<Vec<u32>>();
+        let mut combined = mine.mask;
+        for (i, m) in combined.iter_mut().enumerate() {
+            *m &= word(&other, i);
+        }
+        let overlap = theirs.iter().any(|g| mine.group.contains(g));
+        let out = Side {
+            mask: combined,
+            high: word(&other, 8),
+            group: if overlap { Vec::new() } else { theirs.clone() },
+        };
+        head = header(&out);
+        if overlap {
+            head[72..80].copy_from_slice(&REFUSED.to_le_bytes());
+        }
+    }
+    g_bcast(local, &mut head, leader)?;
+    let n = word(&head, 9);
+    if n == REFUSED {
+        return fail(
+            abi::ERR_COMM,
+            "the two groups of an intercommunicator share ranks (they must be disjoint)",
+        );
+    }
+    let mut gb = if local.rank == leader {
+        group_bytes(&theirs)
+    } else {
+        vec![0u8; 4 * n as usize]
+    };
+    g_bcast(local, &mut gb, leader)?;
+    let group = gb
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    let mut combined = [0u64; 8];
+    for (i, m) in combined.iter_mut().enumerate() {
+        *m = word(&head, i);
+    }
+    Ok((
+        combined,
+        Side {
+            mask: combined,
+            high: word(&head, 8),
+            group,
+        },
+    ))
+}
+
+/// The intercommunicator of `local`'s group and the group `other` (job
+/// ranks), with contexts from `mask`.
+fn build(l: &Lib, local: &CommObj, other: Vec<u32>, mask: [u64; 8]) -> Result<CommObj, Fail> {
+    let ctx = take_two(l, mask)?;
+    let mut obj = make(l, local.group.clone(), ctx, local)?;
+    obj.remote = Some(Remote::new(Rc::from(other), l.job.size()));
+    Ok(obj)
+}
+
+/// The leaders' exchange across an intercommunicator `c`.
+fn across(c: &CommObj, tag: u32) -> impl Fn(&[u8], &mut [u8]) -> Result<(), Fail> + '_ {
+    move |s, r| {
+        let peer = c.peer_job(0);
+        c.coll.sendrecv(s, peer, tag, r, peer, tag)?;
+        Ok(())
+    }
+}
+
+/// `MPI_Comm_dup` of an intercommunicator: new contexts free on both
+/// groups, the same groups.
+pub(crate) fn dup(l: &Lib, c: &CommObj) -> Result<CommObj, Fail> {
+    let (mask, other) = meet(l, c, 0, false, &across(c, T_INTER))?;
+    build(l, c, other.group, mask)
+}
+
+/// `MPI_Barrier` on an intercommunicator: no rank leaves before every
+/// rank of both groups has entered.
+pub(crate) fn barrier(c: &CommObj) -> Result<(), Fail> {
+    g_barrier(c)?;
+    if c.rank == 0 {
+        across(c, T_INTER_BARRIER)(&[], &mut [])?;
+    }
+    g_bcast(c, &mut [], 0)
+}
+
+fn create(
+    l: &Lib,
+    local: Handle,
+    local_leader: c_int,
+    peer: Handle,
+    remote_leader: c_int,
+    tag: c_int,
+) -> Result<Handle, Fail> {
+    let c = l.comm(local)?;
+    if local_leader < 0 || local_leader as usize >= c.size() {
+        return fail(
+            abi::ERR_RANK,
+            format!(
+                "invalid local leader {local_leader} in a communicator of {}",
+                c.size()
+            ),
+        );
+    }
+    let leader = local_leader as usize;
+    // Only the leader uses `peer`, `remote_leader` and `tag`.
+    let mut link = None;
+    if c.rank == leader {
+        let p = l.comm(peer)?;
+        if remote_leader < 0 || remote_leader as usize >= p.size() {
+            return fail(
+                abi::ERR_RANK,
+                format!(
+                    "invalid remote leader {remote_leader} in a peer communicator of {}",
+                    p.size()
+                ),
+            );
+        }
+        if tag < 0 {
+            return fail(abi::ERR_TAG, format!("invalid tag {tag}"));
+        }
+        link = Some((p, remote_leader as usize, tag as u32));
+    }
+    let talk = |s: &[u8], r: &mut [u8]| -> Result<(), Fail> {
+        let (p, rl, tag) = link.as_ref().expect("the leader's link");
+        let j = p.job_rank(*rl);
+        p.p2p.sendrecv(s, j, *tag, r, j, *tag)?;
+        Ok(())
+    };
+    let (mask, other) = meet(l, &c, leader, false, &talk)?;
+    let obj = build(l, &c, other.group, mask)?;
+    Ok(l.add_comm(obj))
+}
+
+fn merge(l: &Lib, inter: Handle, high: c_int) -> Result<Handle, Fail> {
+    let c = l.any_comm(inter)?;
+    let Some(remote) = &c.remote else {
+        return fail(abi::ERR_COMM, "MPI_Intercomm_merge of an intracommunicator");
+    };
+    let high = high != 0;
+    let (mask, other) = meet(l, &c, 0, high, &across(&c, T_INTER))?;
+    debug_assert_eq!(other.group.as_slice(), &*remote.group);
+    // The group that said `high` = false first; on a tie, the group of
+    // the smaller leader's job rank (the same answer on both sides).
+    let mine_first = match (high, other.high != 0) {
+        (false, true) => true,
+        (true, false) => false,
+        _ => c.group[0] < other.group[0],
+    };
+    let group: Vec<u32> = if mine_first {
+        c.group.iter().chain(&other.group).copied().collect()
+    } else {
+        other.group.iter().chain(c.group.iter()).copied().collect()
+    };
+    let ctx = take_two(l, mask)?;
+    let obj = make(l, Rc::from(group), ctx, &c)?;
+    Ok(l.add_comm(obj))
+}
+
+export! {
+    fn MPI_Intercomm_create, PMPI_Intercomm_create(local: Handle, local_leader: c_int, peer: Handle, remote_leader: c_int, tag: c_int, out: *mut Handle) -> c_int {
+        run(local, "MPI_Intercomm_create", |l| {
+            crate::need(out, "newintercomm")?;
+            set(out, create(l, local, local_leader, peer, remote_leader, tag)?, "newintercomm")
+        })
+    }
+
+    fn MPI_Intercomm_merge, PMPI_Intercomm_merge(inter: Handle, high: c_int, out: *mut Handle) -> c_int {
+        run(inter, "MPI_Intercomm_merge", |l| {
+            crate::need(out, "newintracomm")?;
+            set(out, merge(l, inter, high)?, "newintracomm")
+        })
+    }
+
+    fn MPI_Comm_remote_size, PMPI_Comm_remote_size(comm: Handle, size: *mut c_int) -> c_int {
+        run(comm, "MPI_Comm_remote_size", |l| {
+            let c = l.any_comm(comm)?;
+            let Some(r) = &c.remote else {
+                return fail(abi::ERR_COMM, "MPI_Comm_remote_size of an intracommunicator");
+            };
+            set(size, r.group.len() as c_int, "size")
+        })
+    }
+
+    fn MPI_Comm_remote_group, PMPI_Comm_remote_group(comm: Handle, group: *mut Handle) -> c_int {
+        run(comm, "MPI_Comm_remote_group", |l| {
+            let c = l.any_comm(comm)?;
+            let Some(r) = &c.remote else {
+                return fail(abi::ERR_COMM, "MPI_Comm_remote_group of an intracommunicator");
+            };
+            crate::need(group, "group")?;
+            set(group, l.add_group(r.group.clone()), "group")
+        })
+    }
+}
