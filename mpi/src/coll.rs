@@ -29,6 +29,12 @@ const T_GATHER: u32 = 4;
 const T_SCATTER: u32 = 5;
 const T_ALLTOALL: u32 = 6;
 const T_SCAN: u32 = 7;
+/// Intercommunicators' leader exchanges (`inter.rs`): context agreement,
+/// a barrier, and the collectives below.
+pub(crate) const T_INTER: u32 = 64;
+pub(crate) const T_INTER_BARRIER: u32 = 65;
+const T_INTER_BCAST: u32 = 66;
+const T_INTER_REDUCE: u32 = 67;
 
 /// A datatype's size and extent.
 #[derive(Clone, Copy)]
@@ -673,7 +679,10 @@ fn allreduce(
     op: Handle,
     comm: Handle,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
+    if c.remote.is_some() {
+        return inter_allreduce(l, &c, s, r, n, dt, op);
+    }
     let n = count(n)?;
     not_aliased(s, r, n > 0, "MPI_Allreduce")?;
     if n == 0 {
@@ -732,7 +741,10 @@ fn reduce(
     root: c_int,
     comm: Handle,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
+    if c.remote.is_some() {
+        return inter_reduce(l, &c, s, r, n, dt, op, root);
+    }
     let root = root_of(&c, root)?;
     send_buffer_off_root(s, c.rank == root)?;
     let n = count(n)?;
@@ -780,7 +792,10 @@ fn bcast(
     root: c_int,
     comm: Handle,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
+    if c.remote.is_some() {
+        return inter_bcast(l, &c, buf, n, dt, root);
+    }
     let root = root_of(&c, root)?;
     let me = c.rank;
     if me == root {
@@ -799,6 +814,141 @@ fn bcast(
             unstage(l, u, u.staged.len())?;
         }
         Ok(())
+    }
+}
+
+/// An intercommunicator collective's `root`: `None` for `MPI_PROC_NULL`
+/// (a rank of the root's group other than the root), `Some(None)` for
+/// `MPI_ROOT` (the root), `Some(Some(r))` for rank `r` of the remote group
+/// (a rank of the other group).
+fn inter_root(c: &CommObj, root: c_int) -> Result<Option<Option<usize>>, Fail> {
+    match root {
+        abi::PROC_NULL => Ok(None),
+        abi::ROOT => Ok(Some(None)),
+        r if r >= 0 && (r as usize) < c.peers() => Ok(Some(Some(r as usize))),
+        r => fail(
+            abi::ERR_ROOT,
+            format!(
+                "invalid root {r} on an intercommunicator whose remote group has {} ranks (or MPI_ROOT, MPI_PROC_NULL)",
+                c.peers()
+            ),
+        ),
+    }
+}
+
+/// `MPI_Bcast` on an intercommunicator: the root (`MPI_ROOT`) hands its
+/// buffer to the other group's leader, which broadcasts it there.
+fn inter_bcast(
+    l: &Lib,
+    c: &CommObj,
+    buf: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    root: c_int,
+) -> Result<(), Fail> {
+    match inter_root(c, root)? {
+        None => Ok(()),
+        Some(None) => {
+            let out = out_view(l, buf, n, dt)?;
+            c.coll.send(out.bytes(), c.peer_job(0), T_INTER_BCAST)?;
+            Ok(())
+        }
+        Some(Some(r)) => {
+            let mut inb = in_view(l, buf, n, dt)?;
+            if c.rank == 0 {
+                c.coll.recv(inb.bytes(), c.peer_job(r), T_INTER_BCAST)?;
+            }
+            g_bcast(c, inb.bytes(), 0)?;
+            if let Some(u) = &inb.stage {
+                unstage(l, u, u.staged.len())?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `MPI_Allreduce` on an intercommunicator: each group receives the
+/// reduction of the other group's data. Each group reduces onto its
+/// leader, the leaders swap, each broadcasts what it got.
+fn inter_allreduce(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    op: Handle,
+) -> Result<(), Fail> {
+    let n = count(n)?;
+    if is_in_place(s) {
+        return fail(abi::ERR_BUFFER, "MPI_IN_PLACE on an intercommunicator");
+    }
+    check_op(l, op, dt)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let t = RedType::of(l, dt)?;
+    // SAFETY: the program's buffer of `n` elements.
+    let mut acc = unsafe { t.load(l, s, n) }?;
+    g_reduce0(l, c, &mut acc, op, t, n)?;
+    if c.rank == 0 {
+        let mut theirs = vec![0u8; acc.len()];
+        let peer = c.peer_job(0);
+        c.coll.sendrecv(
+            &acc,
+            peer,
+            T_INTER_REDUCE,
+            &mut theirs,
+            peer,
+            T_INTER_REDUCE,
+        )?;
+        acc = theirs;
+    }
+    g_bcast(c, &mut acc, 0)?;
+    // SAFETY: the receive buffer holds n elements of the type.
+    unsafe { t.store(l, &acc, n, r) }
+}
+
+/// `MPI_Reduce` on an intercommunicator: the root (`MPI_ROOT`) receives
+/// the reduction of the other group's data, which that group reduces onto
+/// its leader first.
+fn inter_reduce(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    n: c_int,
+    dt: Handle,
+    op: Handle,
+    root: c_int,
+) -> Result<(), Fail> {
+    let n = count(n)?;
+    let at = inter_root(c, root)?;
+    check_op(l, op, dt)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let t = RedType::of(l, dt)?;
+    match at {
+        None => Ok(()),
+        Some(None) => {
+            let mut acc = vec![0u8; n * t.size];
+            c.coll.recv(&mut acc, c.peer_job(0), T_INTER_REDUCE)?;
+            // SAFETY: the root's receive buffer of n elements.
+            unsafe { t.store(l, &acc, n, r) }
+        }
+        Some(Some(root)) => {
+            if is_in_place(s) {
+                return fail(abi::ERR_BUFFER, "MPI_IN_PLACE on an intercommunicator");
+            }
+            // SAFETY: the program's buffer of `n` elements.
+            let mut acc = unsafe { t.load(l, s, n) }?;
+            g_reduce0(l, c, &mut acc, op, t, n)?;
+            if c.rank == 0 {
+                c.coll.send(&acc, c.peer_job(root), T_INTER_REDUCE)?;
+            }
+            Ok(())
+        }
     }
 }
 

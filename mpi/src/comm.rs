@@ -97,7 +97,10 @@ pub(crate) fn dup_bare(l: &Lib, c: &CommObj) -> Result<CommObj, Fail> {
 }
 
 pub(crate) fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<Handle, Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
+    if c.remote.is_some() {
+        return crate::inter::split(l, &c, color, key);
+    }
     if color < 0 && color != abi::UNDEFINED {
         return fail(abi::ERR_ARG, format!("invalid color {color}"));
     }
@@ -124,12 +127,15 @@ pub(crate) fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<H
 /// Creates the communicator of `group` (job ranks) from `comm`: a
 /// collective over `comm`; `COMM_NULL` where this rank is not in `group`.
 fn create(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     if let Some(&g) = group.iter().find(|&&g| c.member(g as usize).is_none()) {
         return fail(
             abi::ERR_GROUP,
             format!("job rank {g} of the group is not in the communicator"),
         );
+    }
+    if c.remote.is_some() {
+        return crate::inter::create_sub(l, &c, &group);
     }
     let ctx = agree_contexts(l, &c)?;
     let me = l.job.rank() as u32;

@@ -14,23 +14,19 @@
 //! themselves (the two groups are disjoint, so their traffic never meets);
 //! only the leaders talk across, with tags of their own ([`T_INTER`]).
 //!
-//! Collectives other than `MPI_Barrier` and communicator constructors
-//! other than `MPI_Comm_dup` and `MPI_Intercomm_merge` refuse an
-//! intercommunicator with `MPI_ERR_COMM` ([`Lib::comm`]).
+//! `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` take an
+//! intercommunicator too (`coll.rs`, `inter_*`). Other collectives and
+//! communicator constructors
+//! other than `MPI_Comm_dup` and `MPI_Intercomm_merge` refuse one with
+//! `MPI_ERR_COMM` ([`Lib::comm`]).
 
 use crate::abi::{self, Handle};
-use crate::coll::{allreduce_band, g_barrier, g_bcast};
+use crate::coll::{allreduce_band, g_barrier, g_bcast, T_INTER, T_INTER_BARRIER};
 use crate::comm::{make, take_two};
 use crate::state::{CommObj, Fail, Lib, Remote};
 use crate::{export, fail, run, set};
 use std::ffi::c_int;
 use std::rc::Rc;
-
-/// The tag of the leaders' exchange on an intercommunicator's collective
-/// context (distinct from `coll.rs`'s tags).
-const T_INTER: u32 = 64;
-/// The tag of an intercommunicator barrier's leader exchange.
-const T_INTER_BARRIER: u32 = 65;
 
 /// What each group tells the other when they meet.
 struct Side {
@@ -38,8 +34,9 @@ struct Side {
     mask: [u64; 8],
     /// `MPI_Intercomm_merge`'s `high` (0 elsewhere).
     high: u64,
-    /// The members' job ranks, in their rank order.
-    group: Vec<u32>,
+    /// The members' job ranks in their rank order (for `MPI_Comm_split`,
+    /// a job rank, color and key per member).
+    data: Vec<u32>,
 }
 
 /// A leader's send-and-receive with the other group's leader.
@@ -50,7 +47,7 @@ const HEADER: usize = 80;
 
 fn header(s: &Side) -> [u8; HEADER] {
     let mut b = [0u8; HEADER];
-    let words = s.mask.iter().copied().chain([s.high, s.group.len() as u64]);
+    let words = s.mask.iter().copied().chain([s.high, s.data.len() as u64]);
     for (chunk, w) in b.chunks_exact_mut(8).zip(words) {
         chunk.copy_from_slice(&w.to_le_bytes());
     }
@@ -71,13 +68,17 @@ const REFUSED: u64 = u64::MAX;
 
 /// The meeting of two groups: a collective over `local` (the local
 /// group, whose member `leader` talks to the other group's leader through
-/// `talk`, a send-and-receive of equal roles). Returns the contexts free
-/// on both groups and what the other group said.
+/// `talk`, a send-and-receive of equal roles). Each side says `data` (its
+/// group, unless `split` gives another: each member's job rank, color and
+/// key for `MPI_Comm_split`, a subgroup for `MPI_Comm_create`);
+/// groups that share a rank are refused on every rank. Returns the
+/// contexts free on both groups and what the other group said.
 fn meet(
     l: &Lib,
     local: &CommObj,
     leader: usize,
     high: bool,
+    split: Option<&[u32]>,
     talk: Talk,
 ) -> Result<([u64; 8], Side), Fail> {
     let mut mask = l.free_ctx.get();
@@ -85,7 +86,7 @@ fn meet(
     let mine = Side {
         mask,
         high: high as u64,
-        group: local.group.to_vec(),
+        data: split.map_or_else(|| local.group.to_vec(), <[u32]>::to_vec),
     };
     // The leader's answer for its group: the combined mask, the other
     // side's `high` and size, then its group.
@@ -96,7 +97,7 @@ fn meet(
         talk(&header(&mine), &mut other)?;
         let n = word(&other, 9) as usize;
         let mut rg = vec![0u8; 4 * n];
-        talk(&group_bytes(&mine.group), &mut rg)?;
+        talk(&group_bytes(&mine.data), &mut rg)?;
         theirs = rg
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
@@ -105,11 +106,11 @@ fn meet(
         for (i, m) in combined.iter_mut().enumerate() {
             *m &= word(&other, i);
         }
-        let overlap = theirs.iter().any(|g| mine.group.contains(g));
+        let overlap = split.is_none() && theirs.iter().any(|g| mine.data.contains(g));
         let out = Side {
             mask: combined,
             high: word(&other, 8),
-            group: if overlap { Vec::new() } else { theirs.clone() },
+            data: if overlap { Vec::new() } else { theirs.clone() },
         };
         head = header(&out);
         if overlap {
@@ -130,7 +131,7 @@ fn meet(
         vec![0u8; 4 * n as usize]
     };
     g_bcast(local, &mut gb, leader)?;
-    let group = gb
+    let data = gb
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
         .collect();
@@ -143,7 +144,7 @@ fn meet(
         Side {
             mask: combined,
             high: word(&head, 8),
-            group,
+            data,
         },
     ))
 }
@@ -169,8 +170,69 @@ fn across(c: &CommObj, tag: u32) -> impl Fn(&[u8], &mut [u8]) -> Result<(), Fail
 /// `MPI_Comm_dup` of an intercommunicator: new contexts free on both
 /// groups, the same groups.
 pub(crate) fn dup(l: &Lib, c: &CommObj) -> Result<CommObj, Fail> {
-    let (mask, other) = meet(l, c, 0, false, &across(c, T_INTER))?;
-    build(l, c, other.group, mask)
+    let (mask, other) = meet(l, c, 0, false, None, &across(c, T_INTER))?;
+    build(l, c, other.data, mask)
+}
+
+/// `MPI_Comm_split` of an intercommunicator: the members of each color
+/// in both groups make an intercommunicator (local ranks ordered by key,
+/// then by old rank); a rank whose color is `MPI_UNDEFINED`, or whose
+/// color the other group lacks, gets `MPI_COMM_NULL`.
+pub(crate) fn split(l: &Lib, c: &CommObj, color: c_int, key: c_int) -> Result<Handle, Fail> {
+    if color < 0 && color != abi::UNDEFINED {
+        return fail(abi::ERR_ARG, format!("invalid color {color}"));
+    }
+    let n = c.size();
+    let mine = [color, key];
+    let mut all = vec![0i32; 2 * n];
+    crate::coll::allgather_bytes(
+        c,
+        crate::comm::as_bytes(&mine),
+        crate::comm::as_bytes_mut(&mut all),
+    )?;
+    let triples: Vec<u32> = (0..n)
+        .flat_map(|r| [c.group[r], all[2 * r] as u32, all[2 * r + 1] as u32])
+        .collect();
+    let (mask, other) = meet(l, c, 0, false, Some(&triples), &across(c, T_INTER))?;
+    let pick = |t: &[u32]| -> Vec<u32> {
+        let mut m: Vec<(i32, usize, u32)> = t
+            .chunks_exact(3)
+            .enumerate()
+            .filter(|(_, x)| x[1] as i32 == color)
+            .map(|(i, x)| (x[2] as i32, i, x[0]))
+            .collect();
+        m.sort();
+        m.into_iter().map(|x| x.2).collect()
+    };
+    let (mine, theirs) = (pick(&triples), pick(&other.data));
+    let ctx = take_two(l, mask)?;
+    if color == abi::UNDEFINED || theirs.is_empty() {
+        crate::state::mark(l, ctx[0], true);
+        crate::state::mark(l, ctx[1], true);
+        return Ok(abi::COMM_NULL);
+    }
+    let mut obj = make(l, Rc::from(mine), ctx, c)?;
+    obj.remote = Some(Remote::new(Rc::from(theirs), l.job.size()));
+    Ok(l.add_comm(obj))
+}
+
+/// `MPI_Comm_create` on an intercommunicator: `group`, a subgroup of the
+/// local group (the same on every local rank), meets the subgroup the other
+/// side gives; the members of both get an intercommunicator of the two,
+/// every other rank (and every rank if either subgroup is empty)
+/// `MPI_COMM_NULL`.
+pub(crate) fn create_sub(l: &Lib, c: &CommObj, group: &[u32]) -> Result<Handle, Fail> {
+    let (mask, other) = meet(l, c, 0, false, Some(group), &across(c, T_INTER))?;
+    let ctx = take_two(l, mask)?;
+    let me = l.job.rank() as u32;
+    if !group.contains(&me) || other.data.is_empty() {
+        crate::state::mark(l, ctx[0], true);
+        crate::state::mark(l, ctx[1], true);
+        return Ok(abi::COMM_NULL);
+    }
+    let mut obj = make(l, Rc::from(group), ctx, c)?;
+    obj.remote = Some(Remote::new(Rc::from(other.data), l.job.size()));
+    Ok(l.add_comm(obj))
 }
 
 /// `MPI_Barrier` on an intercommunicator: no rank leaves before every
@@ -226,8 +288,8 @@ fn create(
         p.p2p.sendrecv(s, j, *tag, r, j, *tag)?;
         Ok(())
     };
-    let (mask, other) = meet(l, &c, leader, false, &talk)?;
-    let obj = build(l, &c, other.group, mask)?;
+    let (mask, other) = meet(l, &c, leader, false, None, &talk)?;
+    let obj = build(l, &c, other.data, mask)?;
     Ok(l.add_comm(obj))
 }
 
@@ -237,19 +299,19 @@ fn merge(l: &Lib, inter: Handle, high: c_int) -> Result<Handle, Fail> {
         return fail(abi::ERR_COMM, "MPI_Intercomm_merge of an intracommunicator");
     };
     let high = high != 0;
-    let (mask, other) = meet(l, &c, 0, high, &across(&c, T_INTER))?;
-    debug_assert_eq!(other.group.as_slice(), &*remote.group);
+    let (mask, other) = meet(l, &c, 0, high, None, &across(&c, T_INTER))?;
+    debug_assert_eq!(other.data.as_slice(), &*remote.group);
     // The group that said `high` = false first; on a tie, the group of
     // the smaller leader's job rank (the same answer on both sides).
     let mine_first = match (high, other.high != 0) {
         (false, true) => true,
         (true, false) => false,
-        _ => c.group[0] < other.group[0],
+        _ => c.group[0] < other.data[0],
     };
     let group: Vec<u32> = if mine_first {
-        c.group.iter().chain(&other.group).copied().collect()
+        c.group.iter().chain(&other.data).copied().collect()
     } else {
-        other.group.iter().chain(c.group.iter()).copied().collect()
+        other.data.iter().chain(c.group.iter()).copied().collect()
     };
     let ctx = take_two(l, mask)?;
     let obj = make(l, Rc::from(group), ctx, &c)?;

@@ -3,12 +3,15 @@
  * the odd ranks of the world (leaders world ranks 0 and 1), the local and
  * remote groups' sizes, ranks and members, point-to-point traffic across
  * (named by remote ranks, sources reported as remote ranks, wildcards
- * included), MPI_Sendrecv, MPI_Barrier, MPI_Comm_dup (its traffic apart
- * from the original's), MPI_Comm_compare, MPI_Intercomm_merge in both
+ * included), MPI_Sendrecv, MPI_Barrier, MPI_Bcast, MPI_Allreduce and
+ * MPI_Reduce across, MPI_Comm_split (a colour on one side only gives
+ * MPI_COMM_NULL), MPI_Comm_create from subgroups, MPI_Comm_dup (its traffic apart from the original's),
+ * MPI_Comm_compare, MPI_Intercomm_merge in both
  * orders of `high` (and a collective on the merged communicator), a
  * second intercommunicator of uneven groups built from a split of
- * MPI_COMM_WORLD (the first rank alone against the rest), refusals of an
- * unsupported collective and of a merge of an intracommunicator, and an
+ * MPI_COMM_WORLD (the first rank alone against the rest), refusals of a
+ * collective tandem does not carry across (MPI_Gather) and of a merge of
+ * an intracommunicator, and an
  * intercommunicator over groups that share a rank refused on every rank.
  *
  * run-sizes: 2 3 4 5
@@ -126,22 +129,107 @@ int main(int argc, char **argv)
     }
     traffic(dup, 2);
 
-    /* A collective tandem does not carry on an intercommunicator (a
-     * broadcast from the even group's first rank): a clear error on every
-     * rank, never a collective of the local group; the reference MPICH
-     * carries it. */
+    /* Collectives across: a broadcast from the even group's first rank,
+     * an allreduce (each group gets the other's sum), a reduce onto the
+     * odd group's first rank. */
     MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
     {
-        int v = color ? 0 : 42, cls = -1;
+        int sender = !color && me == 0, idle = !color && me != 0;
+        int v[2] = {sender ? 42 : -5, sender ? 43 : -5};
+        int root = color ? 0 : (sender ? MPI_ROOT : MPI_PROC_NULL);
+        CHECK_MPI(MPI_Bcast(v, 2, MPI_INT, root, inter));
+        CHECK(idle ? v[0] == -5 && v[1] == -5 : v[0] == 42 && v[1] == 43, "Bcast across: %d %d",
+              v[0], v[1]);
+        int x[2] = {g_rank, 1}, sum[2] = {-1, -1};
+        CHECK_MPI(MPI_Allreduce(x, sum, 2, MPI_INT, MPI_SUM, inter));
+        int want = 0;
+        for (int r = 1 - color; r < g_size; r += 2)
+            want += r;
+        CHECK(sum[0] == want && sum[1] == rsize, "Allreduce across: %d %d, expected %d %d",
+              sum[0], sum[1], want, rsize);
+        int red = -1;
+        root = color ? (me == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+        CHECK_MPI(MPI_Reduce(&g_rank, &red, 1, MPI_INT, MPI_MAX, root, inter));
+        if (color && me == 0)
+            CHECK(red == (g_size - 1) / 2 * 2, "Reduce across: %d", red);
+        else
+            CHECK(red == -1, "Reduce wrote a buffer off the root: %d", red);
+    }
+
+    /* A collective tandem does not carry on an intercommunicator (a
+     * gather onto the even group's first rank): a clear error on every
+     * rank, never a collective of the local group; the reference MPICH
+     * carries it. */
+    {
+        int *all = calloc(rsize + 1, sizeof(int)), cls = -1;
         int root = color ? 0 : (me == 0 ? MPI_ROOT : MPI_PROC_NULL);
-        int rc = MPI_Bcast(&v, 1, MPI_INT, root, inter);
+        int rc = MPI_Gather(&g_rank, 1, MPI_INT, all, 1, MPI_INT, root, inter);
         if (rc != MPI_SUCCESS)
             MPI_Error_class(rc, &cls);
         if (g_lenient_ref)
-            CHECK(rc == MPI_SUCCESS && v == 42, "Bcast on an intercommunicator: %d", v);
+            CHECK(rc == MPI_SUCCESS, "Gather on an intercommunicator: rc %d", rc);
         else
             CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_COMM,
-                  "Bcast on an intercommunicator: rc %d class %d", rc, cls);
+                  "Gather on an intercommunicator: rc %d class %d", rc, cls);
+        free(all);
+    }
+
+    /* Split by local rank parity: colour 0 on both sides meets; colour 1
+     * exists on a side only where its group has two ranks or more, and a
+     * colour the other side lacks gives MPI_COMM_NULL. */
+    {
+        MPI_Comm sp;
+        int c2 = me % 2;
+        CHECK_MPI(MPI_Comm_split(inter, c2, -me, &sp));
+        int other_has = rsize > c2;
+        if (!other_has) {
+            CHECK(sp == MPI_COMM_NULL, "split: a colour the other group lacks");
+        } else {
+            int ss, sr, srs;
+            MPI_Comm_test_inter(sp, &flag);
+            MPI_Comm_size(sp, &ss);
+            MPI_Comm_rank(sp, &sr);
+            MPI_Comm_remote_size(sp, &srs);
+            int mine_n = (lsize - c2 + 1) / 2, theirs_n = (rsize - c2 + 1) / 2;
+            CHECK(flag == 1 && ss == mine_n && srs == theirs_n, "split: inter %d, sizes %d %d",
+                  flag, ss, srs);
+            /* Keys -me: the order reversed. */
+            CHECK(sr == mine_n - 1 - me / 2, "split: rank %d", sr);
+            traffic(sp, 6);
+            MPI_Comm_free(&sp);
+        }
+        CHECK_MPI(MPI_Comm_split(inter, MPI_UNDEFINED, 0, &sp));
+        CHECK(sp == MPI_COMM_NULL, "split with MPI_UNDEFINED");
+    }
+
+    /* Create from subgroups: each side without its first rank (when it
+     * has more than one). */
+    {
+        MPI_Group lg, sub;
+        MPI_Comm_group(inter, &lg);
+        int zero = 0;
+        if (lsize > 1)
+            MPI_Group_excl(lg, 1, &zero, &sub);
+        else
+            MPI_Group_incl(lg, 1, &zero, &sub);
+        MPI_Comm cc;
+        CHECK_MPI(MPI_Comm_create(inter, sub, &cc));
+        int in = lsize == 1 || me != 0;
+        if (!in) {
+            CHECK(cc == MPI_COMM_NULL, "create: a rank outside the subgroup");
+        } else {
+            int cs, crs, cr;
+            MPI_Comm_size(cc, &cs);
+            MPI_Comm_remote_size(cc, &crs);
+            MPI_Comm_rank(cc, &cr);
+            CHECK(cs == (lsize > 1 ? lsize - 1 : 1) && crs == (rsize > 1 ? rsize - 1 : 1) &&
+                      cr == (lsize > 1 ? me - 1 : 0),
+                  "create: sizes %d %d, rank %d", cs, crs, cr);
+            traffic(cc, 8);
+            MPI_Comm_free(&cc);
+        }
+        MPI_Group_free(&sub);
+        MPI_Group_free(&lg);
     }
 
     /* Merge: the group with high = 0 first, ranks in local order. */
