@@ -994,18 +994,19 @@ pub(crate) fn allgather_bytes(c: &CommObj, mine: &[u8], all: &mut [u8]) -> Resul
 }
 
 /// Bitwise-and allreduce of a context mask (communicator creation).
-pub(crate) fn allreduce_band(c: &CommObj, mask: &mut [u64; 8]) -> Result<(), Fail> {
+pub(crate) fn allreduce_band(c: &CommObj, mask: &mut crate::state::Mask) -> Result<(), Fail> {
     if c.whole {
         c.p2p.allreduce_in_place::<u64>(mask, ReduceOp::BitAnd)?;
         return Ok(());
     }
     let n = c.size();
-    let mut all = vec![0u8; 64 * n];
+    let k = std::mem::size_of_val(mask);
+    let mut all = vec![0u8; k * n];
     let mine: Vec<u8> = mask.iter().flat_map(|w| w.to_le_bytes()).collect();
     allgather_bytes(c, &mine, &mut all)?;
     for r in 0..n {
         for (w, m) in mask.iter_mut().enumerate() {
-            let at = r * 64 + w * 8;
+            let at = r * k + w * 8;
             *m &= u64::from_le_bytes(all[at..at + 8].try_into().expect("8 bytes"));
         }
     }

@@ -32,15 +32,14 @@ pub(crate) fn agree_contexts(l: &Lib, parent: &CommObj) -> Result<[u16; 2], Fail
 
 /// Takes the two lowest contexts of `mask` (free on every member of a new
 /// communicator), marking them used here.
-pub(crate) fn take_two(l: &Lib, mut mask: [u64; 8]) -> Result<[u16; 2], Fail> {
+pub(crate) fn take_two(l: &Lib, mut mask: state::Mask) -> Result<[u16; 2], Fail> {
     let a = state::lowest(&mask)
         .ok_or_else(|| Fail::new(abi::ERR_OTHER, "no communicator context left".into()))?;
-    let w = a as usize / 64;
-    mask[w] &= !(1 << (a % 64));
+    state::clear(&mut mask, a);
     let b = state::lowest(&mask)
         .ok_or_else(|| Fail::new(abi::ERR_OTHER, "no communicator context left".into()))?;
-    if b >= 512 {
-        return fail(abi::ERR_OTHER, "no communicator context left (512 in use)");
+    if b >= state::FT_CONTEXT {
+        return fail(abi::ERR_OTHER, "no communicator context left");
     }
     state::mark(l, a, false);
     state::mark(l, b, false);
@@ -570,6 +569,8 @@ export! {
 
     fn MPI_Comm_split_type, PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, _info: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_split_type", |l| {
+            // An intracommunicator's call only.
+            l.comm(comm)?;
             // Shared memory: the ranks of this host. tandem's job knows each
             // rank's host through its routes (shared memory means same host).
             let color = if kind == abi::UNDEFINED {

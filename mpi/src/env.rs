@@ -87,10 +87,10 @@ fn init(required: c_int) -> Result<c_int, Fail> {
     comms.insert(world.clone());
     comms.insert(Rc::new(selfc));
     // Contexts 0..=4 are taken (0: the job's own, unused by MPI calls),
-    // and 511, tandem's fault-tolerance traffic.
-    let mut free = [u64::MAX; 8];
+    // and the last, tandem's fault-tolerance traffic.
+    let mut free: state::Mask = [u64::MAX; tandem_driver::CONTEXT_WORDS];
     free[0] &= !0x1f;
-    free[7] &= !(1 << 63);
+    state::clear(&mut free, state::FT_CONTEXT);
     let provided = required.clamp(abi::THREAD_SINGLE, abi::THREAD_SERIALIZED);
     state::install(Lib {
         job,

@@ -44,7 +44,7 @@ fn shrink(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
              failure-detection bound)",
         );
     }
-    // (The library keeps context 511, the fault-tolerance one, out of
+    // (The library keeps the fault-tolerance context out of
     // every rank's free mask.)
     let ctx = take_two(l, a.free)?;
     let group: Rc<[u32]> = (0..c.size())

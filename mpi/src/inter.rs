@@ -23,7 +23,7 @@
 use crate::abi::{self, Handle};
 use crate::coll::{allreduce_band, g_barrier, g_bcast, T_INTER, T_INTER_BARRIER};
 use crate::comm::{make, take_two};
-use crate::state::{CommObj, Fail, Lib, Remote};
+use crate::state::{CommObj, Fail, Lib, Mask, Remote};
 use crate::{export, fail, run, set};
 use std::ffi::c_int;
 use std::rc::Rc;
@@ -31,7 +31,7 @@ use std::rc::Rc;
 /// What each group tells the other when they meet.
 struct Side {
     /// Contexts free on every member of the group.
-    mask: [u64; 8],
+    mask: Mask,
     /// `MPI_Intercomm_merge`'s `high` (0 elsewhere).
     high: u64,
     /// The members' job ranks in their rank order (for `MPI_Comm_split`,
@@ -42,8 +42,10 @@ struct Side {
 /// A leader's send-and-receive with the other group's leader.
 type Talk<'a> = &'a dyn Fn(&[u8], &mut [u8]) -> Result<(), Fail>;
 
+/// Words of a mask.
+const W: usize = tandem_driver::CONTEXT_WORDS;
 /// A header's length: the mask, `high`, the group's size.
-const HEADER: usize = 80;
+const HEADER: usize = 8 * (W + 2);
 
 fn header(s: &Side) -> [u8; HEADER] {
     let mut b = [0u8; HEADER];
@@ -80,7 +82,7 @@ fn meet(
     high: bool,
     split: Option<&[u32]>,
     talk: Talk,
-) -> Result<([u64; 8], Side), Fail> {
+) -> Result<(Mask, Side), Fail> {
     let mut mask = l.free_ctx.get();
     allreduce_band(local, &mut mask)?;
     let mine = Side {
@@ -95,7 +97,7 @@ fn meet(
     if local.rank == leader {
         let mut other = [0u8; HEADER];
         talk(&header(&mine), &mut other)?;
-        let n = word(&other, 9) as usize;
+        let n = word(&other, W + 1) as usize;
         let mut rg = vec![0u8; 4 * n];
         talk(&group_bytes(&mine.data), &mut rg)?;
         theirs = rg
@@ -109,16 +111,16 @@ fn meet(
         let overlap = split.is_none() && theirs.iter().any(|g| mine.data.contains(g));
         let out = Side {
             mask: combined,
-            high: word(&other, 8),
+            high: word(&other, W),
             data: if overlap { Vec::new() } else { theirs.clone() },
         };
         head = header(&out);
         if overlap {
-            head[72..80].copy_from_slice(&REFUSED.to_le_bytes());
+            head[8 * (W + 1)..].copy_from_slice(&REFUSED.to_le_bytes());
         }
     }
     g_bcast(local, &mut head, leader)?;
-    let n = word(&head, 9);
+    let n = word(&head, W + 1);
     if n == REFUSED {
         return fail(
             abi::ERR_COMM,
@@ -135,7 +137,7 @@ fn meet(
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
         .collect();
-    let mut combined = [0u64; 8];
+    let mut combined: Mask = [0u64; W];
     for (i, m) in combined.iter_mut().enumerate() {
         *m = word(&head, i);
     }
@@ -143,7 +145,7 @@ fn meet(
         combined,
         Side {
             mask: combined,
-            high: word(&head, 8),
+            high: word(&head, W),
             data,
         },
     ))
@@ -151,7 +153,7 @@ fn meet(
 
 /// The intercommunicator of `local`'s group and the group `other` (job
 /// ranks), with contexts from `mask`.
-fn build(l: &Lib, local: &CommObj, other: Vec<u32>, mask: [u64; 8]) -> Result<CommObj, Fail> {
+fn build(l: &Lib, local: &CommObj, other: Vec<u32>, mask: Mask) -> Result<CommObj, Fail> {
     let ctx = take_two(l, mask)?;
     let mut obj = make(l, local.group.clone(), ctx, local)?;
     obj.remote = Some(Remote::new(Rc::from(other), l.job.size()));

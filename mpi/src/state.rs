@@ -134,6 +134,12 @@ impl CommObj {
     }
 }
 
+/// A set of contexts, a bit each (tandem's context agreement format).
+pub type Mask = [u64; tandem_driver::CONTEXT_WORDS];
+
+/// The context of tandem's fault-tolerance traffic, never a communicator's.
+pub const FT_CONTEXT: u16 = (tandem_driver::CONTEXT_WORDS * 64 - 1) as u16;
+
 /// A pending or inactive request.
 pub enum Req {
     /// A point-to-point operation (or a persistent one, active or not).
@@ -403,8 +409,9 @@ pub struct Lib {
     pub errhandlers: RefCell<Slab<ErrFn>>,
     /// Groups (`MPI_Comm_group`): job ranks.
     pub groups: RefCell<Slab<Rc<[u32]>>>,
-    /// Free contexts (bit set: free), contexts 0..512.
-    pub free_ctx: Cell<[u64; 8]>,
+    /// Free contexts (bit set: free), every context a communicator may
+    /// take (below tandem's `MAX_CONTEXTS / 2`).
+    pub free_ctx: Cell<Mask>,
     /// The thread level granted.
     pub thread_level: c_int,
     /// The thread that called `MPI_Init` (for `MPI_Is_thread_main`).
@@ -701,7 +708,7 @@ pub fn code_message(code: c_int) -> Option<String> {
 }
 
 /// Takes a free context on this rank (the lowest set bit of `mask`).
-pub fn lowest(mask: &[u64; 8]) -> Option<u16> {
+pub fn lowest(mask: &Mask) -> Option<u16> {
     for (w, &bits) in mask.iter().enumerate() {
         if bits != 0 {
             return Some((w * 64 + bits.trailing_zeros() as usize) as u16);
@@ -713,11 +720,15 @@ pub fn lowest(mask: &[u64; 8]) -> Option<u16> {
 /// Marks a context used (`false`) or free (`true`).
 pub fn mark(l: &Lib, ctx: u16, free: bool) {
     let mut m = l.free_ctx.get();
-    let (w, b) = (ctx as usize / 64, ctx % 64);
     if free {
-        m[w] |= 1 << b;
+        m[ctx as usize / 64] |= 1 << (ctx % 64);
     } else {
-        m[w] &= !(1 << b);
+        clear(&mut m, ctx);
     }
     l.free_ctx.set(m);
+}
+
+/// Takes `ctx` out of `mask`.
+pub fn clear(mask: &mut Mask, ctx: u16) {
+    mask[ctx as usize / 64] &= !(1 << (ctx % 64));
 }

@@ -737,7 +737,7 @@ export! {
             }
             // Weighted unless every process said MPI_UNWEIGHTED (MPI wants
             // all or none).
-            let mut all_unweighted = [!0u64; 8];
+            let mut all_unweighted: crate::state::Mask = [!0u64; tandem_driver::CONTEXT_WORDS];
             all_unweighted[0] = u64::from(!weighted);
             crate::coll::allreduce_band(&c, &mut all_unweighted)?;
             let weighted = all_unweighted[0] == 0;

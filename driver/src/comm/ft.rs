@@ -41,20 +41,20 @@ use std::time::{Duration, Instant};
 use tandem_core::agree::{Action, Agree, Effect, Kind};
 use tandem_core::sync::Ordering;
 
-/// Message kinds of the agreement, in the tag's top byte (a revocation
-/// notice has 0 there).
+/// Message kinds of the agreement, in the tag's bits 26 and up (a
+/// revocation notice and a wait record have 0 there).
 const GATHER: u32 = 2;
 const ROUND: u32 = 3;
 
 /// The tag of agreement message `kind` of the `epoch`-th agreement on the
 /// communicator with context `ctx`.
 fn tag(kind: u32, ctx: u16, epoch: u32) -> u32 {
-    (kind << 24) | ((ctx as u32 & 0x1ff) << 14) | (epoch & 0x3fff)
+    (kind << 26) | ((ctx as u32 & 0xfff) << 14) | (epoch & 0x3fff)
 }
 
 /// Words of a context mask: a bit for each communicator context below
-/// 512 ([`Agreement::free`]).
-pub const CONTEXT_WORDS: usize = 8;
+/// [`MAX_CONTEXTS`](crate::MAX_CONTEXTS) / 2 ([`Agreement::free`]).
+pub const CONTEXT_WORDS: usize = crate::progress::MAX_CONTEXTS as usize / 2 / 64;
 
 /// What the ranks agree on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,7 +245,7 @@ impl Comm {
     /// order: the MPI library's `MPI_COMM_WORLD`).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a context from 511 on, a rank out of
+    /// [`Error::InvalidArgument`] for a context from `MAX_CONTEXTS / 2 - 1` (4095) on, a rank out of
     /// range or listed twice, or a list without this rank.
     pub fn subset_with_context(&self, ranks: &[usize], ctx: u16) -> Result<Comm> {
         if ctx >= FT_CTX {
@@ -416,7 +416,7 @@ impl Comm {
         if let Some(b) = take_ft(&mut e, src, tag)? {
             w.news();
             return match Vote::decode(&b, words) {
-                Some(v) => Ok(Heard::Vote(v)),
+                Some(v) => Ok(Heard::Vote(Box::new(v))),
                 None => Err(Error::Protocol {
                     peer: src,
                     detail: format!("an agreement message of {} bytes", b.len()),
@@ -430,7 +430,7 @@ impl Comm {
                 e.progress();
                 if let Some(b) = take_ft(&mut e, src, tag)? {
                     if let Some(v) = Vote::decode(&b, words) {
-                        return Ok(Heard::Vote(v));
+                        return Ok(Heard::Vote(Box::new(v)));
                     }
                 }
                 return Ok(Heard::Failed);
@@ -451,7 +451,8 @@ impl Comm {
 
 /// What one look for an agreement message found.
 enum Heard {
-    Vote(Vote),
+    /// A vote (boxed: a context mask makes it half a kilobyte).
+    Vote(Box<Vote>),
     /// The sender failed without it.
     Failed,
     Nothing,
@@ -495,7 +496,7 @@ impl AgreeOp {
                 Action::Await { kind, from } => {
                     let v = match c.hear_once(from, tag_of(kind), self.words, &mut self.pace)? {
                         Heard::Nothing => return Ok(None),
-                        Heard::Vote(v) => Some(v),
+                        Heard::Vote(v) => Some(*v),
                         Heard::Failed => None,
                     };
                     match (self.m.heard(v.is_some()), v) {

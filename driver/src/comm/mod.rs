@@ -561,7 +561,7 @@ impl Comm {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Config`] past 510 communicators on this rank (the world, its
+    /// [`Error::Config`] past 4094 communicators on this rank (the world, its
     /// duplicates and shrunk communicators: each takes two of the
     /// [`MAX_CONTEXTS`](crate::MAX_CONTEXTS) contexts, and two are kept for
     /// the fault-tolerance protocols).

@@ -207,7 +207,7 @@ impl Drop for Engine {
 pub const MAX_MESSAGE: usize = 1 << 40;
 
 /// Number of communication contexts a job may use.
-pub const MAX_CONTEXTS: u16 = 1024;
+pub const MAX_CONTEXTS: u16 = 8192;
 
 impl Engine {
     /// An engine for `rank` whose peer `p` is reached through `links[p]`

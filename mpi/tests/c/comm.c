@@ -10,7 +10,8 @@
  * Comm_free, MPI_COMM_SELF (Isend to self, Allreduce), attribute caching
  * (Comm_create_keyval with copy and delete callbacks, set/get/delete_attr,
  * Comm_free_keyval, delete callback at Comm_free, copy callback at
- * Comm_dup), nested split of a split communicator.
+ * Comm_dup), nested split of a split communicator, 2000 communicators
+ * live at once.
  */
 #include "common.h"
 
@@ -415,6 +416,47 @@ static void test_freed_keys(void)
           deleted);
 }
 
+/* As many communicators as the library has contexts for: 2000 live at
+ * once, as MPICH allows (tandem made 253 before); one past the last
+ * refused with an error (not a crash, not a hang), and every one usable. */
+#define MANY 2000
+static void test_many(void)
+{
+    static MPI_Comm c[MANY + 64];
+    int made = 0, rc = MPI_SUCCESS;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    while (made < MANY + 64) {
+        rc = MPI_Comm_dup(MPI_COMM_WORLD, &c[made]);
+        if (rc != MPI_SUCCESS)
+            break;
+        made++;
+    }
+    CHECK(made >= MANY, "only %d communicators at once", made);
+    if (made < MANY + 64) {
+        int cls = -1;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_OTHER || cls == MPI_ERR_INTERN || cls == MPI_ERR_COMM,
+              "the one past the last: class %d", cls);
+    }
+    /* The newest and the oldest carry traffic and collectives. */
+    for (int k = 0; k < 2 && made > 0; k++) {
+        MPI_Comm x = k ? c[made - 1] : c[0];
+        int sum = 0;
+        MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, x);
+        CHECK(sum == size * (size - 1) / 2, "Allreduce on communicator %d: %d", k, sum);
+        int v = -1;
+        MPI_Sendrecv(&rank, 1, MPI_INT, right, 4, &v, 1, MPI_INT, left, 4, x, MPI_STATUS_IGNORE);
+        CHECK(v == left, "Sendrecv on communicator %d: %d", k, v);
+    }
+    for (int i = 0; i < made; i++)
+        MPI_Comm_free(&c[i]);
+    /* Their contexts are free again. */
+    MPI_Comm d;
+    CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &d) == MPI_SUCCESS, "Comm_dup after freeing them");
+    MPI_Comm_free(&d);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -432,5 +474,6 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     test_attributes();
     test_freed_keys();
+    test_many();
     return finish("comm");
 }
