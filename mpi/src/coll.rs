@@ -29,12 +29,15 @@ const T_GATHER: u32 = 4;
 const T_SCATTER: u32 = 5;
 const T_ALLTOALL: u32 = 6;
 const T_SCAN: u32 = 7;
-/// Intercommunicators' leader exchanges (`inter.rs`): context agreement,
-/// a barrier, and the collectives below.
-pub(crate) const T_INTER: u32 = 64;
-pub(crate) const T_INTER_BARRIER: u32 = 65;
-const T_INTER_BCAST: u32 = 66;
-const T_INTER_REDUCE: u32 = 67;
+/// Intercommunicators' traffic across (`inter.rs`): context agreement, a
+/// barrier, the collectives below and the block exchanges of
+/// `topo::blocks_w` (above the neighbourhood collectives' 64 + 2 per
+/// dimension).
+pub(crate) const T_INTER: u32 = 1 << 20;
+pub(crate) const T_INTER_BARRIER: u32 = T_INTER + 1;
+const T_INTER_BCAST: u32 = T_INTER + 2;
+const T_INTER_REDUCE: u32 = T_INTER + 3;
+pub(crate) const T_INTER_BLOCKS: u32 = T_INTER + 4;
 
 /// A datatype's size and extent.
 #[derive(Clone, Copy)]
@@ -78,7 +81,7 @@ fn elements(blocks: usize, each: usize) -> Result<c_int, Fail> {
         })
 }
 
-fn is_in_place(p: *const c_void) -> bool {
+pub(crate) fn is_in_place(p: *const c_void) -> bool {
     p as usize == abi::IN_PLACE
 }
 
@@ -821,7 +824,7 @@ fn bcast(
 /// (a rank of the root's group other than the root), `Some(None)` for
 /// `MPI_ROOT` (the root), `Some(Some(r))` for rank `r` of the remote group
 /// (a rank of the other group).
-fn inter_root(c: &CommObj, root: c_int) -> Result<Option<Option<usize>>, Fail> {
+pub(crate) fn inter_root(c: &CommObj, root: c_int) -> Result<Option<Option<usize>>, Fail> {
     match root {
         abi::PROC_NULL => Ok(None),
         abi::ROOT => Ok(Some(None)),
@@ -1672,7 +1675,10 @@ export! {
 
     fn MPI_Allgather, PMPI_Allgather(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) -> c_int {
         run(comm, "MPI_Allgather", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::allgather(l, &c, s, sn, sdt, r, rn, rdt);
+            }
             let (n, me) = (c.size(), c.rank);
             let rt = ty(l, rdt)?;
             let rn_u = count(rn)?;
@@ -1705,7 +1711,10 @@ export! {
 
     fn MPI_Allgatherv, PMPI_Allgatherv(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) -> c_int {
         run(comm, "MPI_Allgatherv", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::allgatherv(l, &c, s, sn, sdt, r, rcounts, rdispls, rdt);
+            }
             let n = c.size();
             let counts = ints(rcounts, n)?;
             let dis = displs(rdispls, n)?;
@@ -1731,7 +1740,10 @@ export! {
 
     fn MPI_Gather, PMPI_Gather(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
         run(comm, "MPI_Gather", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::gather(l, &c, s, sn, sdt, r, rn, rdt, root);
+            }
             let root = root_of(&c, root)?;
             let n = c.size();
             let k = if c.rank == root { count(rn)? } else { 0 };
@@ -1743,7 +1755,10 @@ export! {
 
     fn MPI_Gatherv, PMPI_Gatherv(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
         run(comm, "MPI_Gatherv", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::gatherv(l, &c, s, sn, sdt, r, rcounts, rdispls, rdt, root);
+            }
             let root = root_of(&c, root)?;
             let n = c.size();
             let (counts, dis) = if c.rank == root {
@@ -1757,7 +1772,10 @@ export! {
 
     fn MPI_Scatter, PMPI_Scatter(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
         run(comm, "MPI_Scatter", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::scatter(l, &c, s, sn, sdt, r, rn, rdt, root);
+            }
             let root = root_of(&c, root)?;
             let n = c.size();
             let k = if c.rank == root { count(sn)? } else { 0 };
@@ -1769,7 +1787,10 @@ export! {
 
     fn MPI_Scatterv, PMPI_Scatterv(s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) -> c_int {
         run(comm, "MPI_Scatterv", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::scatterv(l, &c, s, scounts, sdispls, sdt, r, rn, rdt, root);
+            }
             let root = root_of(&c, root)?;
             let n = c.size();
             let (counts, dis) = if c.rank == root {
@@ -1783,7 +1804,10 @@ export! {
 
     fn MPI_Alltoall, PMPI_Alltoall(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) -> c_int {
         run(comm, "MPI_Alltoall", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::alltoall(l, &c, s, sn, sdt, r, rn, rdt);
+            }
             let n = c.size();
             let rk = count(rn)?;
             let sk = if is_in_place(s) { rk } else { count(sn)? };
@@ -1819,7 +1843,10 @@ export! {
 
     fn MPI_Alltoallv, PMPI_Alltoallv(s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) -> c_int {
         run(comm, "MPI_Alltoallv", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::alltoallv(l, &c, s, scounts, sdispls, sdt, r, rcounts, rdispls, rdt);
+            }
             let n = c.size();
             let (rc, rd) = (ints(rcounts, n)?, displs(rdispls, n)?);
             let (sc, sd) = if is_in_place(s) {
@@ -1833,7 +1860,10 @@ export! {
 
     fn MPI_Alltoallw, PMPI_Alltoallw(s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: *const Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: *const Handle, comm: Handle) -> c_int {
         run(comm, "MPI_Alltoallw", |l| {
-            let c = l.comm(comm)?;
+            let c = l.any_comm(comm)?;
+            if c.remote.is_some() {
+                return crate::inter::alltoallw(l, &c, s, scounts, sdispls, sdt, r, rcounts, rdispls, rdt);
+            }
             let n = c.size();
             let (rc, rd) = (ints(rcounts, n)?, displs(rdispls, n)?);
             let rt: Vec<Handle> = (0..n).map(|i| *rdt.add(i)).collect();

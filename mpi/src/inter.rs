@@ -15,17 +15,24 @@
 //! only the leaders talk across, with tags of their own ([`T_INTER`]).
 //!
 //! `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` take an
-//! intercommunicator too (`coll.rs`, `inter_*`). Other collectives and
-//! communicator constructors
-//! other than `MPI_Comm_dup` and `MPI_Intercomm_merge` refuse one with
-//! `MPI_ERR_COMM` ([`Lib::comm`]).
+//! intercommunicator too (`coll.rs`, `inter_*`), and so do the collectives
+//! that move blocks between the groups (gather, scatter, allgather,
+//! alltoall and their `v`/`w` forms, below, over `topo::blocks_w`). Other
+//! collectives (`MPI_Reduce_scatter`, the non-blocking ones; the scans
+//! are not defined on one), topologies and the constructors other than
+//! `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_create` and
+//! `MPI_Intercomm_merge` refuse one with `MPI_ERR_COMM` ([`Lib::comm`]).
 
 use crate::abi::{self, Handle};
-use crate::coll::{allreduce_band, g_barrier, g_bcast, T_INTER, T_INTER_BARRIER};
+use crate::coll::{
+    allreduce_band, g_barrier, g_bcast, inter_root, is_in_place, T_INTER, T_INTER_BARRIER,
+    T_INTER_BLOCKS,
+};
 use crate::comm::{make, take_two};
 use crate::state::{CommObj, Fail, Lib, Mask, Remote};
-use crate::{export, fail, run, set};
-use std::ffi::c_int;
+use crate::topo::{blocks_w, even, varying, Blocks};
+use crate::{array, export, fail, run, set};
+use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 
 /// What each group tells the other when they meet.
@@ -318,6 +325,297 @@ fn merge(l: &Lib, inter: Handle, high: c_int) -> Result<Handle, Fail> {
     let ctx = take_two(l, mask)?;
     let obj = make(l, Rc::from(group), ctx, &c)?;
     Ok(l.add_comm(obj))
+}
+
+/// Every rank of the remote group, with the blocks' tag.
+fn everyone(c: &CommObj) -> Vec<(Option<usize>, u32)> {
+    (0..c.peers()).map(|j| (Some(j), T_INTER_BLOCKS)).collect()
+}
+
+/// Refuses `MPI_IN_PLACE`, which no intercommunicator collective takes.
+fn no_in_place(p: *const c_void) -> Result<(), Fail> {
+    if is_in_place(p) {
+        return fail(abi::ERR_BUFFER, "MPI_IN_PLACE on an intercommunicator");
+    }
+    Ok(())
+}
+
+/// `n` copies of one block: `count` of `dt` at the buffer's start.
+fn same(n: usize, count: c_int, dt: Handle) -> Blocks {
+    (vec![count; n], vec![0; n], vec![dt; n])
+}
+
+/// `MPI_Allgather` on an intercommunicator: every rank gets one block from
+/// each rank of the other group, in its rank order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn allgather(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    st: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rt: Handle,
+) -> Result<(), Fail> {
+    no_in_place(s)?;
+    let (n, all) = (c.peers(), everyone(c));
+    let (scs, sds, sts) = same(n, sn, st);
+    let (rcs, rds, rts) = even(l, n, rn, rt)?;
+    blocks_w(l, c, &all, &all, s, &scs, &sds, &sts, r, &rcs, &rds, &rts)
+}
+
+/// `MPI_Allgatherv` on an intercommunicator (counts and displacements for
+/// the other group's ranks).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn allgatherv(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    st: Handle,
+    r: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rt: Handle,
+) -> Result<(), Fail> {
+    no_in_place(s)?;
+    let (n, all) = (c.peers(), everyone(c));
+    let (scs, sds, sts) = same(n, sn, st);
+    // SAFETY: the program's arrays of one entry per remote rank.
+    let (rcs, rds, rts) = unsafe { varying(l, n, rcounts, rdispls, rt) }?;
+    blocks_w(l, c, &all, &all, s, &scs, &sds, &sts, r, &rcs, &rds, &rts)
+}
+
+/// `MPI_Alltoall` on an intercommunicator: block j to and from rank j of
+/// the other group.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn alltoall(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    st: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rt: Handle,
+) -> Result<(), Fail> {
+    no_in_place(s)?;
+    let (n, all) = (c.peers(), everyone(c));
+    let (scs, sds, sts) = even(l, n, sn, st)?;
+    let (rcs, rds, rts) = even(l, n, rn, rt)?;
+    blocks_w(l, c, &all, &all, s, &scs, &sds, &sts, r, &rcs, &rds, &rts)
+}
+
+/// `MPI_Alltoallv` on an intercommunicator.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn alltoallv(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    st: Handle,
+    r: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rt: Handle,
+) -> Result<(), Fail> {
+    no_in_place(s)?;
+    let (n, all) = (c.peers(), everyone(c));
+    // SAFETY: the program's arrays of one entry per remote rank.
+    let (scs, sds, sts) = unsafe { varying(l, n, scounts, sdispls, st) }?;
+    // SAFETY: as above.
+    let (rcs, rds, rts) = unsafe { varying(l, n, rcounts, rdispls, rt) }?;
+    blocks_w(l, c, &all, &all, s, &scs, &sds, &sts, r, &rcs, &rds, &rts)
+}
+
+/// `MPI_Alltoallw` on an intercommunicator (byte displacements, a type per
+/// block).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn alltoallw(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    sts: *const Handle,
+    r: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rts: *const Handle,
+) -> Result<(), Fail> {
+    no_in_place(s)?;
+    let (n, all) = (c.peers(), everyone(c));
+    let bytes = |d: &[c_int]| -> Vec<isize> { d.iter().map(|&x| x as isize).collect() };
+    // SAFETY: the program's arrays of one entry per remote rank.
+    let (scs, sds, stys, rcs, rds, rtys) = unsafe {
+        (
+            array(scounts, n, "sendcounts")?,
+            bytes(array(sdispls, n, "sdispls")?),
+            array(sts, n, "sendtypes")?,
+            array(rcounts, n, "recvcounts")?,
+            bytes(array(rdispls, n, "rdispls")?),
+            array(rts, n, "recvtypes")?,
+        )
+    };
+    blocks_w(l, c, &all, &all, s, scs, &sds, stys, r, rcs, &rds, rtys)
+}
+
+/// `MPI_Gather(v)` on an intercommunicator: the root (`MPI_ROOT`)
+/// receives a block from each rank of the other group (`blocks`: their
+/// counts, byte displacements and types), each of which sends one.
+#[allow(clippy::too_many_arguments)]
+fn gather_blocks(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    st: Handle,
+    r: *mut c_void,
+    root: c_int,
+    blocks: impl FnOnce(usize) -> Result<Blocks, Fail>,
+) -> Result<(), Fail> {
+    match inter_root(c, root)? {
+        None => Ok(()),
+        Some(None) => {
+            let n = c.peers();
+            let (rcs, rds, rts) = blocks(n)?;
+            blocks_w(
+                l,
+                c,
+                &everyone(c),
+                &[],
+                s,
+                &[],
+                &[],
+                &[],
+                r,
+                &rcs,
+                &rds,
+                &rts,
+            )
+        }
+        Some(Some(root)) => {
+            no_in_place(s)?;
+            let to = [(Some(root), T_INTER_BLOCKS)];
+            blocks_w(l, c, &[], &to, s, &[sn], &[0], &[st], r, &[], &[], &[])
+        }
+    }
+}
+
+/// `MPI_Gather` on an intercommunicator.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    st: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rt: Handle,
+    root: c_int,
+) -> Result<(), Fail> {
+    gather_blocks(l, c, s, sn, st, r, root, |n| even(l, n, rn, rt))
+}
+
+/// `MPI_Gatherv` on an intercommunicator.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gatherv(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    st: Handle,
+    r: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rt: Handle,
+    root: c_int,
+) -> Result<(), Fail> {
+    // SAFETY: the root's arrays of one entry per remote rank.
+    gather_blocks(l, c, s, sn, st, r, root, |n| unsafe {
+        varying(l, n, rcounts, rdispls, rt)
+    })
+}
+
+/// `MPI_Scatter(v)` on an intercommunicator: the root (`MPI_ROOT`) sends a
+/// block to each rank of the other group (`blocks`), each of which
+/// receives one.
+#[allow(clippy::too_many_arguments)]
+fn scatter_blocks(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    rn: c_int,
+    rt: Handle,
+    root: c_int,
+    blocks: impl FnOnce(usize) -> Result<Blocks, Fail>,
+) -> Result<(), Fail> {
+    match inter_root(c, root)? {
+        None => Ok(()),
+        Some(None) => {
+            let n = c.peers();
+            let (scs, sds, sts) = blocks(n)?;
+            blocks_w(
+                l,
+                c,
+                &[],
+                &everyone(c),
+                s,
+                &scs,
+                &sds,
+                &sts,
+                r,
+                &[],
+                &[],
+                &[],
+            )
+        }
+        Some(Some(root)) => {
+            no_in_place(r.cast_const())?;
+            let from = [(Some(root), T_INTER_BLOCKS)];
+            blocks_w(l, c, &from, &[], s, &[], &[], &[], r, &[rn], &[0], &[rt])
+        }
+    }
+}
+
+/// `MPI_Scatter` on an intercommunicator.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    sn: c_int,
+    st: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rt: Handle,
+    root: c_int,
+) -> Result<(), Fail> {
+    scatter_blocks(l, c, s, r, rn, rt, root, |n| even(l, n, sn, st))
+}
+
+/// `MPI_Scatterv` on an intercommunicator.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatterv(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    st: Handle,
+    r: *mut c_void,
+    rn: c_int,
+    rt: Handle,
+    root: c_int,
+) -> Result<(), Fail> {
+    // SAFETY: the root's arrays of one entry per remote rank.
+    scatter_blocks(l, c, s, r, rn, rt, root, |n| unsafe {
+        varying(l, n, scounts, sdispls, st)
+    })
 }
 
 export! {

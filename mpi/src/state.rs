@@ -485,7 +485,7 @@ impl Lib {
         if c.remote.is_some() {
             return Err(Fail::new(
                 abi::ERR_COMM,
-                format!("{h:#x} is an intercommunicator, which this call does not take (tandem's intercommunicators carry point-to-point traffic, MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Comm_dup, MPI_Comm_split, MPI_Comm_create and MPI_Intercomm_merge)"),
+                format!("{h:#x} is an intercommunicator, which this call does not take on tandem (README, \"Intercommunicators\", lists the calls that do)"),
             ));
         }
         Ok(c)

@@ -279,7 +279,7 @@ fn exchange(
         // `recvs` owns) stays untouched until the wait below.
         match unsafe {
             c.coll
-                .irecv_raw(b.as_mut_ptr(), b.len(), c.job_rank(r.from), r.tag)
+                .irecv_raw(b.as_mut_ptr(), b.len(), c.peer_job(r.from), r.tag)
         } {
             Ok(q) => posted.push((Some(i), q)),
             Err(e) => {
@@ -295,7 +295,7 @@ fn exchange(
             // `sends` owns) stays readable until the wait below.
             match unsafe {
                 c.coll
-                    .isend_raw(b.as_ptr(), b.len(), c.job_rank(s.to), s.tag, false)
+                    .isend_raw(b.as_ptr(), b.len(), c.peer_job(s.to), s.tag, false)
             } {
                 Ok(q) => posted.push((None, q)),
                 Err(e) => {
@@ -361,6 +361,32 @@ fn neighbor_w(
 ) -> Result<(), Fail> {
     let c = l.comm(comm)?;
     let (ins, outs) = neighbors(&c)?;
+    blocks_w(
+        l, &c, &ins, &outs, s, scounts, sdispls, stypes, r, rcounts, rdispls, rtypes,
+    )
+}
+
+/// Sends block j (`scounts[j]` of `stypes[j]` at byte `sdispls[j]` of `s`)
+/// to `outs[j]` and receives block i into `r` from `ins[i]`, every receive
+/// posted first (peers are point-to-point ranks: an intercommunicator's
+/// name the remote group; `None`: no peer, the block untouched). A
+/// neighbourhood collective, and every intercommunicator collective that
+/// moves blocks (`inter.rs`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn blocks_w(
+    l: &Lib,
+    c: &CommObj,
+    ins: &[(Option<usize>, u32)],
+    outs: &[(Option<usize>, u32)],
+    s: *const c_void,
+    scounts: &[c_int],
+    sdispls: &[isize],
+    stypes: &[Handle],
+    r: *mut c_void,
+    rcounts: &[c_int],
+    rdispls: &[isize],
+    rtypes: &[Handle],
+) -> Result<(), Fail> {
     let mut sends = Vec::with_capacity(outs.len());
     for (j, &(to, tag)) in outs.iter().enumerate() {
         let out = out_view(l, at(s, sdispls[j]), scounts[j], stypes[j])?;
@@ -375,7 +401,7 @@ fn neighbor_w(
             recvs.push(RecvBlock { inb, from, tag });
         }
     }
-    exchange(l, &c, sends, recvs)
+    exchange(l, c, sends, recvs)
 }
 
 /// The in- and out-degree of this process for a neighbourhood collective.
@@ -386,10 +412,10 @@ fn degrees(l: &Lib, comm: Handle) -> Result<(usize, usize), Fail> {
 }
 
 /// Per-block counts, byte displacements and datatypes.
-type Blocks = (Vec<c_int>, Vec<isize>, Vec<Handle>);
+pub(crate) type Blocks = (Vec<c_int>, Vec<isize>, Vec<Handle>);
 
 /// Displacements of `n` equal blocks of `count` elements of `dt`.
-fn even(l: &Lib, n: usize, count: c_int, dt: Handle) -> Result<Blocks, Fail> {
+pub(crate) fn even(l: &Lib, n: usize, count: c_int, dt: Handle) -> Result<Blocks, Fail> {
     let step = extent(l, dt)?
         .checked_mul(crate::count(count)? as isize)
         .ok_or_else(|| Fail::new(abi::ERR_COUNT, "a block's size overflows".into()))?;
@@ -405,7 +431,7 @@ fn even(l: &Lib, n: usize, count: c_int, dt: Handle) -> Result<Blocks, Fail> {
 ///
 /// # Safety
 /// `counts` and `displs` hold `n` ints each.
-unsafe fn varying(
+pub(crate) unsafe fn varying(
     l: &Lib,
     n: usize,
     counts: *const c_int,
