@@ -1606,7 +1606,8 @@ fn start_coll(
     ) -> Option<Result<(tandem_driver::RawCollRequest, Option<Staged>), Fail>>,
     blocking: impl FnOnce(&Lib) -> Result<(), Fail>,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    // An intercommunicator's collectives complete within the call.
+    let c = l.any_comm(comm)?;
     if c.whole {
         if let Some(r) = tandem(&c) {
             let (raw, staged) = r?;
@@ -1903,13 +1904,20 @@ export! {
     fn MPI_Ibarrier, PMPI_Ibarrier(comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Ibarrier", |l| {
             start_coll(l, comm, req, |c| Some(c.p2p.ibarrier_raw().map(|r| (r, None)).map_err(Fail::from)), |l| {
-                g_barrier(&*l.comm(comm)?)
+                let c = l.any_comm(comm)?;
+                if c.remote.is_some() {
+                    return crate::inter::barrier(&c);
+                }
+                g_barrier(&c)
             })
         })
     }
 
     fn MPI_Ibcast, PMPI_Ibcast(buf: *mut c_void, n: c_int, dt: Handle, root: c_int, comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Ibcast", |l| {
+            if l.any_comm(comm)?.remote.is_some() {
+                return start_coll(l, comm, req, |_| None, |l| bcast(l, buf, n, dt, root, comm));
+            }
             let c = l.comm(comm)?;
             let rt = root_of(&c, root)?;
             let nn = count(n)?;
@@ -1946,6 +1954,9 @@ export! {
 
     fn MPI_Ireduce, PMPI_Ireduce(s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Ireduce", |l| {
+            if l.any_comm(comm)?.remote.is_some() {
+                return start_coll(l, comm, req, |_| None, |l| reduce(l, s, r, n, dt, op, root, comm));
+            }
             let nn = count(n)?;
             let c = l.comm(comm)?;
             let rt = root_of(&c, root)?;

@@ -17,9 +17,9 @@
 //! `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` take an
 //! intercommunicator too (`coll.rs`, `inter_*`), and so do the collectives
 //! that move blocks between the groups (gather, scatter, allgather,
-//! alltoall and their `v`/`w` forms, below, over `topo::blocks_w`). Other
-//! collectives (`MPI_Reduce_scatter`, the non-blocking ones; the scans
-//! are not defined on one), topologies and the constructors other than
+//! alltoall and their `v`/`w` forms, below, over `topo::blocks_w`); their
+//! non-blocking forms complete within the call. `MPI_Reduce_scatter` (the
+//! scans are not defined on one), topologies and the constructors other than
 //! `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_create` and
 //! `MPI_Intercomm_merge` refuse one with `MPI_ERR_COMM` ([`Lib::comm`]).
 
