@@ -546,8 +546,24 @@ export! {
 
     fn MPI_Comm_idup, PMPI_Comm_idup(comm: Handle, out: *mut Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_idup", |l| {
+            // Refused at the call: an invalid communicator or pointer.
+            l.any_comm(comm)?;
+            crate::need(out, "newcomm")?;
+            crate::need(req, "request")?;
             let r = quiet(l, comm, || crate::comm::PMPI_Comm_dup(comm, out));
-            now(l, req, r)
+            if r == abi::SUCCESS {
+                return now(l, req, r);
+            }
+            // A duplicate that could not be made (no context left, a
+            // failed peer) is the request's failure, reported by its wait
+            // or test, as MPICH reports it.
+            let f = Fail::new(
+                crate::state::code_class(r),
+                crate::state::code_message(r).unwrap_or_else(|| "MPI_Comm_idup failed".into()),
+            );
+            let h = l.add_req(Req::Done(crate::p2p::empty_status(), Some(f)));
+            set(out, abi::COMM_NULL, "newcomm")?;
+            set(req, h, "request")
         })
     }
 

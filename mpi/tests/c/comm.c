@@ -11,7 +11,8 @@
  * (Comm_create_keyval with copy and delete callbacks, set/get/delete_attr,
  * Comm_free_keyval, delete callback at Comm_free, copy callback at
  * Comm_dup), nested split of a split communicator, 2000 communicators
- * live at once.
+ * live at once (and a failing MPI_Comm_idup past the last reports it by
+ * its request).
  */
 #include "common.h"
 
@@ -437,6 +438,17 @@ static void test_many(void)
         MPI_Error_class(rc, &cls);
         CHECK(cls == MPI_ERR_OTHER || cls == MPI_ERR_INTERN || cls == MPI_ERR_COMM,
               "the one past the last: class %d", cls);
+    }
+    /* A non-blocking duplicate past the last: its request fails (the
+     * call itself returns, as MPICH's does). */
+    if (made < MANY + 64) {
+        MPI_Comm x = MPI_COMM_NULL;
+        MPI_Request rq = MPI_REQUEST_NULL;
+        int rc1 = MPI_Comm_idup(MPI_COMM_WORLD, &x, &rq);
+        int rc2 = rc1 == MPI_SUCCESS ? MPI_Wait(&rq, MPI_STATUS_IGNORE) : rc1;
+        CHECK(rc1 == MPI_SUCCESS && rc2 != MPI_SUCCESS,
+              "Comm_idup past the last: call %d, wait %d", rc1, rc2);
+        CHECK_STD(x == MPI_COMM_NULL, "a failed Comm_idup left a communicator");
     }
     /* The newest and the oldest carry traffic and collectives. */
     for (int k = 0; k < 2 && made > 0; k++) {
