@@ -185,6 +185,14 @@ pub const ANY_SOURCE: c_int = -2;
 pub const ROOT: c_int = -3;
 pub const ANY_TAG: c_int = -1;
 pub const UNDEFINED: c_int = -32766;
+/// `MPI_Comm_split_type`'s kinds (MPICH's values).
+pub const COMM_TYPE_SHARED: c_int = 1;
+/// `MPI_COMM_TYPE_HW_GUIDED`: the resource named by the info key
+/// `mpi_hw_resource_type`.
+pub const COMM_TYPE_HW_GUIDED: c_int = 2;
+/// `MPI_COMM_TYPE_HW_UNGUIDED`: the next level of the hardware that
+/// splits the communicator.
+pub const COMM_TYPE_HW_UNGUIDED: c_int = 3;
 pub const MAX_PROCESSOR_NAME: usize = 128;
 pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
 pub const MAX_ERROR_STRING: usize = 512;

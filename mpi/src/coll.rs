@@ -897,7 +897,7 @@ fn inter_allreduce(
     if c.rank == 0 {
         let mut theirs = vec![0u8; acc.len()];
         let peer = c.peer_job(0);
-        c.coll.sendrecv(
+        let st = c.coll.sendrecv(
             &acc,
             peer,
             T_INTER_REDUCE,
@@ -905,11 +905,24 @@ fn inter_allreduce(
             peer,
             T_INTER_REDUCE,
         )?;
+        same_length(st.len, acc.len())?;
         acc = theirs;
     }
     g_bcast(c, &mut acc, 0)?;
     // SAFETY: the receive buffer holds n elements of the type.
     unsafe { t.store(l, &acc, n, r) }
+}
+
+/// The other group's vector (`theirs` bytes, packed) is as long as this
+/// group's (`ours`), as an intercommunicator's reductions require.
+fn same_length(theirs: usize, ours: usize) -> Result<(), Fail> {
+    if theirs != ours {
+        return fail(
+            abi::ERR_COUNT,
+            format!("the other group's vectors have {theirs} bytes, this group's {ours}: MPI requires the same count"),
+        );
+    }
+    Ok(())
 }
 
 /// `MPI_Reduce` on an intercommunicator: the root (`MPI_ROOT`) receives
@@ -1375,18 +1388,20 @@ fn reduce_scatter(
     op: Handle,
     comm: Handle,
 ) -> Result<(), Fail> {
-    let c = l.comm(comm)?;
+    let c = l.any_comm(comm)?;
     let t = RedType::of(l, dt)?;
     let total = counts
         .iter()
         .try_fold(0usize, |a, &k| a.checked_add(k))
         .ok_or_else(|| Fail::new(abi::ERR_COUNT, "the counts' sum overflows".into()))?;
+    if c.remote.is_some() {
+        return inter_reduce_scatter(l, &c, s, r, counts, total, dt, op);
+    }
     not_aliased(s, r, total > 0, "MPI_Reduce_scatter")?;
     if total == 0 {
         check_op(l, op, dt)?;
         return Ok(());
     }
-    let me = c.rank;
     // tandem's reduce-scatter for equal blocks of its types.
     if c.whole && counts.iter().all(|&k| k == counts[0]) {
         // The same choice on every rank (whatever their buffers' alignment).
@@ -1400,9 +1415,66 @@ fn reduce_scatter(
     // SAFETY: the program's buffer of `total` elements.
     let mut acc = unsafe { t.load(l, src, total) }?;
     g_reduce0(l, &c, &mut acc, op, t, total)?;
-    // Member 0 holds the packed result: each member's block goes to it as
-    // bytes (the element counts, and so the packed lengths, are known to
-    // every member).
+    scatter_blocks(l, &c, &acc, counts, t, r)
+}
+
+/// `MPI_Reduce_scatter(_block)` on an intercommunicator: each group's
+/// vectors (`total` elements, the same number in both groups, as MPI
+/// requires) are reduced onto its leader, the leaders swap them, and each
+/// scatters the other group's reduction among its own members in blocks
+/// of `counts` (this group's, one per member).
+#[allow(clippy::too_many_arguments)]
+fn inter_reduce_scatter(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    r: *mut c_void,
+    counts: &[usize],
+    total: usize,
+    dt: Handle,
+    op: Handle,
+) -> Result<(), Fail> {
+    if is_in_place(s) {
+        return fail(abi::ERR_BUFFER, "MPI_IN_PLACE on an intercommunicator");
+    }
+    check_op(l, op, dt)?;
+    let t = RedType::of(l, dt)?;
+    // SAFETY: the program's buffer of `total` elements.
+    let mut acc = unsafe { t.load(l, s, total) }?;
+    g_reduce0(l, c, &mut acc, op, t, total)?;
+    if c.rank == 0 {
+        // The other group's vector is as long as this one's: MPI requires
+        // it, and a leader whose vector differs fails on the length.
+        let mut theirs = vec![0u8; acc.len()];
+        let peer = c.peer_job(0);
+        let st = c.coll.sendrecv(
+            &acc,
+            peer,
+            T_INTER_REDUCE,
+            &mut theirs,
+            peer,
+            T_INTER_REDUCE,
+        )?;
+        same_length(st.len, acc.len())?;
+        acc = theirs;
+    }
+    scatter_blocks(l, c, &acc, counts, t, r)
+}
+
+/// The end of a reduce-scatter: member 0 of `c` holds the packed result
+/// `acc` and sends each member its block of `counts[member]` elements,
+/// which the member stores in `r`.
+fn scatter_blocks(
+    l: &Lib,
+    c: &CommObj,
+    acc: &[u8],
+    counts: &[usize],
+    t: RedType,
+    r: *mut c_void,
+) -> Result<(), Fail> {
+    let me = c.rank;
+    // Each member's block goes to it as bytes (the element counts, and so
+    // the packed lengths, are known to every member).
     let mut mine = vec![0u8; t.packed_len(counts[me])?];
     if me == 0 {
         let mut at = 0;
@@ -1411,12 +1483,12 @@ fn reduce_scatter(
             if p == 0 {
                 mine.copy_from_slice(&acc[at..at + len]);
             } else if len > 0 {
-                g_send(&c, p, &acc[at..at + len], T_SCATTER)?;
+                g_send(c, p, &acc[at..at + len], T_SCATTER)?;
             }
             at += len;
         }
     } else if !mine.is_empty() {
-        g_recv(&c, 0, &mut mine, T_SCATTER)?;
+        g_recv(c, 0, &mut mine, T_SCATTER)?;
     }
     // SAFETY: the receive buffer of counts[me] elements.
     unsafe { t.store(l, &mine, counts[me], r) }
@@ -1879,7 +1951,9 @@ export! {
 
     fn MPI_Reduce_scatter, PMPI_Reduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: Handle, op: Handle, comm: Handle) -> c_int {
         run(comm, "MPI_Reduce_scatter", |l| {
-            let n = l.comm(comm)?.size();
+            // One count per member of the local group (of either kind of
+            // communicator).
+            let n = l.any_comm(comm)?.size();
             let counts = ints(counts, n)?;
             reduce_scatter(l, s, r, &counts, dt, op, comm)
         })
@@ -1887,7 +1961,7 @@ export! {
 
     fn MPI_Reduce_scatter_block, PMPI_Reduce_scatter_block(s: *const c_void, r: *mut c_void, k: c_int, dt: Handle, op: Handle, comm: Handle) -> c_int {
         run(comm, "MPI_Reduce_scatter_block", |l| {
-            let n = l.comm(comm)?.size();
+            let n = l.any_comm(comm)?.size();
             let counts = vec![count(k)?; n];
             reduce_scatter(l, s, r, &counts, dt, op, comm)
         })

@@ -125,6 +125,57 @@ pub(crate) fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<H
 
 /// Creates the communicator of `group` (job ranks) from `comm`: a
 /// collective over `comm`; `COMM_NULL` where this rank is not in `group`.
+/// `MPI_Comm_split_type`: the ranks of `comm` that share this rank's host
+/// (shared memory, the one level of the hardware tandem knows below the
+/// job), ordered by `key`, for `MPI_COMM_TYPE_SHARED`, for
+/// `MPI_COMM_TYPE_HW_GUIDED` with `mpi_hw_resource_type` set to
+/// `mpi_shared_memory` in `info`, and for `MPI_COMM_TYPE_HW_UNGUIDED` where
+/// the host is a strict subset of `comm`. `MPI_COMM_NULL` for
+/// `MPI_UNDEFINED`, for another resource type or none (`MPI_INFO_NULL`),
+/// and for `MPI_COMM_TYPE_HW_UNGUIDED` where `comm` is on one host (nothing
+/// smaller to split it into). On an intercommunicator each host's ranks
+/// of both groups make an intercommunicator, as `MPI_Comm_split` does.
+fn split_type(
+    l: &Lib,
+    comm: Handle,
+    kind: c_int,
+    key: c_int,
+    info: Handle,
+) -> Result<Handle, Fail> {
+    let c = l.any_comm(comm)?;
+    let host = match kind {
+        abi::UNDEFINED => false,
+        abi::COMM_TYPE_SHARED => true,
+        abi::COMM_TYPE_HW_GUIDED => {
+            crate::extra::info_value(l, info, "mpi_hw_resource_type")?.as_deref()
+                == Some("mpi_shared_memory")
+        }
+        abi::COMM_TYPE_HW_UNGUIDED => {
+            // A strict subset, or nothing: the same answer on every rank,
+            // as every host holds fewer than all of `comm` or one holds all.
+            (0..c.size()).any(|r| !same_host(l, c.job_rank(r)))
+        }
+        _ => return fail(abi::ERR_ARG, format!("invalid split_type {kind}")),
+    };
+    // A host's color: its lowest job rank, the same on every rank of the
+    // host (and of either group of an intercommunicator).
+    let color = if host {
+        (0..l.job.size()).find(|&j| same_host(l, j)).unwrap_or(0) as c_int
+    } else {
+        abi::UNDEFINED
+    };
+    drop(c);
+    split(l, comm, color, key)
+}
+
+/// Whether job rank `j` shares memory (a host) with this rank.
+fn same_host(l: &Lib, j: usize) -> bool {
+    j == l.job.rank()
+        || l.job
+            .route(j)
+            .is_ok_and(|rt| matches!(rt, tandem_driver::transport::Route::Shm))
+}
+
 fn create(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, Fail> {
     let c = l.any_comm(comm)?;
     if let Some(&g) = group.iter().find(|&&g| c.member(g as usize).is_none()) {
@@ -567,28 +618,10 @@ export! {
         })
     }
 
-    fn MPI_Comm_split_type, PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, _info: Handle, out: *mut Handle) -> c_int {
+    fn MPI_Comm_split_type, PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, info: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_split_type", |l| {
-            // An intracommunicator's call only.
-            l.comm(comm)?;
-            // Shared memory: the ranks of this host. tandem's job knows each
-            // rank's host through its routes (shared memory means same host).
-            let color = if kind == abi::UNDEFINED {
-                abi::UNDEFINED
-            } else {
-                let c = l.comm(comm)?;
-                let mut first = c.rank;
-                for r in 0..c.size() {
-                    let j = c.job_rank(r);
-                    if j == l.job.rank() || l.job.route(j).is_ok_and(|rt| matches!(rt, tandem_driver::transport::Route::Shm)) {
-                        first = r;
-                        break;
-                    }
-                }
-                first as c_int
-            };
             crate::need(out, "newcomm")?;
-            set(out, split(l, comm, color, key)?, "newcomm")?;
+            set(out, split_type(l, comm, kind, key, info)?, "newcomm")?;
             Ok(())
         })
     }

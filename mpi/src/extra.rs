@@ -83,6 +83,20 @@ fn with_info<T>(
     f(v)
 }
 
+/// The value of `key` in info object `h` (`None` where it is not set, and
+/// for `MPI_INFO_NULL`).
+///
+/// # Errors
+/// `MPI_ERR_INFO` for a handle that names no info object.
+pub(crate) fn info_value(l: &Lib, h: Handle, key: &str) -> Result<Option<String>, Fail> {
+    if h == abi::INFO_NULL {
+        return Ok(None);
+    }
+    with_info(l, h, |v| {
+        Ok(v.iter().find(|(k, _)| k == key).map(|(_, x)| x.clone()))
+    })
+}
+
 unsafe fn cstr(p: *const c_char) -> Result<String, Fail> {
     if p.is_null() {
         return fail(abi::ERR_ARG, "null string");

@@ -14,14 +14,15 @@
 //! themselves (the two groups are disjoint, so their traffic never meets);
 //! only the leaders talk across, with tags of their own ([`T_INTER`]).
 //!
-//! `MPI_Bcast`, `MPI_Reduce` and `MPI_Allreduce` take an
-//! intercommunicator too (`coll.rs`, `inter_*`), and so do the collectives
-//! that move blocks between the groups (gather, scatter, allgather,
-//! alltoall and their `v`/`w` forms, below, over `topo::blocks_w`); their
-//! non-blocking forms complete within the call. `MPI_Reduce_scatter` (the
-//! scans are not defined on one), topologies and the constructors other than
-//! `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_create` and
-//! `MPI_Intercomm_merge` refuse one with `MPI_ERR_COMM` ([`Lib::comm`]).
+//! `MPI_Bcast`, `MPI_Reduce`, `MPI_Allreduce` and `MPI_Reduce_scatter`
+//! take an intercommunicator too (`coll.rs`, `inter_*`), and so do the
+//! collectives that move blocks between the groups (gather, scatter,
+//! allgather, alltoall and their `v`/`w` forms, below, over
+//! `topo::blocks_w`); their non-blocking forms complete within the call.
+//! The scans (not defined on one), topologies and the constructors other
+//! than `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_split_type`,
+//! `MPI_Comm_create` and `MPI_Intercomm_merge` refuse one with
+//! `MPI_ERR_COMM` ([`Lib::comm`]).
 
 use crate::abi::{self, Handle};
 use crate::coll::{

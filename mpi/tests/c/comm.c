@@ -3,7 +3,9 @@
  *
  * run-sizes: 1 2 3 4   (any n >= 1)
  *
- * Covers: Comm_dup (traffic on the dup is isolated from WORLD), Comm_split by
+ * Covers: Comm_dup (traffic on the dup is isolated from WORLD), Comm_split_type
+ * (each kind: SHARED, HW_GUIDED with and without its info key, HW_UNGUIDED,
+ * MPI_UNDEFINED, an unknown kind), Comm_split by
  * parity with key = -rank (reversed order) plus p2p, Allreduce, Bcast,
  * Barrier and Allgather on the split, Comm_split with MPI_UNDEFINED giving
  * MPI_COMM_NULL, Comm_compare (IDENT / CONGRUENT / SIMILAR / UNEQUAL),
@@ -469,6 +471,61 @@ static void test_many(void)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
+/* MPI_Comm_split_type's kinds on MPI_COMM_WORLD, all of whose ranks share
+ * one host here: MPI_COMM_TYPE_SHARED and MPI_COMM_TYPE_HW_GUIDED with
+ * mpi_hw_resource_type = mpi_shared_memory give the whole world (ranks
+ * ordered by key); HW_GUIDED without the key (MPI_INFO_NULL) or with a
+ * resource it does not know, HW_UNGUIDED (nothing smaller than the world
+ * to split it into) and MPI_UNDEFINED give MPI_COMM_NULL; an unknown kind
+ * fails with MPI_ERR_ARG. */
+static void test_split_type(void)
+{
+    MPI_Comm c = MPI_COMM_NULL;
+    int n = -1, r = -1;
+    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, size - rank, MPI_INFO_NULL,
+                                  &c));
+    CHECK(c != MPI_COMM_NULL, "split_type SHARED: MPI_COMM_NULL");
+    MPI_Comm_size(c, &n);
+    MPI_Comm_rank(c, &r);
+    CHECK(n == size && r == size - 1 - rank, "split_type SHARED: size %d rank %d", n, r);
+    MPI_Comm_free(&c);
+
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "mpi_hw_resource_type", "mpi_shared_memory");
+    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_GUIDED, rank, info, &c));
+    CHECK_STD(c != MPI_COMM_NULL, "split_type HW_GUIDED mpi_shared_memory: MPI_COMM_NULL");
+    if (c != MPI_COMM_NULL) {
+        MPI_Comm_size(c, &n);
+        MPI_Comm_rank(c, &r);
+        CHECK(n == size && r == rank, "split_type HW_GUIDED: size %d rank %d", n, r);
+        MPI_Comm_free(&c);
+    }
+    MPI_Info_set(info, "mpi_hw_resource_type", "no such resource");
+    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_GUIDED, rank, info, &c));
+    CHECK(c == MPI_COMM_NULL, "split_type HW_GUIDED with an unknown resource");
+    MPI_Info_free(&info);
+    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_GUIDED, rank, MPI_INFO_NULL,
+                                  &c));
+    CHECK_STD(c == MPI_COMM_NULL, "split_type HW_GUIDED with MPI_INFO_NULL");
+    if (c != MPI_COMM_NULL)
+        MPI_Comm_free(&c);
+    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_UNGUIDED, rank, MPI_INFO_NULL,
+                                  &c));
+    CHECK_STD(c == MPI_COMM_NULL, "split_type HW_UNGUIDED of one host's ranks");
+    if (c != MPI_COMM_NULL)
+        MPI_Comm_free(&c);
+    CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_UNDEFINED, rank, MPI_INFO_NULL, &c));
+    CHECK(c == MPI_COMM_NULL, "split_type MPI_UNDEFINED");
+
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, 12345, rank, MPI_INFO_NULL, &c), cls = -1;
+    if (rc != MPI_SUCCESS)
+        MPI_Error_class(rc, &cls);
+    CHECK_STD(rc != MPI_SUCCESS && cls == MPI_ERR_ARG, "split_type 12345: rc %d class %d", rc, cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -479,6 +536,8 @@ int main(int argc, char **argv)
     left = (rank + size - 1) % size;
 
     test_dup();
+    MPI_Barrier(MPI_COMM_WORLD);
+    test_split_type();
     MPI_Barrier(MPI_COMM_WORLD);
     test_split();
     MPI_Barrier(MPI_COMM_WORLD);
