@@ -118,8 +118,11 @@ def functions():
             found[m.group(1)] = ("int", m.group(2))
         # Non-blocking collectives that run the blocking call within the
         # call (extra.rs, `completes_now!`): the macro adds the request.
-        for m in re.finditer(r"(MPI_\w+), PMPI_\w+, [\w:]+ => \(([^)]*)\) comm = \w+;", text):
-            found[m.group(1)] = ("int", m.group(2) + ", req: *mut Handle")
+        # Persistent collectives (`persistent_coll!`, names ending in
+        # `_init`): the info, then the request.
+        for m in re.finditer(r"(MPI_\w+), PMPI_\w+, [\w:]+ => \(([^)]*)\) comm = \w+(?:, keep [^;]*)?;", text):
+            extra = ", info: Handle" if m.group(1).endswith("_init") else ""
+            found[m.group(1)] = ("int", m.group(2) + extra + ", req: *mut Handle")
         for m in re.finditer(r'pub (?:unsafe )?extern "C" fn (MPI_\w+)\(([^)]*)\)(?: -> (\w+))?', text):
             ret = {"c_int": "int", "c_double": "double", "Aint": "MPI_Aint"}.get(m.group(3) or "c_int")
             found[m.group(1)] = (ret, m.group(2))

@@ -919,3 +919,141 @@ mod tests {
         assert_eq!(d.iter().map(|&x| x as usize).product::<usize>(), 999_999);
     }
 }
+
+/// A persistent collective's array argument (counts, displacements,
+/// datatypes), copied when the collective is made where the call reads it:
+/// a program may free or reuse its own once the init returns (mpi4py hands
+/// in temporary arrays).
+enum Kept<T> {
+    /// The copy.
+    Copy(Box<[T]>),
+    /// An argument the call ignores on this rank (a root's array off the
+    /// root), passed on as it came.
+    Raw(*const T),
+}
+
+impl<T: Copy> Kept<T> {
+    /// The array at `p`: `Some(n)` entries copied, `None` passed on.
+    ///
+    /// # Safety
+    /// With `Some(n)`, `p` is null or points to `n` readable entries.
+    unsafe fn new(p: *const T, n: Option<usize>) -> Self {
+        match n {
+            Some(n) if !p.is_null() => {
+                // SAFETY: the caller's `n` entries.
+                Kept::Copy(unsafe { std::slice::from_raw_parts(p, n) }.into())
+            }
+            _ => Kept::Raw(p),
+        }
+    }
+
+    /// The pointer the collective is started with.
+    fn ptr(&self) -> *const T {
+        match self {
+            Kept::Copy(b) => b.as_ptr(),
+            Kept::Raw(p) => *p,
+        }
+    }
+}
+
+/// Entries in a per-rank array of a collective on `comm`: one per rank
+/// its blocks go to or come from (of the remote group, on an
+/// intercommunicator).
+fn peers(l: &Lib, comm: Handle) -> Result<Option<usize>, Fail> {
+    let c = l.any_comm(comm)?;
+    Ok(Some(c.remote.as_ref().map_or(c.size(), |r| r.group.len())))
+}
+
+/// [`peers`] where this rank is the collective's `root` (its array is
+/// ignored elsewhere).
+fn at_root(l: &Lib, comm: Handle, root: c_int) -> Result<Option<usize>, Fail> {
+    let c = l.any_comm(comm)?;
+    let is_root = if c.remote.is_some() {
+        root == abi::ROOT
+    } else {
+        root >= 0 && root as usize == c.rank
+    };
+    if is_root {
+        peers(l, comm)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Entries in `MPI_Reduce_scatter`'s counts: one per rank of the local
+/// group.
+fn local(l: &Lib, comm: Handle) -> Result<Option<usize>, Fail> {
+    Ok(Some(l.any_comm(comm)?.size()))
+}
+
+/// Entries in a neighbourhood collective's receive (`in`) or send arrays.
+fn degree(l: &Lib, comm: Handle, incoming: bool) -> Result<Option<usize>, Fail> {
+    let (i, o) = crate::topo::degrees(l, comm)?;
+    Ok(Some(if incoming { i } else { o }))
+}
+
+/// MPI 4.0's persistent collectives: `MPI_<collective>_init` binds the
+/// arguments of the non-blocking collective `$start` (checked when it
+/// starts, as the non-blocking call checks them) and makes an inactive
+/// request; each `MPI_Start` runs `$start` with them ([`PColl`]). The
+/// `info` argument carries no hint tandem uses.
+///
+/// [`PColl`]: crate::state::PColl
+macro_rules! persistent_coll {
+    ($($name:ident, $pname:ident, $start:path => ( $($a:ident : $t:ty),* ) comm = $comm:ident $(, keep $($k:ident : $n:expr),+)?;)*) => {
+        export! {$(
+            fn $name, $pname($($a: $t),*, _info: Handle, req: *mut Handle) -> c_int {
+                run($comm, stringify!($name), |l| {
+                    l.any_comm($comm)?;
+                    crate::need(req, "request")?;
+                    $($(
+                        // SAFETY: the program's array, of as many entries
+                        // as MPI gives it for this rank.
+                        let $k = unsafe { Kept::new($k, ($n)(l)?) };
+                    )+)?
+                    let start = move |l: &Lib, out: *mut Handle| {
+                        $($( let $k = $k.ptr(); )+)?
+                        // SAFETY: the program's arguments, which MPI leaves
+                        // to the request (the buffers) until it is freed,
+                        // or the request's copies (the arrays); `out` is
+                        // the caller's handle.
+                        quiet(l, $comm, || unsafe { $start($($a),*, out) })
+                    };
+                    let h = l.add_req(Req::PColl(crate::state::PColl {
+                        start: Rc::new(start),
+                        active: abi::REQUEST_NULL,
+                        done: None,
+                    }));
+                    // SAFETY: checked not null above.
+                    unsafe { set(req, h, "request") }?;
+                    Ok(())
+                })
+            }
+        )*}
+    };
+}
+
+persistent_coll! {
+    MPI_Barrier_init, PMPI_Barrier_init, crate::coll::PMPI_Ibarrier => (comm: Handle) comm = comm;
+    MPI_Bcast_init, PMPI_Bcast_init, crate::coll::PMPI_Ibcast => (buf: *mut c_void, n: c_int, dt: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Gather_init, PMPI_Gather_init, PMPI_Igather => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Gatherv_init, PMPI_Gatherv_init, PMPI_Igatherv => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm, keep rcounts: |l| at_root(l, comm, root), rdispls: |l| at_root(l, comm, root);
+    MPI_Scatter_init, PMPI_Scatter_init, PMPI_Iscatter => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Scatterv_init, PMPI_Scatterv_init, PMPI_Iscatterv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, root: c_int, comm: Handle) comm = comm, keep scounts: |l| at_root(l, comm, root), sdispls: |l| at_root(l, comm, root);
+    MPI_Allgather_init, PMPI_Allgather_init, crate::coll::PMPI_Iallgather => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) comm = comm;
+    MPI_Allgatherv_init, PMPI_Allgatherv_init, PMPI_Iallgatherv => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) comm = comm, keep rcounts: |l| peers(l, comm), rdispls: |l| peers(l, comm);
+    MPI_Alltoall_init, PMPI_Alltoall_init, crate::coll::PMPI_Ialltoall => (s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle) comm = comm;
+    MPI_Alltoallv_init, PMPI_Alltoallv_init, PMPI_Ialltoallv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: Handle, comm: Handle) comm = comm, keep scounts: |l| peers(l, comm), sdispls: |l| peers(l, comm), rcounts: |l| peers(l, comm), rdispls: |l| peers(l, comm);
+    MPI_Alltoallw_init, PMPI_Alltoallw_init, PMPI_Ialltoallw => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: *const Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: *const Handle, comm: Handle) comm = comm, keep scounts: |l| peers(l, comm), sdispls: |l| peers(l, comm), sdt: |l| peers(l, comm), rcounts: |l| peers(l, comm), rdispls: |l| peers(l, comm), rdt: |l| peers(l, comm);
+    MPI_Reduce_init, PMPI_Reduce_init, crate::coll::PMPI_Ireduce => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle) comm = comm;
+    MPI_Allreduce_init, PMPI_Allreduce_init, crate::coll::PMPI_Iallreduce => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Reduce_scatter_init, PMPI_Reduce_scatter_init, PMPI_Ireduce_scatter => (s: *const c_void, r: *mut c_void, counts: *const c_int, dt: Handle, op: Handle, comm: Handle) comm = comm, keep counts: |l| local(l, comm);
+    MPI_Reduce_scatter_block_init, PMPI_Reduce_scatter_block_init, PMPI_Ireduce_scatter_block => (s: *const c_void, r: *mut c_void, k: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Scan_init, PMPI_Scan_init, PMPI_Iscan => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Exscan_init, PMPI_Exscan_init, PMPI_Iexscan => (s: *const c_void, r: *mut c_void, n: c_int, dt: Handle, op: Handle, comm: Handle) comm = comm;
+    MPI_Neighbor_allgather_init, PMPI_Neighbor_allgather_init, PMPI_Ineighbor_allgather => (s: *const c_void, sc: c_int, st: Handle, r: *mut c_void, rc: c_int, rt: Handle, comm: Handle) comm = comm;
+    MPI_Neighbor_allgatherv_init, PMPI_Neighbor_allgatherv_init, PMPI_Ineighbor_allgatherv => (s: *const c_void, sc: c_int, st: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rt: Handle, comm: Handle) comm = comm, keep rcounts: |l| degree(l, comm, true), rdispls: |l| degree(l, comm, true);
+    MPI_Neighbor_alltoall_init, PMPI_Neighbor_alltoall_init, PMPI_Ineighbor_alltoall => (s: *const c_void, sc: c_int, st: Handle, r: *mut c_void, rc: c_int, rt: Handle, comm: Handle) comm = comm;
+    MPI_Neighbor_alltoallv_init, PMPI_Neighbor_alltoallv_init, PMPI_Ineighbor_alltoallv => (s: *const c_void, scounts: *const c_int, sdispls: *const c_int, st: Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rt: Handle, comm: Handle) comm = comm, keep scounts: |l| degree(l, comm, false), sdispls: |l| degree(l, comm, false), rcounts: |l| degree(l, comm, true), rdispls: |l| degree(l, comm, true);
+    MPI_Neighbor_alltoallw_init, PMPI_Neighbor_alltoallw_init, PMPI_Ineighbor_alltoallw => (s: *const c_void, scounts: *const c_int, sdispls: *const Aint, sts: *const Handle, r: *mut c_void, rcounts: *const c_int, rdispls: *const Aint, rts: *const Handle, comm: Handle) comm = comm, keep scounts: |l| degree(l, comm, false), sdispls: |l| degree(l, comm, false), sts: |l| degree(l, comm, false), rcounts: |l| degree(l, comm, true), rdispls: |l| degree(l, comm, true), rts: |l| degree(l, comm, true);
+}

@@ -591,8 +591,10 @@ pub(crate) fn complete(l: &Lib, hp: *mut Handle, mode: Mode) -> Result<Outcome, 
         .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
     let out = complete_index(l, idx, mode)?;
     if let Outcome::Done(..) = out {
-        let persistent =
-            matches!(l.reqs.borrow().get(idx), Some(Req::P2p(p)) if p.persistent.is_some());
+        let persistent = matches!(
+            l.reqs.borrow().get(idx),
+            Some(Req::P2p(p)) if p.persistent.is_some()
+        ) || matches!(l.reqs.borrow().get(idx), Some(Req::PColl(_)));
         if !persistent {
             l.reqs.borrow_mut().remove(idx);
             // SAFETY: as above.
@@ -653,6 +655,23 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
                     Ok(Outcome::Done(st, Some(f)))
                 }
             }
+        }
+        Req::PColl(p) => {
+            if let Some((st, f)) = p.done.take() {
+                return Ok(Outcome::Done(st, f));
+            }
+            let mut inner = p.active;
+            if inner == abi::REQUEST_NULL {
+                // Inactive.
+                return Ok(Outcome::Done(empty_status(), None));
+            }
+            drop(reqs);
+            // The started collective's request, freed once it finishes.
+            let out = complete(l, &mut inner, mode);
+            if let Some(Req::PColl(p)) = l.reqs.borrow_mut().get_mut(idx) {
+                p.active = inner;
+            }
+            out
         }
         Req::Coll { comm, raw, staged } => {
             let Some(t) = raw.take() else {
@@ -780,6 +799,19 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
     }
 }
 
+/// Keeps the result of the request at `idx`, which a test saw finish, for
+/// the call that collects it: a persistent request stays itself (with the
+/// result kept in it), any other becomes [`Req::Done`].
+fn keep_result(l: &Lib, idx: usize, s: abi::Status, f: Option<Fail>) {
+    if let Some(slot) = l.reqs.borrow_mut().get_mut(idx) {
+        match slot {
+            Req::P2p(p) => p.done = Some((s, f)),
+            Req::PColl(p) => p.done = Some((s, f)),
+            other => *other = Req::Done(s, f),
+        }
+    }
+}
+
 /// Completes requests freed while active, as they finish.
 pub(crate) fn reap(l: &Lib) {
     if l.detached.get() == 0 {
@@ -872,6 +904,7 @@ fn inactive(l: &Lib, h: Handle) -> bool {
         .and_then(|i| {
             l.reqs.borrow().get(i).map(|r| {
                 matches!(r, Req::P2p(p) if p.persistent.is_some() && p.raw.is_none() && p.done.is_none())
+                    || matches!(r, Req::PColl(p) if p.active == abi::REQUEST_NULL && p.done.is_none())
             })
         })
         .unwrap_or_default()
@@ -1106,6 +1139,7 @@ fn testall(
                 p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r))
             }
             Some(Req::Done(..)) => true,
+            Some(Req::PColl(p)) => p.done.is_some(),
             Some(Req::Coll { .. } | Req::Agree(_)) => false,
             None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
         };
@@ -1114,15 +1148,13 @@ fn testall(
             // it: do so.
             let is_coll = matches!(
                 l.reqs.borrow().get(idx),
-                Some(Req::Coll { .. } | Req::Agree(_))
+                Some(Req::Coll { .. } | Req::Agree(_) | Req::PColl(_))
             );
             if is_coll {
                 if let Outcome::Done(s, f) = complete_index(l, idx, Mode::Test)? {
                     // Keep its result, failure and all, for the collection
                     // below.
-                    if let Some(r) = l.reqs.borrow_mut().get_mut(idx) {
-                        *r = Req::Done(s, f);
-                    }
+                    keep_result(l, idx, s, f);
                     continue;
                 }
             }
@@ -1142,6 +1174,30 @@ fn start(l: &Lib, rp: *mut Handle) -> Result<(), Fail> {
     let idx = l
         .req_index(h)
         .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+    let pcoll = match l.reqs.borrow().get(idx) {
+        Some(Req::PColl(p)) => {
+            if p.active != abi::REQUEST_NULL || p.done.is_some() {
+                return fail(abi::ERR_REQUEST, "MPI_Start on an active request");
+            }
+            Some(p.start.clone())
+        }
+        _ => None,
+    };
+    if let Some(start) = pcoll {
+        let mut inner = abi::REQUEST_NULL;
+        let r = start(l, &mut inner);
+        if r != abi::SUCCESS {
+            return Err(crate::state::code_failure(
+                l,
+                r,
+                "starting the persistent collective",
+            ));
+        }
+        if let Some(Req::PColl(p)) = l.reqs.borrow_mut().get_mut(idx) {
+            p.active = inner;
+        }
+        return Ok(());
+    }
     let (comm, args, recv) = match l.reqs.borrow().get(idx) {
         Some(Req::P2p(p)) if p.persistent.is_some() => {
             if p.raw.is_some() || p.done.is_some() {
@@ -1529,11 +1585,15 @@ export! {
                 }
                 Some(Req::Coll { raw, .. }) => raw.is_some(),
                 Some(Req::Agree(a)) => a.op.is_some(),
+                Some(Req::PColl(p)) => p.active != abi::REQUEST_NULL,
                 Some(Req::Done(..)) => false,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
             if active {
-                if matches!(l.reqs.borrow().get(idx), Some(Req::Coll { .. } | Req::Agree(_))) {
+                if matches!(
+                    l.reqs.borrow().get(idx),
+                    Some(Req::Coll { .. } | Req::Agree(_) | Req::PColl(_))
+                ) {
                     // A collective or an agreement must finish (the other
                     // ranks count on this one's part): complete it now.
                     complete_index(l, idx, Mode::Wait)?;
@@ -1564,8 +1624,7 @@ export! {
                 Some(Req::P2p(p)) => p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r)),
                 Some(Req::Done(..)) => true,
                 // Known done only by testing it: the test below.
-                Some(Req::Agree(_)) => true,
-                Some(Req::Coll { .. }) => false,
+                Some(Req::Agree(_) | Req::Coll { .. } | Req::PColl(_)) => true,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
             if !done {
@@ -1580,12 +1639,7 @@ export! {
                     // The later wait or test collects it with the same
                     // failure this call returns.
                     let r = f.clone().map_or(Ok(()), Err);
-                    if let Some(slot) = l.reqs.borrow_mut().get_mut(idx) {
-                        match slot {
-                            Req::P2p(p) => p.done = Some((s, f)),
-                            other => *other = Req::Done(s, f),
-                        }
-                    }
+                    keep_result(l, idx, s, f);
                     r
                 }
                 Outcome::Pending => {

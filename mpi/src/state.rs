@@ -159,6 +159,29 @@ pub enum Req {
     },
     /// A fault-tolerant agreement under way (`MPIX_Comm_iagree`).
     Agree(Box<AgreeReq>),
+    /// A persistent collective (`MPI_Allreduce_init` and the like), active
+    /// or not.
+    PColl(PColl),
+}
+
+/// What starts a persistent collective ([`PColl::start`]).
+pub type StartFn = dyn Fn(&Lib, *mut Handle) -> c_int;
+
+/// A persistent collective: MPI 4.0's `MPI_<collective>_init`. Each
+/// `MPI_Start` starts the non-blocking form of the collective with the
+/// arguments bound when it was made; completing the request completes
+/// that one, and leaves this one inactive, to be started again.
+pub struct PColl {
+    /// Starts it: the non-blocking collective with the bound arguments,
+    /// writing its request to the handle given; the MPI error code.
+    pub start: Rc<StartFn>,
+    /// The started collective's own request; `MPI_REQUEST_NULL` while
+    /// inactive.
+    pub active: Handle,
+    /// The result of a finished start not yet collected (a test of several
+    /// requests, or `MPI_Request_get_status`, saw it finish), with its
+    /// failure, which the collecting call returns.
+    pub done: Option<(abi::Status, Option<Fail>)>,
 }
 
 /// A non-blocking agreement: the driver's, and where its result goes.
@@ -682,6 +705,23 @@ pub fn error_code(l: Option<&Lib>, f: &Fail) -> c_int {
         m.push(f.msg.clone());
     }
     f.class + CODE_STRIDE * (slot as c_int + 1)
+}
+
+/// The failure an error code returned by a call of this library stands
+/// for: its class, and its message while the code's slot of the ring of
+/// recent messages holds it; `what` names the call, for the message.
+pub fn code_failure(l: &Lib, code: c_int, what: &str) -> Fail {
+    let class = code_class(code);
+    let slot = if code > 0 && crate::extra::user_class(code).is_none() {
+        (code / CODE_STRIDE) as usize
+    } else {
+        0
+    };
+    let msg = slot
+        .checked_sub(1)
+        .and_then(|i| l.messages.borrow().get(i).cloned())
+        .map_or_else(|| format!("{what} failed"), |m| format!("{what}: {m}"));
+    Fail::new(class, msg)
 }
 
 /// The class of an error code.

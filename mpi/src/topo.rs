@@ -405,7 +405,7 @@ pub(crate) fn blocks_w(
 }
 
 /// The in- and out-degree of this process for a neighbourhood collective.
-fn degrees(l: &Lib, comm: Handle) -> Result<(usize, usize), Fail> {
+pub(crate) fn degrees(l: &Lib, comm: Handle) -> Result<(usize, usize), Fail> {
     let c = l.comm(comm)?;
     let (ins, outs) = neighbors(&c)?;
     Ok((ins.len(), outs.len()))
