@@ -32,6 +32,9 @@ typedef void (MPI_User_function)(void *, void *, int *, MPI_Datatype *);
 typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);
 typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);
 typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);
+typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);
+typedef int (MPI_Grequest_free_function)(void *);
+typedef int (MPI_Grequest_cancel_function)(void *, int);
 
 #define MPI_VERSION 3
 #define MPI_SUBVERSION 1
@@ -444,6 +447,10 @@ int MPI_Graph_neighbors_count(MPI_Comm, int, int *);
 int PMPI_Graph_neighbors_count(MPI_Comm, int, int *);
 int MPI_Graphdims_get(MPI_Comm, int *, int *);
 int PMPI_Graphdims_get(MPI_Comm, int *, int *);
+int MPI_Grequest_complete(MPI_Request);
+int PMPI_Grequest_complete(MPI_Request);
+int MPI_Grequest_start(MPI_Grequest_query_function *, MPI_Grequest_free_function *, MPI_Grequest_cancel_function *, void *, MPI_Request *);
+int PMPI_Grequest_start(MPI_Grequest_query_function *, MPI_Grequest_free_function *, MPI_Grequest_cancel_function *, void *, MPI_Request *);
 int MPI_Group_compare(MPI_Group, MPI_Group, int *);
 int PMPI_Group_compare(MPI_Group, MPI_Group, int *);
 int MPI_Group_difference(MPI_Group, MPI_Group, MPI_Group *);

@@ -2,7 +2,9 @@
 
 use crate::abi::{self, Handle};
 use crate::datatype::TypeHold;
-use crate::state::{CommObj, Fail, Lib, P2pReq, Persistent, Req, Unpack};
+use crate::state::{
+    CommObj, Fail, Greq, GreqCancel, GreqFree, GreqQuery, Lib, P2pReq, Persistent, Req, Unpack,
+};
 use crate::{count, export, fail, put, run, set};
 use std::ffi::{c_int, c_void};
 use std::rc::Rc;
@@ -589,16 +591,24 @@ pub(crate) fn complete(l: &Lib, hp: *mut Handle, mode: Mode) -> Result<Outcome, 
     let idx = l
         .req_index(h)
         .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
-    let out = complete_index(l, idx, mode)?;
-    if let Outcome::Done(..) = out {
+    let mut out = complete_index(l, idx, mode)?;
+    if let Outcome::Done(st, f) = &mut out {
         let persistent = matches!(
             l.reqs.borrow().get(idx),
             Some(Req::P2p(p)) if p.persistent.is_some()
         ) || matches!(l.reqs.borrow().get(idx), Some(Req::PColl(_)));
         if !persistent {
-            l.reqs.borrow_mut().remove(idx);
+            let gone = l.reqs.borrow_mut().remove(idx);
             // SAFETY: as above.
             unsafe { *hp = abi::REQUEST_NULL };
+            // A generalized request's free callback runs as it goes; its
+            // failure is the call's unless the query's came first.
+            if let Some(Req::Greq(g)) = gone {
+                if let (Some(e), None) = (free_greq(l, &g), &f) {
+                    st.error = e.class;
+                    *f = Some(e);
+                }
+            }
         }
     }
     Ok(out)
@@ -655,6 +665,26 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
                     Ok(Outcome::Done(st, Some(f)))
                 }
             }
+        }
+        Req::Greq(g) => {
+            if let Some((st, f)) = g.done.take() {
+                return Ok(Outcome::Done(st, f));
+            }
+            if !g.complete {
+                return match mode {
+                    // Only MPI_Grequest_complete finishes it, and no other
+                    // call can run while this one waits (the library takes
+                    // calls one at a time, MPI_THREAD_SERIALIZED).
+                    Mode::Wait => fail(
+                        abi::ERR_REQUEST,
+                        "waiting for a generalized request that MPI_Grequest_complete has not completed: nothing else can complete it while this call waits",
+                    ),
+                    Mode::Test | Mode::Look => Ok(Outcome::Pending),
+                };
+            }
+            let (query, state) = (g.query, g.state);
+            drop(reqs);
+            Ok(query_greq(l, query, state))
         }
         Req::PColl(p) => {
             if let Some((st, f)) = p.done.take() {
@@ -799,6 +829,35 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
     }
 }
 
+/// A complete generalized request's status, from its query callback, and
+/// the callback's failure.
+fn query_greq(l: &Lib, query: Option<crate::state::GreqQuery>, state: *mut c_void) -> Outcome {
+    let mut st = empty_status();
+    let Some(q) = query else {
+        return Outcome::Done(st, None);
+    };
+    // SAFETY: the program's callback with its own state, as it gave them to
+    // MPI_Grequest_start, and a status to fill.
+    let rc = unsafe { q(state, &mut st) };
+    if rc != abi::SUCCESS {
+        let f = crate::state::code_failure(l, rc, "the generalized request's query callback");
+        st.error = f.class;
+        return Outcome::Done(st, Some(f));
+    }
+    Outcome::Done(st, None)
+}
+
+/// Calls a generalized request's free callback (it is being freed); its
+/// failure.
+pub(crate) fn free_greq(l: &Lib, g: &crate::state::Greq) -> Option<Fail> {
+    let f = g.free?;
+    // SAFETY: the program's callback with its own state, as it gave them to
+    // MPI_Grequest_start.
+    let rc = unsafe { f(g.state) };
+    (rc != abi::SUCCESS)
+        .then(|| crate::state::code_failure(l, rc, "the generalized request's free callback"))
+}
+
 /// Keeps the result of the request at `idx`, which a test saw finish, for
 /// the call that collects it: a persistent request stays itself (with the
 /// result kept in it), any other becomes [`Req::Done`].
@@ -807,6 +866,7 @@ fn keep_result(l: &Lib, idx: usize, s: abi::Status, f: Option<Fail>) {
         match slot {
             Req::P2p(p) => p.done = Some((s, f)),
             Req::PColl(p) => p.done = Some((s, f)),
+            Req::Greq(g) => g.done = Some((s, f)),
             other => *other = Req::Done(s, f),
         }
     }
@@ -1140,6 +1200,7 @@ fn testall(
             }
             Some(Req::Done(..)) => true,
             Some(Req::PColl(p)) => p.done.is_some(),
+            Some(Req::Greq(g)) => g.done.is_some() || g.complete,
             Some(Req::Coll { .. } | Req::Agree(_)) => false,
             None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
         };
@@ -1586,6 +1647,17 @@ export! {
                 Some(Req::Coll { raw, .. }) => raw.is_some(),
                 Some(Req::Agree(a)) => a.op.is_some(),
                 Some(Req::PColl(p)) => p.active != abi::REQUEST_NULL,
+                Some(Req::Greq(g)) => {
+                    if !g.complete {
+                        // Freed at MPI_Grequest_complete, which the
+                        // program may still call with its copy of the
+                        // handle.
+                        g.detached = true;
+                        *r = abi::REQUEST_NULL;
+                        return Ok(());
+                    }
+                    false
+                }
                 Some(Req::Done(..)) => false,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
@@ -1602,7 +1674,13 @@ export! {
                     l.detached.set(l.detached.get() + 1);
                 }
             } else {
-                l.reqs.borrow_mut().remove(idx);
+                let gone = l.reqs.borrow_mut().remove(idx);
+                *r = abi::REQUEST_NULL;
+                if let Some(Req::Greq(g)) = gone {
+                    if let Some(e) = free_greq(l, &g) {
+                        return Err(e);
+                    }
+                }
             }
             *r = abi::REQUEST_NULL;
             Ok(())
@@ -1625,6 +1703,7 @@ export! {
                 Some(Req::Done(..)) => true,
                 // Known done only by testing it: the test below.
                 Some(Req::Agree(_) | Req::Coll { .. } | Req::PColl(_)) => true,
+                Some(Req::Greq(g)) => g.done.is_some() || g.complete,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
             if !done {
@@ -1665,6 +1744,69 @@ export! {
                     // delivered them): they complete normally, and
                     // MPI_Test_cancelled reports false.
                     p.cancel = p.comm.p2p.cancel_raw(raw);
+                }
+            }
+            let greq = match l.reqs.borrow().get(idx) {
+                Some(Req::Greq(g)) => Some((g.cancel, g.state, g.complete)),
+                _ => None,
+            };
+            if let Some((Some(cancel), state, complete)) = greq {
+                // SAFETY: the program's callback with its own state, as it
+                // gave them to MPI_Grequest_start.
+                let rc = cancel(state, complete as c_int);
+                if rc != abi::SUCCESS {
+                    return Err(crate::state::code_failure(l, rc, "the generalized request's cancel callback"));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn MPI_Grequest_start, PMPI_Grequest_start(query: Option<GreqQuery>, free: Option<GreqFree>, cancel: Option<GreqCancel>, state: *mut c_void, r: *mut Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Grequest_start", |l| {
+            crate::need(r, "request")?;
+            // C gives no null callback a meaning (MPICH refuses them too).
+            if query.is_none() || free.is_none() || cancel.is_none() {
+                return fail(abi::ERR_ARG, "a null callback (query_fn, free_fn and cancel_fn are required)");
+            }
+            let h = l.add_req(Req::Greq(Box::new(Greq {
+                query,
+                free,
+                cancel,
+                state,
+                complete: false,
+                detached: false,
+                done: None,
+            })));
+            set(r, h, "request")?;
+            Ok(())
+        })
+    }
+
+    fn MPI_Grequest_complete, PMPI_Grequest_complete(req: Handle) -> c_int {
+        run(abi::COMM_WORLD, "MPI_Grequest_complete", |l| {
+            let h = req;
+            let idx = l
+                .req_index(h)
+                .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+            let detached = match l.reqs.borrow_mut().get_mut(idx) {
+                Some(Req::Greq(g)) => {
+                    if g.complete {
+                        return fail(abi::ERR_REQUEST, "MPI_Grequest_complete called twice");
+                    }
+                    g.complete = true;
+                    g.detached
+                }
+                _ => return fail(abi::ERR_REQUEST, format!("request {h:#x} is not a generalized request")),
+            };
+            if detached {
+                // MPI_Request_free came first: it goes now (out of the
+                // table before its callback, which may call MPI).
+                let gone = l.reqs.borrow_mut().remove(idx);
+                if let Some(Req::Greq(g)) = gone {
+                    if let Some(e) = free_greq(l, &g) {
+                        return Err(e);
+                    }
                 }
             }
             Ok(())

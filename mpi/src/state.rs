@@ -162,6 +162,37 @@ pub enum Req {
     /// A persistent collective (`MPI_Allreduce_init` and the like), active
     /// or not.
     PColl(PColl),
+    /// A generalized request (`MPI_Grequest_start`).
+    Greq(Box<Greq>),
+}
+
+/// A generalized request's query callback (`MPI_Grequest_query_function`).
+pub type GreqQuery = unsafe extern "C" fn(*mut c_void, *mut abi::Status) -> c_int;
+/// A generalized request's free callback (`MPI_Grequest_free_function`).
+pub type GreqFree = unsafe extern "C" fn(*mut c_void) -> c_int;
+/// A generalized request's cancel callback (`MPI_Grequest_cancel_function`).
+pub type GreqCancel = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+/// A generalized request (`MPI_Grequest_start`): an operation the program
+/// carries out itself and reports finished with `MPI_Grequest_complete`;
+/// MPI asks its callbacks for the status, to free it and to cancel it.
+pub struct Greq {
+    /// Fills the status at completion.
+    pub query: Option<GreqQuery>,
+    /// Frees the program's state once the request is freed.
+    pub free: Option<GreqFree>,
+    /// Called by `MPI_Cancel`, with whether the request is complete.
+    pub cancel: Option<GreqCancel>,
+    /// The program's `extra_state`, handed to each callback.
+    pub state: *mut c_void,
+    /// `MPI_Grequest_complete` was called.
+    pub complete: bool,
+    /// Freed by `MPI_Request_free` before it was complete: freed (its
+    /// free callback called) at `MPI_Grequest_complete`.
+    pub detached: bool,
+    /// The result a test saw (`MPI_Request_get_status`, `MPI_Testall`),
+    /// not collected yet.
+    pub done: Option<(abi::Status, Option<Fail>)>,
 }
 
 /// What starts a persistent collective ([`PColl::start`]).

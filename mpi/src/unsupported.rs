@@ -137,8 +137,6 @@ unsupported! {
     MPI_File_write_shared PMPI_File_write_shared
     MPI_Get PMPI_Get
     MPI_Get_accumulate PMPI_Get_accumulate
-    MPI_Grequest_complete PMPI_Grequest_complete
-    MPI_Grequest_start PMPI_Grequest_start
     MPI_Lookup_name PMPI_Lookup_name
     MPI_Open_port PMPI_Open_port
     MPI_Publish_name PMPI_Publish_name
