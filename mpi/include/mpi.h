@@ -563,6 +563,10 @@ int MPI_Iscatterv(const void *, const int *, const int *, MPI_Datatype, void *, 
 int PMPI_Iscatterv(const void *, const int *, const int *, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *);
 int MPI_Isend(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
 int PMPI_Isend(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+int MPI_Isendrecv(const void *, int, MPI_Datatype, int, int, void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+int PMPI_Isendrecv(const void *, int, MPI_Datatype, int, int, void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+int MPI_Isendrecv_replace(void *, int, MPI_Datatype, int, int, int, int, MPI_Comm, MPI_Request *);
+int PMPI_Isendrecv_replace(void *, int, MPI_Datatype, int, int, int, int, MPI_Comm, MPI_Request *);
 int MPI_Issend(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
 int PMPI_Issend(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
 int MPI_Keyval_create(MPI_Comm_copy_attr_function *, MPI_Comm_delete_attr_function *, int *, void *);

@@ -686,6 +686,50 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             drop(reqs);
             Ok(query_greq(l, query, state))
         }
+        Req::Pair(p) => {
+            let (mut send, mut recv) = (p.send, p.recv);
+            drop(reqs);
+            // Each part completes (and leaves the table) on its own; the
+            // pair keeps what is left.
+            let keep = |send: Handle, recv: Handle, f: Option<Fail>| {
+                if let Some(Req::Pair(p)) = l.reqs.borrow_mut().get_mut(idx) {
+                    p.send = send;
+                    p.recv = recv;
+                    if f.is_some() {
+                        p.send_fail = f;
+                    }
+                }
+            };
+            if send != abi::REQUEST_NULL {
+                match complete(l, &mut send, mode)? {
+                    Outcome::Pending => {
+                        keep(send, recv, None);
+                        return Ok(Outcome::Pending);
+                    }
+                    Outcome::Done(_, f) => keep(send, recv, f),
+                }
+            }
+            match complete(l, &mut recv, mode)? {
+                Outcome::Pending => {
+                    keep(send, recv, None);
+                    Ok(Outcome::Pending)
+                }
+                Outcome::Done(mut st, f) => {
+                    let sf = match l.reqs.borrow_mut().get_mut(idx) {
+                        Some(Req::Pair(p)) => {
+                            p.recv = abi::REQUEST_NULL;
+                            p.send_fail.take()
+                        }
+                        _ => None,
+                    };
+                    let f = f.or(sf);
+                    if let Some(e) = &f {
+                        st.error = e.class;
+                    }
+                    Ok(Outcome::Done(st, f))
+                }
+            }
+        }
         Req::PColl(p) => {
             if let Some((st, f)) = p.done.take() {
                 return Ok(Outcome::Done(st, f));
@@ -827,6 +871,39 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             Ok(out)
         }
     }
+}
+
+/// Makes `MPI_Isendrecv`'s request from its receive, posted already, and
+/// its send, posted by `send` (the receive first, so that two ranks that
+/// exchange see each other's receive): `*out`. If the send fails, the
+/// receive is cancelled and freed, so that a failed call leaves nothing
+/// posted.
+fn pair(
+    l: &Lib,
+    recv: Req,
+    send: impl FnOnce(&Lib) -> Result<Req, Fail>,
+    out: *mut Handle,
+) -> Result<(), Fail> {
+    let mut hr = l.add_req(recv);
+    let send = match send(l) {
+        Ok(q) => q,
+        Err(e) => {
+            // SAFETY: our own handle to the receive just posted.
+            unsafe {
+                PMPI_Cancel(&mut hr);
+                PMPI_Wait(&mut hr, abi::STATUS_IGNORE as *mut abi::Status);
+            }
+            return Err(e);
+        }
+    };
+    let hs = l.add_req(send);
+    let h = l.add_req(Req::Pair(crate::state::Pair {
+        send: hs,
+        recv: hr,
+        send_fail: None,
+    }));
+    // SAFETY: the program's request out-parameter, checked not null.
+    unsafe { set(out, h, "request") }
 }
 
 /// A complete generalized request's status, from its query callback, and
@@ -1201,7 +1278,7 @@ fn testall(
             Some(Req::Done(..)) => true,
             Some(Req::PColl(p)) => p.done.is_some(),
             Some(Req::Greq(g)) => g.done.is_some() || g.complete,
-            Some(Req::Coll { .. } | Req::Agree(_)) => false,
+            Some(Req::Coll { .. } | Req::Agree(_) | Req::Pair(_)) => false,
             None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
         };
         if !done {
@@ -1209,7 +1286,7 @@ fn testall(
             // it: do so.
             let is_coll = matches!(
                 l.reqs.borrow().get(idx),
-                Some(Req::Coll { .. } | Req::Agree(_) | Req::PColl(_))
+                Some(Req::Coll { .. } | Req::Agree(_) | Req::PColl(_) | Req::Pair(_))
             );
             if is_coll {
                 if let Outcome::Done(s, f) = complete_index(l, idx, Mode::Test)? {
@@ -1635,6 +1712,21 @@ export! {
             let idx = l
                 .req_index(h)
                 .ok_or_else(|| Fail::new(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")))?;
+            let parts = match l.reqs.borrow().get(idx) {
+                Some(Req::Pair(p)) => Some((p.send, p.recv)),
+                _ => None,
+            };
+            if let Some((mut send, mut recv)) = parts {
+                // Its parts go on, each freed as it finishes.
+                l.reqs.borrow_mut().remove(idx);
+                *r = abi::REQUEST_NULL;
+                for part in [&mut send, &mut recv] {
+                    if *part != abi::REQUEST_NULL {
+                        crate::extra::code_to_fail(PMPI_Request_free(part), "freeing MPI_Isendrecv's parts")?;
+                    }
+                }
+                return Ok(());
+            }
             let active = match l.reqs.borrow_mut().get_mut(idx) {
                 Some(Req::P2p(p)) => {
                     let a = p.raw.is_some();
@@ -1647,6 +1739,7 @@ export! {
                 Some(Req::Coll { raw, .. }) => raw.is_some(),
                 Some(Req::Agree(a)) => a.op.is_some(),
                 Some(Req::PColl(p)) => p.active != abi::REQUEST_NULL,
+                Some(Req::Pair(_)) => true,
                 Some(Req::Greq(g)) => {
                     if !g.complete {
                         // Freed at MPI_Grequest_complete, which the
@@ -1702,7 +1795,7 @@ export! {
                 Some(Req::P2p(p)) => p.done.is_some() || p.raw.as_ref().is_none_or(|r| p.comm.p2p.is_done_raw(r)),
                 Some(Req::Done(..)) => true,
                 // Known done only by testing it: the test below.
-                Some(Req::Agree(_) | Req::Coll { .. } | Req::PColl(_)) => true,
+                Some(Req::Agree(_) | Req::Coll { .. } | Req::PColl(_) | Req::Pair(_)) => true,
                 Some(Req::Greq(g)) => g.done.is_some() || g.complete,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
@@ -1746,6 +1839,18 @@ export! {
                     p.cancel = p.comm.p2p.cancel_raw(raw);
                 }
             }
+            let pair_recv = match l.reqs.borrow().get(idx) {
+                Some(Req::Pair(p)) => Some(p.recv),
+                _ => None,
+            };
+            if let Some(mut recv) = pair_recv {
+                // MPI_Isendrecv's receive may be cancelled; its send, like
+                // any, completes.
+                if recv != abi::REQUEST_NULL {
+                    crate::extra::code_to_fail(PMPI_Cancel(&mut recv), "cancelling MPI_Isendrecv's receive")?;
+                }
+                return Ok(());
+            }
             let greq = match l.reqs.borrow().get(idx) {
                 Some(Req::Greq(g)) => Some((g.cancel, g.state, g.complete)),
                 _ => None,
@@ -1759,6 +1864,39 @@ export! {
                 }
             }
             Ok(())
+        })
+    }
+
+    fn MPI_Isendrecv, PMPI_Isendrecv(sbuf: *const c_void, sn: c_int, sdt: Handle, to: c_int, stag: c_int, rbuf: *mut c_void, rn: c_int, rdt: Handle, from: c_int, rtag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Isendrecv", |l| {
+            crate::need(r, "request")?;
+            let c = l.any_comm(comm)?;
+            let recv = irecv(l, rbuf, rn, rdt, from, rtag, c.clone(), None)?;
+            let send = |l: &Lib| isend(l, sbuf, sn, sdt, to, stag, c, false, None);
+            pair(l, recv, send, r)
+        })
+    }
+
+    fn MPI_Isendrecv_replace, PMPI_Isendrecv_replace(buf: *mut c_void, n: c_int, dt: Handle, to: c_int, stag: c_int, from: c_int, rtag: c_int, comm: Handle, r: *mut Handle) -> c_int {
+        run(comm, "MPI_Isendrecv_replace", |l| {
+            crate::need(r, "request")?;
+            let c = l.any_comm(comm)?;
+            // What is sent is a packed copy, made now, which the send's
+            // request keeps (as MPI_Bsend's does) while the receive fills
+            // the buffer.
+            let copy = out_view(l, buf, n, dt)?.bytes().to_vec();
+            let len = c_int::try_from(copy.len()).map_err(|_| {
+                Fail::new(abi::ERR_COUNT, format!("MPI_Isendrecv_replace of {} bytes: more than a C int counts", copy.len()))
+            })?;
+            let recv = irecv(l, buf, n, dt, from, rtag, c.clone(), None)?;
+            let send = move |l: &Lib| {
+                let mut q = isend(l, copy.as_ptr().cast(), len, abi::BYTE, to, stag, c, false, None)?;
+                if let Req::P2p(p) = &mut q {
+                    p.stage = Some(Unpack { staged: copy, dst: std::ptr::null_mut(), dt: abi::BYTE, count: 0, hold: TypeHold::empty(), cap: usize::MAX });
+                }
+                Ok(q)
+            };
+            pair(l, recv, send, r)
         })
     }
 

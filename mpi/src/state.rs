@@ -164,6 +164,20 @@ pub enum Req {
     PColl(PColl),
     /// A generalized request (`MPI_Grequest_start`).
     Greq(Box<Greq>),
+    /// `MPI_Isendrecv`'s send and receive, complete when both are.
+    Pair(Pair),
+}
+
+/// `MPI_Isendrecv` (and `_replace`): a send and a receive of their own,
+/// in the request table, whose completion this request waits for; its
+/// status is the receive's.
+pub struct Pair {
+    /// The send's request (`MPI_REQUEST_NULL` once complete).
+    pub send: Handle,
+    /// The receive's request (`MPI_REQUEST_NULL` once complete).
+    pub recv: Handle,
+    /// The send's failure, reported once the receive is complete too.
+    pub send_fail: Option<Fail>,
 }
 
 /// A generalized request's query callback (`MPI_Grequest_query_function`).

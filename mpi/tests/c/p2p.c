@@ -9,7 +9,9 @@
  * barrier that guarantees the receive is posted), Isend/Irecv/Issend/Irsend,
  * Wait/Waitall/Waitany/Waitsome/Test/Testall/Testany/Testsome, ANY_SOURCE /
  * ANY_TAG with status checks, Get_count/Get_elements, MPI_PROC_NULL in every
- * role, Sendrecv and Sendrecv_replace in a ring, Probe/Iprobe then Recv,
+ * role, Sendrecv and Sendrecv_replace in a ring, MPI 4.0's Isendrecv and
+ * Isendrecv_replace (Wait, Test, Waitall, freed while active, PROC_NULL),
+ * Probe/Iprobe then Recv,
  * non-overtaking order, Request_free on an active send, Request_get_status,
  * Cancel of an unmatched Irecv, Wait on MPI_REQUEST_NULL, Waitall with
  * MPI_STATUSES_IGNORE, persistent Send_init/Recv_init with Start/Startall,
@@ -937,6 +939,100 @@ static void test_type_freed_in_use(void)
     MPI_Request_free(&pq);
 }
 
+/* MPI 4.0's MPI_Isendrecv and MPI_Isendrecv_replace in a ring: small and
+ * rendezvous-sized messages, completed by Wait, by a Test loop and by
+ * Waitall beside each other; the status is the receive's; a freed one
+ * still delivers; MPI_PROC_NULL partners. */
+static void test_isendrecv(void)
+{
+    /* MPICH 4.0.2's MPI_Isendrecv reports a wrong status and then crashes
+     * in MPI_Waitall: not run there. */
+    if (g_lenient_ref)
+        return;
+    int n = 1 << 16;
+    int *out = malloc(n * sizeof(int)), *in = malloc(n * sizeof(int));
+    for (int len = 1; len <= n; len *= 256) {
+        for (int i = 0; i < len; i++) {
+            out[i] = rank * 1000003 + i;
+            in[i] = -1;
+        }
+        MPI_Request r;
+        MPI_Status st;
+        CHECK_MPI(MPI_Isendrecv(out, len, MPI_INT, right, 31, in, len, MPI_INT, left, 31,
+                                MPI_COMM_WORLD, &r));
+        int flag = 0;
+        if (len == 1) {
+            while (!flag)
+                CHECK_MPI(MPI_Test(&r, &flag, &st));
+        } else {
+            CHECK_MPI(MPI_Wait(&r, &st));
+        }
+        int cnt = -1;
+        MPI_Get_count(&st, MPI_INT, &cnt);
+        CHECK(r == MPI_REQUEST_NULL && st.MPI_SOURCE == left && st.MPI_TAG == 31 && cnt == len,
+              "Isendrecv %d: source %d tag %d count %d", len, st.MPI_SOURCE, st.MPI_TAG, cnt);
+        for (int i = 0; i < len; i++)
+            if (in[i] != left * 1000003 + i) {
+                CHECK(0, "Isendrecv %d: element %d is %d", len, i, in[i]);
+                break;
+            }
+        /* In place: the buffer goes right and comes back from the left. */
+        for (int i = 0; i < len; i++)
+            in[i] = rank * 7 + i;
+        CHECK_MPI(MPI_Isendrecv_replace(in, len, MPI_INT, right, 32, left, 32, MPI_COMM_WORLD,
+                                        &r));
+        CHECK_MPI(MPI_Wait(&r, &st));
+        for (int i = 0; i < len; i++)
+            if (in[i] != left * 7 + i) {
+                CHECK(0, "Isendrecv_replace %d: element %d is %d", len, i, in[i]);
+                break;
+            }
+    }
+    /* Two at once, with MPI_Waitall; both directions of the ring. */
+    {
+        int a = rank, b = -1, c = rank + 100, d = -1;
+        MPI_Request rs[2];
+        MPI_Status sts[2];
+        CHECK_MPI(MPI_Isendrecv(&a, 1, MPI_INT, right, 33, &b, 1, MPI_INT, left, 33,
+                                MPI_COMM_WORLD, &rs[0]));
+        CHECK_MPI(MPI_Isendrecv(&c, 1, MPI_INT, left, 34, &d, 1, MPI_INT, right, 34,
+                                MPI_COMM_WORLD, &rs[1]));
+        CHECK_MPI(MPI_Waitall(2, rs, sts));
+        CHECK(b == left && d == right + 100 && sts[1].MPI_SOURCE == right,
+              "Isendrecv pair: %d %d (source %d)", b, d, sts[1].MPI_SOURCE);
+    }
+    /* Freed at once: the exchange still happens (the marker sent after it
+     * on the same path arrives after it, and it is eager: matched, and so
+     * copied, first). */
+    {
+        int a = rank + 5, b = -1;
+        MPI_Request r;
+        CHECK_MPI(MPI_Isendrecv(&a, 1, MPI_INT, right, 35, &b, 1, MPI_INT, left, 35,
+                                MPI_COMM_WORLD, &r));
+        CHECK_MPI(MPI_Request_free(&r));
+        CHECK(r == MPI_REQUEST_NULL, "Request_free of an Isendrecv");
+        int probe = -1;
+        /* Its send reaches the right neighbour: receive a marker after it. */
+        CHECK_MPI(MPI_Sendrecv(&a, 1, MPI_INT, right, 36, &probe, 1, MPI_INT, left, 36,
+                               MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK(b == left + 5, "a freed Isendrecv delivered %d", b);
+    }
+    /* MPI_PROC_NULL on both sides: complete at once, the empty status of
+     * MPI_PROC_NULL. */
+    {
+        int a = 1, b = -1;
+        MPI_Request r;
+        MPI_Status st;
+        CHECK_MPI(MPI_Isendrecv(&a, 1, MPI_INT, MPI_PROC_NULL, 0, &b, 1, MPI_INT, MPI_PROC_NULL,
+                                0, MPI_COMM_WORLD, &r));
+        CHECK_MPI(MPI_Wait(&r, &st));
+        CHECK(b == -1 && st.MPI_SOURCE == MPI_PROC_NULL, "Isendrecv with MPI_PROC_NULL: %d %d",
+              b, st.MPI_SOURCE);
+    }
+    free(in);
+    free(out);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -961,6 +1057,8 @@ int main(int argc, char **argv)
     test_proc_null();
     MPI_Barrier(MPI_COMM_WORLD);
     test_sendrecv_ring();
+    MPI_Barrier(MPI_COMM_WORLD);
+    test_isendrecv();
     MPI_Barrier(MPI_COMM_WORLD);
     test_probe();
     test_ordering();
