@@ -171,6 +171,7 @@ int MPIR_Dup_fn(MPI_Comm, int, void *, void *, void *, int *);
 #define MPI_COMM_TYPE_SHARED (1)
 #define MPI_COMM_TYPE_HW_GUIDED (2)
 #define MPI_COMM_TYPE_HW_UNGUIDED (3)
+#define MPI_COMM_TYPE_RESOURCE_GUIDED (4)
 #define MPI_MAX_PROCESSOR_NAME (128)
 #define MPI_MAX_LIBRARY_VERSION_STRING (8192)
 #define MPI_MAX_ERROR_STRING (512)
@@ -359,6 +360,8 @@ int MPI_Comm_group(MPI_Comm, MPI_Group *);
 int PMPI_Comm_group(MPI_Comm, MPI_Group *);
 int MPI_Comm_idup(MPI_Comm, MPI_Comm *, MPI_Request *);
 int PMPI_Comm_idup(MPI_Comm, MPI_Comm *, MPI_Request *);
+int MPI_Comm_idup_with_info(MPI_Comm, MPI_Info, MPI_Comm *, MPI_Request *);
+int PMPI_Comm_idup_with_info(MPI_Comm, MPI_Info, MPI_Comm *, MPI_Request *);
 int MPI_Comm_rank(MPI_Comm, int *);
 int PMPI_Comm_rank(MPI_Comm, int *);
 int MPI_Comm_remote_group(MPI_Comm, MPI_Group *);

@@ -193,6 +193,9 @@ pub const COMM_TYPE_HW_GUIDED: c_int = 2;
 /// `MPI_COMM_TYPE_HW_UNGUIDED`: the next level of the hardware that
 /// splits the communicator.
 pub const COMM_TYPE_HW_UNGUIDED: c_int = 3;
+/// `MPI_COMM_TYPE_RESOURCE_GUIDED` (MPI 4.1; in MPICH 4.0's header the
+/// same value is `MPIX_COMM_TYPE_NEIGHBORHOOD`).
+pub const COMM_TYPE_RESOURCE_GUIDED: c_int = 4;
 pub const MAX_PROCESSOR_NAME: usize = 128;
 pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
 pub const MAX_ERROR_STRING: usize = 512;

@@ -129,8 +129,9 @@ pub(crate) fn split(l: &Lib, comm: Handle, color: c_int, key: c_int) -> Result<H
 /// (shared memory, the one level of the hardware tandem knows below the
 /// job), ordered by `key`, for `MPI_COMM_TYPE_SHARED`, for
 /// `MPI_COMM_TYPE_HW_GUIDED` with `mpi_hw_resource_type` set to
-/// `mpi_shared_memory` in `info`, and for `MPI_COMM_TYPE_HW_UNGUIDED` where
-/// the host is a strict subset of `comm`. `MPI_COMM_NULL` for
+/// `mpi_shared_memory` in `info` (or `MPI_COMM_TYPE_RESOURCE_GUIDED`, MPI
+/// 4.1's name for that), and for `MPI_COMM_TYPE_HW_UNGUIDED` where the host
+/// is a strict subset of `comm` (which it then names in `info`). `MPI_COMM_NULL` for
 /// `MPI_UNDEFINED`, for another resource type or none (`MPI_INFO_NULL`),
 /// and for `MPI_COMM_TYPE_HW_UNGUIDED` where `comm` is on one host (nothing
 /// smaller to split it into). On an intercommunicator each host's ranks
@@ -146,14 +147,19 @@ fn split_type(
     let host = match kind {
         abi::UNDEFINED => false,
         abi::COMM_TYPE_SHARED => true,
-        abi::COMM_TYPE_HW_GUIDED => {
+        abi::COMM_TYPE_HW_GUIDED | abi::COMM_TYPE_RESOURCE_GUIDED => {
             crate::extra::info_value(l, info, "mpi_hw_resource_type")?.as_deref()
                 == Some("mpi_shared_memory")
         }
         abi::COMM_TYPE_HW_UNGUIDED => {
             // A strict subset, or nothing: the same answer on every rank,
             // as every host holds fewer than all of `comm` or one holds all.
-            (0..c.size()).any(|r| !same_host(l, c.job_rank(r)))
+            let smaller = (0..c.size()).any(|r| !same_host(l, c.job_rank(r)));
+            if smaller {
+                // MPI: the info object says which resource it split by.
+                crate::extra::info_put(l, info, "mpi_hw_resource_type", "mpi_shared_memory")?;
+            }
+            smaller
         }
         _ => return fail(abi::ERR_ARG, format!("invalid split_type {kind}")),
     };

@@ -97,6 +97,24 @@ pub(crate) fn info_value(l: &Lib, h: Handle, key: &str) -> Result<Option<String>
     })
 }
 
+/// Sets `key` to `value` in info object `h` (nothing for
+/// `MPI_INFO_NULL` and `MPI_INFO_ENV`).
+///
+/// # Errors
+/// `MPI_ERR_INFO` for a handle that names no info object.
+pub(crate) fn info_put(l: &Lib, h: Handle, key: &str, value: &str) -> Result<(), Fail> {
+    if h == abi::INFO_NULL || h == abi::INFO_ENV {
+        return Ok(());
+    }
+    with_info(l, h, |v| {
+        match v.iter_mut().find(|(k, _)| k == key) {
+            Some(kv) => kv.1 = value.into(),
+            None => v.push((key.into(), value.into())),
+        }
+        Ok(())
+    })
+}
+
 unsafe fn cstr(p: *const c_char) -> Result<String, Fail> {
     if p.is_null() {
         return fail(abi::ERR_ARG, "null string");
@@ -558,6 +576,11 @@ export! {
         abi::SUCCESS
     }
 
+    fn MPI_Comm_idup_with_info, PMPI_Comm_idup_with_info(comm: Handle, _info: Handle, out: *mut Handle, req: *mut Handle) -> c_int {
+        // No info hint changes what a duplicate is here.
+        PMPI_Comm_idup(comm, out, req)
+    }
+
     fn MPI_Comm_idup, PMPI_Comm_idup(comm: Handle, out: *mut Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_idup", |l| {
             // Refused at the call: an invalid communicator or pointer.
@@ -571,10 +594,7 @@ export! {
             // A duplicate that could not be made (no context left, a
             // failed peer) is the request's failure, reported by its wait
             // or test, as MPICH reports it.
-            let f = Fail::new(
-                crate::state::code_class(r),
-                crate::state::code_message(r).unwrap_or_else(|| "MPI_Comm_idup failed".into()),
-            );
+            let f = crate::state::code_failure(r, "MPI_Comm_idup");
             let h = l.add_req(Req::Done(crate::p2p::empty_status(), Some(f)));
             set(out, abi::COMM_NULL, "newcomm")?;
             set(req, h, "request")
@@ -956,6 +976,17 @@ impl<T: Copy> Kept<T> {
     }
 }
 
+/// A persistent collective's own communicator: a duplicate of `comm`
+/// without its attributes (topology kept), its error handler returning.
+fn private_comm(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
+    let parent = l.any_comm(comm)?;
+    let obj = crate::comm::dup_bare(l, &parent)?;
+    drop(parent);
+    let h = l.add_comm(obj);
+    l.any_comm(h)?.errhandler.set(abi::ERRORS_RETURN);
+    Ok(h)
+}
+
 /// Entries in a per-rank array of a collective on `comm`: one per rank
 /// its blocks go to or come from (of the remote group, on an
 /// intercommunicator).
@@ -1004,13 +1035,17 @@ macro_rules! persistent_coll {
         export! {$(
             fn $name, $pname($($a: $t),*, _info: Handle, req: *mut Handle) -> c_int {
                 run($comm, stringify!($name), |l| {
-                    l.any_comm($comm)?;
                     crate::need(req, "request")?;
                     $($(
                         // SAFETY: the program's array, of as many entries
                         // as MPI gives it for this rank.
                         let $k = unsafe { Kept::new($k, ($n)(l)?) };
                     )+)?
+                    // Its own communicator (a bare duplicate, made now,
+                    // while every rank makes its persistent collectives in
+                    // one order): MPI matches them by the order of their
+                    // inits, and their starts may come in any order.
+                    let $comm = private_comm(l, $comm)?;
                     let start = move |l: &Lib, out: *mut Handle| {
                         $($( let $k = $k.ptr(); )+)?
                         // SAFETY: the program's arguments, which MPI leaves
@@ -1023,6 +1058,7 @@ macro_rules! persistent_coll {
                         start: Rc::new(start),
                         active: abi::REQUEST_NULL,
                         done: None,
+                        comm: $comm,
                     }));
                     // SAFETY: checked not null above.
                     unsafe { set(req, h, "request") }?;

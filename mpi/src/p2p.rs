@@ -604,7 +604,7 @@ pub(crate) fn complete(l: &Lib, hp: *mut Handle, mode: Mode) -> Result<Outcome, 
             // A generalized request's free callback runs as it goes; its
             // failure is the call's unless the query's came first.
             if let Some(Req::Greq(g)) = gone {
-                if let (Some(e), None) = (free_greq(l, &g), &f) {
+                if let (Some(e), None) = (free_greq(&g), &f) {
                     st.error = e.class;
                     *f = Some(e);
                 }
@@ -684,7 +684,7 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             }
             let (query, state) = (g.query, g.state);
             drop(reqs);
-            Ok(query_greq(l, query, state))
+            Ok(query_greq(query, state))
         }
         Req::Pair(p) => {
             let (mut send, mut recv) = (p.send, p.recv);
@@ -908,7 +908,7 @@ fn pair(
 
 /// A complete generalized request's status, from its query callback, and
 /// the callback's failure.
-fn query_greq(l: &Lib, query: Option<crate::state::GreqQuery>, state: *mut c_void) -> Outcome {
+fn query_greq(query: Option<crate::state::GreqQuery>, state: *mut c_void) -> Outcome {
     let mut st = empty_status();
     let Some(q) = query else {
         return Outcome::Done(st, None);
@@ -917,7 +917,7 @@ fn query_greq(l: &Lib, query: Option<crate::state::GreqQuery>, state: *mut c_voi
     // MPI_Grequest_start, and a status to fill.
     let rc = unsafe { q(state, &mut st) };
     if rc != abi::SUCCESS {
-        let f = crate::state::code_failure(l, rc, "the generalized request's query callback");
+        let f = crate::state::code_failure(rc, "the generalized request's query callback");
         st.error = f.class;
         return Outcome::Done(st, Some(f));
     }
@@ -926,13 +926,13 @@ fn query_greq(l: &Lib, query: Option<crate::state::GreqQuery>, state: *mut c_voi
 
 /// Calls a generalized request's free callback (it is being freed); its
 /// failure.
-pub(crate) fn free_greq(l: &Lib, g: &crate::state::Greq) -> Option<Fail> {
+pub(crate) fn free_greq(g: &crate::state::Greq) -> Option<Fail> {
     let f = g.free?;
     // SAFETY: the program's callback with its own state, as it gave them to
     // MPI_Grequest_start.
     let rc = unsafe { f(g.state) };
     (rc != abi::SUCCESS)
-        .then(|| crate::state::code_failure(l, rc, "the generalized request's free callback"))
+        .then(|| crate::state::code_failure(rc, "the generalized request's free callback"))
 }
 
 /// Keeps the result of the request at `idx`, which a test saw finish, for
@@ -1326,7 +1326,6 @@ fn start(l: &Lib, rp: *mut Handle) -> Result<(), Fail> {
         let r = start(l, &mut inner);
         if r != abi::SUCCESS {
             return Err(crate::state::code_failure(
-                l,
                 r,
                 "starting the persistent collective",
             ));
@@ -1754,10 +1753,26 @@ export! {
                 Some(Req::Done(..)) => false,
                 None => return fail(abi::ERR_REQUEST, format!("invalid request handle {h:#x}")),
             };
+            // A persistent collective's own communicator goes with it.
+            let own = match l.reqs.borrow().get(idx) {
+                Some(Req::PColl(p)) => Some(p.comm),
+                _ => None,
+            };
+            if let Some(mut c) = own {
+                if active {
+                    complete_index(l, idx, Mode::Wait)?;
+                }
+                l.reqs.borrow_mut().remove(idx);
+                *r = abi::REQUEST_NULL;
+                return crate::extra::code_to_fail(
+                    crate::comm::PMPI_Comm_free(&mut c),
+                    "freeing the persistent collective's communicator",
+                );
+            }
             if active {
                 if matches!(
                     l.reqs.borrow().get(idx),
-                    Some(Req::Coll { .. } | Req::Agree(_) | Req::PColl(_))
+                    Some(Req::Coll { .. } | Req::Agree(_))
                 ) {
                     // A collective or an agreement must finish (the other
                     // ranks count on this one's part): complete it now.
@@ -1770,7 +1785,7 @@ export! {
                 let gone = l.reqs.borrow_mut().remove(idx);
                 *r = abi::REQUEST_NULL;
                 if let Some(Req::Greq(g)) = gone {
-                    if let Some(e) = free_greq(l, &g) {
+                    if let Some(e) = free_greq(&g) {
                         return Err(e);
                     }
                 }
@@ -1860,7 +1875,7 @@ export! {
                 // gave them to MPI_Grequest_start.
                 let rc = cancel(state, complete as c_int);
                 if rc != abi::SUCCESS {
-                    return Err(crate::state::code_failure(l, rc, "the generalized request's cancel callback"));
+                    return Err(crate::state::code_failure(rc, "the generalized request's cancel callback"));
                 }
             }
             Ok(())
@@ -1942,7 +1957,7 @@ export! {
                 // table before its callback, which may call MPI).
                 let gone = l.reqs.borrow_mut().remove(idx);
                 if let Some(Req::Greq(g)) = gone {
-                    if let Some(e) = free_greq(l, &g) {
+                    if let Some(e) = free_greq(&g) {
                         return Err(e);
                     }
                 }

@@ -227,6 +227,9 @@ pub struct PColl {
     /// requests, or `MPI_Request_get_status`, saw it finish), with its
     /// failure, which the collecting call returns.
     pub done: Option<(abi::Status, Option<Fail>)>,
+    /// Its own communicator (a duplicate of the one it was made on), freed
+    /// with it.
+    pub comm: Handle,
 }
 
 /// A non-blocking agreement: the driver's, and where its result goes.
@@ -753,20 +756,12 @@ pub fn error_code(l: Option<&Lib>, f: &Fail) -> c_int {
 }
 
 /// The failure an error code returned by a call of this library stands
-/// for: its class, and its message while the code's slot of the ring of
-/// recent messages holds it; `what` names the call, for the message.
-pub fn code_failure(l: &Lib, code: c_int, what: &str) -> Fail {
-    let class = code_class(code);
-    let slot = if code > 0 && crate::extra::user_class(code).is_none() {
-        (code / CODE_STRIDE) as usize
-    } else {
-        0
-    };
-    let msg = slot
-        .checked_sub(1)
-        .and_then(|i| l.messages.borrow().get(i).cloned())
-        .map_or_else(|| format!("{what} failed"), |m| format!("{what}: {m}"));
-    Fail::new(class, msg)
+/// for: its class, and its message (while the ring of recent messages
+/// holds it); `what` names the call, for the message.
+pub fn code_failure(code: c_int, what: &str) -> Fail {
+    let msg =
+        code_message(code).map_or_else(|| format!("{what} failed"), |m| format!("{what}: {m}"));
+    Fail::new(code_class(code), msg)
 }
 
 /// The class of an error code.

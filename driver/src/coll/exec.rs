@@ -900,8 +900,8 @@ pub(crate) fn mismatch(p: &Plan, seq: u32, peer: usize, got: usize, want: usize)
     Error::Mismatch {
         parameter: format!("the element count of {} #{seq}", p.coll.name()),
         rank: p.r,
-        value: format!("expects {want} bytes at this step"),
+        value: format!("{want} bytes expected at this step"),
         peer,
-        peer_value: format!("sent {got} bytes"),
+        peer_value: format!("{got} bytes sent"),
     }
 }

@@ -6,7 +6,8 @@
  * Reduce, Allreduce (started five times, completed by MPI_Wait, MPI_Test
  * in a loop, MPI_Testall, MPI_Waitany and MPI_Request_get_status), Gather,
  * Scatter, Allgather, Alltoall, Reduce_scatter_block, Scan, Exscan and
- * Neighbor_allgather on a ring; a completed request stays allocated and
+ * Neighbor_allgather on a ring; starts in different orders on different
+ * ranks (matched by init order); a completed request stays allocated and
  * inactive (MPI_Wait on it returns at once); MPI_Start on an active one
  * fails with MPI_ERR_REQUEST; MPI_Request_free sets MPI_REQUEST_NULL.
  *
@@ -84,6 +85,27 @@ int main(int argc, char **argv)
         CHECK_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
         CHECK_MPI(MPI_Request_free(&r));
         CHECK(r == MPI_REQUEST_NULL, "Request_free left %#x", (unsigned)r);
+    }
+
+    /* Started in different orders on different ranks: MPI matches
+     * persistent collectives by the order of their inits. */
+    {
+        int v = -1;
+        MPI_Request rs[2];
+        CHECK_MPI(MPI_Bcast_init(&v, 1, MPI_INT, 0, MPI_COMM_WORLD, MPI_INFO_NULL, &rs[0]));
+        CHECK_MPI(MPI_Barrier_init(MPI_COMM_WORLD, MPI_INFO_NULL, &rs[1]));
+        if (me == 0) {
+            v = 77;
+            CHECK_MPI(MPI_Start(&rs[0]));
+            CHECK_MPI(MPI_Start(&rs[1]));
+        } else {
+            CHECK_MPI(MPI_Start(&rs[1]));
+            CHECK_MPI(MPI_Start(&rs[0]));
+        }
+        CHECK_MPI(MPI_Waitall(2, rs, MPI_STATUSES_IGNORE));
+        CHECK(v == 77, "Bcast_init started after a Barrier_init: %d", v);
+        MPI_Request_free(&rs[0]);
+        MPI_Request_free(&rs[1]);
     }
 
     /* Barrier and Bcast together through MPI_Startall / MPI_Waitall. */
