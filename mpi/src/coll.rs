@@ -1,16 +1,19 @@
 //! Collective operations.
 //!
-//! A communicator of the whole job in job order (`MPI_COMM_WORLD` and its
-//! duplicates) runs tandem's own collectives wherever they apply: barrier,
-//! broadcast, allgather and alltoall on any data (as bytes), and reduce,
-//! allreduce and reduce-scatter on the element types and operators tandem
-//! reduces (integers of 8, 32 and 64 bits, `float`, `double`, `_Float16`;
-//! sum, product, min, max and the bitwise ones). Everything else — other
-//! communicators, other types and operators (pairs with `MINLOC`, logical
-//! operators, user operators, non-commutative ones in rank order), the
-//! v-variants, gather, scatter and scans — runs on the MPI layer's own
-//! algorithms over tandem's point-to-point calls, in the communicator's
-//! second context so they never meet the program's messages.
+//! Every intracommunicator runs tandem's own collectives wherever they
+//! apply ([`CommObj::tc`]: on its point-to-point driver communicator for
+//! the whole job in job order, on the driver's communicator of its
+//! members for any other): barrier, broadcast, allgather and alltoall on
+//! any data (as bytes), and reduce, allreduce and reduce-scatter on the
+//! element types and operators tandem reduces (integers of 8, 32 and 64
+//! bits, `float`, `double`, `_Float16`; sum, product, min, max and the
+//! bitwise ones); their non-blocking forms on tandem's non-blocking
+//! engine. Everything else — intercommunicators, other types and operators
+//! (pairs with `MINLOC`, logical operators, user operators,
+//! non-commutative ones in rank order), the v-variants, gather, scatter and
+//! scans — runs on the MPI layer's own algorithms over tandem's
+//! point-to-point calls, in the communicator's second context so they
+//! never meet the program's messages.
 
 use crate::abi::{self, Handle};
 use crate::datatype::basic_of;
@@ -597,16 +600,18 @@ unsafe fn fast_allreduce(
     dt: Handle,
     op: Handle,
 ) -> Option<Result<(), Fail>> {
-    if !c.whole {
-        return None;
-    }
     let (el, rop) = native(dt, op)?;
-    Some(with_el!(el, T => allreduce_t::<T>(c, s, r, n, rop)).map_err(Fail::from))
+    let e = match c.tc() {
+        Ok(Some(e)) => e,
+        Ok(None) => return None,
+        Err(f) => return Some(Err(f.into())),
+    };
+    Some(with_el!(el, T => allreduce_t::<T>(&e, s, r, n, rop)).map_err(Fail::from))
 }
 
 /// tandem's allreduce on `n` elements of `T` (`s` may be `MPI_IN_PLACE`).
 fn allreduce_t<T: tandem_driver::Element>(
-    c: &CommObj,
+    e: &tandem_driver::Comm,
     s: *const c_void,
     r: *mut c_void,
     n: usize,
@@ -616,10 +621,10 @@ fn allreduce_t<T: tandem_driver::Element>(
     // contract gives them; unaligned ones are copied.
     unsafe {
         if is_in_place(s) {
-            with_aligned_out::<T, _>(r, n, true, |b| c.p2p.allreduce_in_place::<T>(b, rop))
+            with_aligned_out::<T, _>(r, n, true, |b| e.allreduce_in_place::<T>(b, rop))
         } else {
             let src = aligned_in::<T>(s, n);
-            with_aligned_out::<T, _>(r, n, false, |b| c.p2p.allreduce::<T>(&src, b, rop))
+            with_aligned_out::<T, _>(r, n, false, |b| e.allreduce::<T>(&src, b, rop))
         }
     }
 }
@@ -710,7 +715,7 @@ fn allreduce(
 
 /// tandem's reduce on `n` elements of `T` to `root`.
 fn reduce_t<T: tandem_driver::Element>(
-    c: &CommObj,
+    e: &tandem_driver::Comm,
     s: *const c_void,
     r: *mut c_void,
     n: usize,
@@ -721,15 +726,15 @@ fn reduce_t<T: tandem_driver::Element>(
     // on the root), as MPI_Reduce's contract gives them; unaligned ones are
     // copied.
     unsafe {
-        if c.rank == root && is_in_place(s) {
-            with_aligned_out::<T, _>(r, n, true, |b| c.p2p.reduce_in_place::<T>(b, rop, root))
-        } else if c.rank == root {
+        if e.rank() == root && is_in_place(s) {
+            with_aligned_out::<T, _>(r, n, true, |b| e.reduce_in_place::<T>(b, rop, root))
+        } else if e.rank() == root {
             let src = aligned_in::<T>(s, n);
-            with_aligned_out::<T, _>(r, n, false, |b| c.p2p.reduce::<T>(&src, b, rop, root))
+            with_aligned_out::<T, _>(r, n, false, |b| e.reduce::<T>(&src, b, rop, root))
         } else {
             let src = aligned_in::<T>(s, n);
             let mut none: [T; 0] = [];
-            c.p2p.reduce::<T>(&src, &mut none, rop, root)
+            e.reduce::<T>(&src, &mut none, rop, root)
         }
     }
 }
@@ -757,10 +762,10 @@ fn reduce(
         return Ok(());
     }
     let me = c.rank;
-    if c.whole {
+    if let Some(e) = c.tc()? {
         // The same choice on every rank (whatever their buffers' alignment).
         if let Some((el, rop)) = native(dt, op) {
-            return with_el!(el, T => reduce_t::<T>(&c, s, r, n, rop, root)).map_err(Fail::from);
+            return with_el!(el, T => reduce_t::<T>(&e, s, r, n, rop, root)).map_err(Fail::from);
         }
     }
     check_op(l, op, dt)?;
@@ -973,8 +978,8 @@ fn bcast_bytes(c: &CommObj, b: &mut [u8], root: usize) -> Result<(), Fail> {
     if b.is_empty() {
         return Ok(());
     }
-    if c.whole {
-        c.p2p.broadcast::<u8>(b, root)?;
+    if let Some(e) = c.tc()? {
+        e.broadcast::<u8>(b, root)?;
         Ok(())
     } else {
         g_bcast(c, b, root)
@@ -986,8 +991,8 @@ pub(crate) fn allgather_bytes(c: &CommObj, mine: &[u8], all: &mut [u8]) -> Resul
     if mine.is_empty() {
         return Ok(());
     }
-    if c.whole {
-        c.p2p.allgather::<u8>(mine, all)?;
+    if let Some(e) = c.tc()? {
+        e.allgather::<u8>(mine, all)?;
         return Ok(());
     }
     let (n, me, k) = (c.size(), c.rank, mine.len());
@@ -1011,8 +1016,8 @@ pub(crate) fn allgather_bytes(c: &CommObj, mine: &[u8], all: &mut [u8]) -> Resul
 
 /// Bitwise-and allreduce of a context mask (communicator creation).
 pub(crate) fn allreduce_band(c: &CommObj, mask: &mut crate::state::Mask) -> Result<(), Fail> {
-    if c.whole {
-        c.p2p.allreduce_in_place::<u64>(mask, ReduceOp::BitAnd)?;
+    if let Some(e) = c.tc()? {
+        e.allreduce_in_place::<u64>(mask, ReduceOp::BitAnd)?;
         return Ok(());
     }
     let n = c.size();
@@ -1356,13 +1361,13 @@ fn scan(
 
 /// tandem's reduce-scatter of equal blocks of `k` elements of `T`.
 fn reduce_scatter_t<T: tandem_driver::Element>(
-    c: &CommObj,
+    e: &tandem_driver::Comm,
     s: *const c_void,
     r: *mut c_void,
     k: usize,
     rop: ReduceOp,
 ) -> tandem_driver::Result<()> {
-    let total = k * c.size();
+    let total = k * e.size();
     // SAFETY: the program's buffers (`total` elements to send, `k` to
     // receive, or `total` in place); unaligned ones are copied.
     unsafe {
@@ -1371,10 +1376,10 @@ fn reduce_scatter_t<T: tandem_driver::Element>(
             // start, and the rest is left as it was; tandem's in-place form
             // puts the result in block `rank` and uses the buffer as scratch.
             let src = aligned_in::<T>(r, total).into_owned();
-            with_aligned_out::<T, _>(r, k, false, |b| c.p2p.reduce_scatter::<T>(&src, b, rop))
+            with_aligned_out::<T, _>(r, k, false, |b| e.reduce_scatter::<T>(&src, b, rop))
         } else {
             let src = aligned_in::<T>(s, total);
-            with_aligned_out::<T, _>(r, k, false, |b| c.p2p.reduce_scatter::<T>(&src, b, rop))
+            with_aligned_out::<T, _>(r, k, false, |b| e.reduce_scatter::<T>(&src, b, rop))
         }
     }
 }
@@ -1403,11 +1408,15 @@ fn reduce_scatter(
         return Ok(());
     }
     // tandem's reduce-scatter for equal blocks of its types.
-    if c.whole && counts.iter().all(|&k| k == counts[0]) {
-        // The same choice on every rank (whatever their buffers' alignment).
-        if let Some((el, rop)) = native(dt, op) {
-            let k = counts[0];
-            return with_el!(el, T => reduce_scatter_t::<T>(&c, s, r, k, rop)).map_err(Fail::from);
+    if counts.iter().all(|&k| k == counts[0]) {
+        if let Some(e) = c.tc()? {
+            // The same choice on every rank (whatever their buffers'
+            // alignment).
+            if let Some((el, rop)) = native(dt, op) {
+                let k = counts[0];
+                return with_el!(el, T => reduce_scatter_t::<T>(&e, s, r, k, rop))
+                    .map_err(Fail::from);
+            }
         }
     }
     check_op(l, op, dt)?;
@@ -1496,7 +1505,7 @@ fn scatter_blocks(
 
 /// Starts tandem's allreduce of `n` elements of `T` (`s` null: in place).
 fn iallreduce_t<T: tandem_driver::Element>(
-    c: &CommObj,
+    e: &tandem_driver::Comm,
     s: *const c_void,
     r: *mut c_void,
     n: usize,
@@ -1504,10 +1513,7 @@ fn iallreduce_t<T: tandem_driver::Element>(
 ) -> tandem_driver::Result<tandem_driver::RawCollRequest> {
     // SAFETY: MPI leaves the buffers to the library until the request
     // completes, and the request holds the communicator.
-    unsafe {
-        c.p2p
-            .iallreduce_raw::<T>(s.cast::<T>(), r.cast::<T>(), n, rop)
-    }
+    unsafe { e.iallreduce_raw::<T>(s.cast::<T>(), r.cast::<T>(), n, rop) }
 }
 
 /// The receive side of a non-blocking collective on tandem's engine:
@@ -1541,14 +1547,14 @@ fn coll_recv_side(
     Ok((p, inb.len, st))
 }
 
-/// `MPI_Iallgather` on tandem's engine (a communicator of the whole job;
-/// the caller checked): every datatype, as bytes, as the blocking call
+/// `MPI_Iallgather` on tandem's engine (`e`, the communicator's
+/// [`CommObj::tc`]): every datatype, as bytes, as the blocking call
 /// does, so every rank takes this path. `None`: empty blocks, nothing to
 /// move.
 #[allow(clippy::too_many_arguments)]
 fn iallgather_start(
     l: &Lib,
-    c: &CommObj,
+    e: &tandem_driver::Comm,
     s: *const c_void,
     sn: c_int,
     sdt: Handle,
@@ -1556,7 +1562,7 @@ fn iallgather_start(
     rn: c_int,
     rdt: Handle,
 ) -> Result<Option<(tandem_driver::RawCollRequest, Option<Staged>)>, Fail> {
-    let (n, me) = (c.size(), c.rank);
+    let (n, me) = (e.size(), e.rank());
     let rt = ty(l, rdt)?;
     let rn_u = count(rn)?;
     not_aliased(
@@ -1595,10 +1601,7 @@ fn iallgather_start(
     // SAFETY: the send copy and `dst` (the program's receive buffer of
     // `n * rn` elements, kept by MPI's rules, or the staging buffer of as
     // many bytes) live in the request until it completes.
-    let raw = unsafe {
-        c.p2p
-            .iallgather_raw::<u8>(staged.send.as_ptr().cast(), dst, block)?
-    };
+    let raw = unsafe { e.iallgather_raw::<u8>(staged.send.as_ptr().cast(), dst, block)? };
     Ok(Some((raw, Some(staged))))
 }
 
@@ -1609,7 +1612,7 @@ fn iallgather_start(
 #[allow(clippy::too_many_arguments)]
 fn ialltoall_start(
     l: &Lib,
-    c: &CommObj,
+    e: &tandem_driver::Comm,
     s: *const c_void,
     sn: c_int,
     sdt: Handle,
@@ -1617,7 +1620,7 @@ fn ialltoall_start(
     rn: c_int,
     rdt: Handle,
 ) -> Result<Option<(tandem_driver::RawCollRequest, Option<Staged>)>, Fail> {
-    let n = c.size();
+    let n = e.size();
     not_aliased(s, r, count(rn)? > 0, "MPI_Ialltoall")?;
     if is_in_place(s) {
         return Ok(None);
@@ -1644,14 +1647,14 @@ fn ialltoall_start(
     // SAFETY: `src` and `dst` hold `out.len` bytes each and live until the
     // request completes (the program's buffers by MPI's rules, or the
     // request's own copies).
-    let raw = unsafe { c.p2p.ialltoall_raw::<u8>(src, dst, out.len / n)? };
+    let raw = unsafe { e.ialltoall_raw::<u8>(src, dst, out.len / n)? };
     Ok(Some((raw, Some(staged))))
 }
 
 /// Starts tandem's reduce of `n` elements of `T` to `root` (`s` null: in
 /// place on the root; `r` null off the root).
 fn ireduce_t<T: tandem_driver::Element>(
-    c: &CommObj,
+    e: &tandem_driver::Comm,
     s: *const c_void,
     r: *mut c_void,
     n: usize,
@@ -1661,10 +1664,7 @@ fn ireduce_t<T: tandem_driver::Element>(
     // SAFETY: MPI leaves the buffers to the library until the request
     // completes (the receive buffer only on the root), and the request
     // holds the communicator.
-    unsafe {
-        c.p2p
-            .ireduce_raw::<T>(s.cast::<T>(), r.cast::<T>(), n, rop, root)
-    }
+    unsafe { e.ireduce_raw::<T>(s.cast::<T>(), r.cast::<T>(), n, rop, root) }
 }
 
 /// Starts a non-blocking collective: tandem's own where it applies, else
@@ -1674,24 +1674,27 @@ fn start_coll(
     comm: Handle,
     out: *mut Handle,
     tandem: impl FnOnce(
-        &CommObj,
+        &tandem_driver::Comm,
     ) -> Option<Result<(tandem_driver::RawCollRequest, Option<Staged>), Fail>>,
     blocking: impl FnOnce(&Lib) -> Result<(), Fail>,
 ) -> Result<(), Fail> {
-    // An intercommunicator's collectives complete within the call.
+    // On tandem's engine where it serves the communicator (an
+    // intercommunicator's collectives complete within the call).
     let c = l.any_comm(comm)?;
-    if c.whole {
-        if let Some(r) = tandem(&c) {
-            let (raw, staged) = r?;
-            let h = l.add_req(Req::Coll {
-                comm: c,
-                raw: Some(raw),
-                staged,
-            });
-            // SAFETY: the program's request out-parameter.
-            unsafe { put(out, h) };
-            return Ok(());
-        }
+    let started = match c.tc()? {
+        Some(e) => tandem(&e),
+        None => None,
+    };
+    if let Some(r) = started {
+        let (raw, staged) = r?;
+        let h = l.add_req(Req::Coll {
+            comm: c,
+            raw: Some(raw),
+            staged,
+        });
+        // SAFETY: the program's request out-parameter.
+        unsafe { put(out, h) };
+        return Ok(());
     }
     drop(c);
     blocking(l)?;
@@ -1708,12 +1711,17 @@ export! {
             if c.remote.is_some() {
                 return crate::inter::barrier(&c);
             }
-            if c.whole {
-                c.p2p.barrier()?;
-                Ok(())
-            } else {
-                g_barrier(&c)
+            let done = match c.tc()? {
+                Some(e) => {
+                    e.barrier()?;
+                    true
+                }
+                None => false,
+            };
+            if done {
+                return Ok(());
             }
+            g_barrier(&c)
         })
     }
 
@@ -1889,15 +1897,16 @@ export! {
                 return Ok(());
             }
             not_aliased(s, r, true, "MPI_Alltoall")?;
-            if c.whole && !is_in_place(s) {
+            let e = c.tc()?;
+            if let (Some(e), false) = (&e, is_in_place(s)) {
                 let out = out_view(l, s, elements(sk, n)?, sdt)?;
                 let mut inb = in_view(l, r, elements(rk, n)?, rdt)?;
                 if out.len == inb.len {
                     let src = out.bytes().to_vec();
                     let res = if out.packed.is_none() {
-                        c.p2p.alltoall::<u8>(out.bytes(), inb.bytes())
+                        e.alltoall::<u8>(out.bytes(), inb.bytes())
                     } else {
-                        c.p2p.alltoall::<u8>(&src, inb.bytes())
+                        e.alltoall::<u8>(&src, inb.bytes())
                     };
                     res?;
                     if let Some(u) = &inb.stage {
@@ -1977,7 +1986,7 @@ export! {
 
     fn MPI_Ibarrier, PMPI_Ibarrier(comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Ibarrier", |l| {
-            start_coll(l, comm, req, |c| Some(c.p2p.ibarrier_raw().map(|r| (r, None)).map_err(Fail::from)), |l| {
+            start_coll(l, comm, req, |e| Some(e.ibarrier_raw().map(|r| (r, None)).map_err(Fail::from)), |l| {
                 let c = l.any_comm(comm)?;
                 if c.remote.is_some() {
                     return crate::inter::barrier(&c);
@@ -1997,20 +2006,20 @@ export! {
             let nn = count(n)?;
             let contiguous = abi::builtin_size(dt).is_some_and(|s| s > 0);
             drop(c);
-            start_coll(l, comm, req, |c| {
+            start_coll(l, comm, req, |e| {
                 if !contiguous {
                     return None;
                 }
                 let bytes = nn * abi::builtin_size(dt).unwrap_or(0);
                 // SAFETY: MPI keeps the buffer for the request.
-                Some(unsafe { c.p2p.ibroadcast_raw::<u8>(buf.cast(), bytes, rt) }.map(|r| (r, None)).map_err(Fail::from))
+                Some(unsafe { e.ibroadcast_raw::<u8>(buf.cast(), bytes, rt) }.map(|r| (r, None)).map_err(Fail::from))
             }, |l| bcast(l, buf, n, dt, root, comm))
         })
     }
 
     fn MPI_Iallgather, PMPI_Iallgather(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Iallgather", |l| {
-            start_coll(l, comm, req, |c| iallgather_start(l, c, s, sn, sdt, r, rn, rdt).transpose(), |l| {
+            start_coll(l, comm, req, |e| iallgather_start(l, e, s, sn, sdt, r, rn, rdt).transpose(), |l| {
                 let r = crate::extra::quiet(l, comm, || PMPI_Allgather(s, sn, sdt, r, rn, rdt, comm));
                 crate::extra::code_to_fail(r, "the allgather failed")
             })
@@ -2019,7 +2028,7 @@ export! {
 
     fn MPI_Ialltoall, PMPI_Ialltoall(s: *const c_void, sn: c_int, sdt: Handle, r: *mut c_void, rn: c_int, rdt: Handle, comm: Handle, req: *mut Handle) -> c_int {
         run(comm, "MPI_Ialltoall", |l| {
-            start_coll(l, comm, req, |c| ialltoall_start(l, c, s, sn, sdt, r, rn, rdt).transpose(), |l| {
+            start_coll(l, comm, req, |e| ialltoall_start(l, e, s, sn, sdt, r, rn, rdt).transpose(), |l| {
                 let r = crate::extra::quiet(l, comm, || PMPI_Alltoall(s, sn, sdt, r, rn, rdt, comm));
                 crate::extra::code_to_fail(r, "the alltoall failed")
             })
@@ -2044,7 +2053,7 @@ export! {
             let size = abi::builtin_size(dt).unwrap_or(1);
             let in_place = at_root && is_in_place(s);
             let stage = (at_root && !aligned(r, size)) || (!in_place && !aligned(s, size));
-            start_coll(l, comm, req, |c| {
+            start_coll(l, comm, req, |e| {
                 let (el, rop) = fast?;
                 if nn == 0 {
                     return None;
@@ -2067,7 +2076,7 @@ export! {
                         dst = st.recv.as_mut_ptr().cast();
                     }
                 }
-                let raw = with_el!(el, T => ireduce_t::<T>(c, src, dst, nn, rop, rt));
+                let raw = with_el!(el, T => ireduce_t::<T>(e, src, dst, nn, rop, rt));
                 Some(raw.map(|r| (r, staged)).map_err(Fail::from))
             }, |l| reduce(l, s, r, n, dt, op, root, comm))
         })
@@ -2081,7 +2090,7 @@ export! {
             let fast = native(dt, op);
             let size = abi::builtin_size(dt).unwrap_or(1);
             let stage = !aligned(r, size) || (!is_in_place(s) && !aligned(s, size));
-            start_coll(l, comm, req, |c| {
+            start_coll(l, comm, req, |e| {
                 let (el, rop) = fast?;
                 let mut staged = None;
                 let (mut src, mut dst) = (if is_in_place(s) { std::ptr::null() } else { s }, r);
@@ -2097,7 +2106,7 @@ export! {
                     }
                     dst = st.recv.as_mut_ptr().cast();
                 }
-                let raw = with_el!(el, T => iallreduce_t::<T>(c, src, dst, nn, rop));
+                let raw = with_el!(el, T => iallreduce_t::<T>(e, src, dst, nn, rop));
                 Some(raw.map(|r| (r, staged)).map_err(Fail::from))
             }, |l| allreduce(l, s, r, n, dt, op, comm))
         })

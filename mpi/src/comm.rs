@@ -73,6 +73,7 @@ pub(crate) fn make(
         rank,
         contexts: ctx,
         whole,
+        engine: true,
         errhandler: Cell::new(from.errhandler.get()),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new(String::new()),
@@ -232,6 +233,8 @@ pub fn create_group(l: &Lib, comm: Handle, group: Rc<[u32]>) -> Result<Handle, F
         rank: group.iter().position(|&g| g == me).expect("a member"),
         contexts: c.contexts,
         whole: false,
+        // The parent's contexts: its collectives may be running there.
+        engine: false,
         errhandler: Cell::new(c.errhandler.get()),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new(String::new()),

@@ -20,13 +20,8 @@ use tandem_driver::{Comm, CONTEXT_WORDS};
 
 /// The driver's communicator of `c`'s members on `c`'s point-to-point
 /// context, made at the first call and kept (its agreements are counted).
-pub(crate) fn ft_comm<'c>(l: &Lib, c: &'c CommObj) -> Result<Ref<'c, Comm>, Fail> {
-    if c.ft.borrow().is_none() {
-        let ranks: Vec<usize> = c.group.iter().map(|&g| g as usize).collect();
-        let f = l.job.subset_with_context(&ranks, c.contexts[0])?;
-        *c.ft.borrow_mut() = Some(f);
-    }
-    Ok(Ref::map(c.ft.borrow(), |f| f.as_ref().expect("made above")))
+pub(crate) fn ft_comm<'c>(_l: &Lib, c: &'c CommObj) -> Result<Ref<'c, Comm>, Fail> {
+    Ok(c.members_comm()?)
 }
 
 /// The members of `c` (job ranks, in its order) at `ranks` of it.

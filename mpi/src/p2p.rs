@@ -754,10 +754,19 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             let comm = comm.clone();
             let staged = staged.take();
             drop(reqs);
+            // The driver communicator it was started on (the request is
+            // that communicator's).
+            let e = comm.tc()?.ok_or_else(|| {
+                Fail::new(
+                    abi::ERR_INTERN,
+                    "a collective request without its engine".into(),
+                )
+            })?;
             let res = match mode {
-                Mode::Wait => Ok(comm.p2p.coll_wait_raw(t)),
-                Mode::Test | Mode::Look => comm.p2p.coll_test_raw(t),
+                Mode::Wait => Ok(e.coll_wait_raw(t)),
+                Mode::Test | Mode::Look => e.coll_test_raw(t),
             };
+            drop(e);
             match res {
                 Err(t) => {
                     if let Some(Req::Coll { raw, staged: s, .. }) = l.reqs.borrow_mut().get_mut(idx)

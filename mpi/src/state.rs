@@ -33,17 +33,24 @@ pub struct CommObj {
     /// The contexts it holds (given back when it is freed).
     pub contexts: [u16; 2],
     /// Whether the members are the whole job in job order: then tandem's
-    /// own collectives serve it.
+    /// own collectives run on `p2p`.
     pub whole: bool,
+    /// Whether tandem's own collectives serve it: on `p2p` where it is
+    /// [`whole`](Self::whole), else on the driver communicator of its
+    /// members ([`members_comm`](Self::members_comm)). Not for a view of
+    /// another communicator's contexts (`MPI_Comm_create_group`'s), nor an
+    /// intercommunicator.
+    pub engine: bool,
     /// Its error handler.
     pub errhandler: Cell<Handle>,
     /// Cached attributes: (key, value).
     pub attrs: RefCell<Vec<(c_int, *mut c_void)>>,
     /// Its name (`MPI_Comm_set_name`).
     pub name: RefCell<String>,
-    /// The driver's communicator of its members for ULFM's agreement and
-    /// shrink (made at the first `MPIX_` call; it keeps the count of
-    /// agreements, which their messages are tagged with).
+    /// The driver's communicator of its members on its point-to-point
+    /// context ([`members_comm`](Self::members_comm)), for ULFM's
+    /// agreement and shrink (it keeps the count of agreements, which their
+    /// messages are tagged with) and tandem's collectives on a subgroup.
     pub ft: RefCell<Option<Comm>>,
     /// The failed members acknowledged by `MPIX_Comm_failure_ack` (job
     /// ranks, in this communicator's order).
@@ -55,6 +62,25 @@ pub struct CommObj {
     /// `group`, `rank` and `size()` are then the local group's, as
     /// `MPI_Comm_size` answers; point-to-point ranks name the remote group.
     pub remote: Option<Remote>,
+}
+
+/// The driver communicator of [`CommObj::tc`].
+pub enum Tc<'c> {
+    /// The communicator's `p2p` (the whole job in job order).
+    Whole(&'c Comm),
+    /// The driver's communicator of its members.
+    Members(std::cell::Ref<'c, Comm>),
+}
+
+impl std::ops::Deref for Tc<'_> {
+    type Target = Comm;
+
+    fn deref(&self) -> &Comm {
+        match self {
+            Tc::Whole(c) => c,
+            Tc::Members(c) => c,
+        }
+    }
 }
 
 /// The other group of an intercommunicator.
@@ -80,6 +106,39 @@ impl Remote {
 }
 
 impl CommObj {
+    /// The driver's communicator of the members (`ft`), made at the first
+    /// use: on the point-to-point context, whose upper half carries
+    /// tandem's collectives.
+    ///
+    /// # Errors
+    /// The driver's refusal (not expected: the members and the context are
+    /// this communicator's own).
+    pub fn members_comm(&self) -> Result<std::cell::Ref<'_, Comm>, Error> {
+        if self.ft.borrow().is_none() {
+            let ranks: Vec<usize> = self.group.iter().map(|&g| g as usize).collect();
+            let f = self.p2p.subset_with_context(&ranks, self.contexts[0])?;
+            *self.ft.borrow_mut() = Some(f);
+        }
+        Ok(std::cell::Ref::map(self.ft.borrow(), |f| {
+            f.as_ref().expect("made above")
+        }))
+    }
+
+    /// The driver communicator that runs tandem's own collectives for it
+    /// ([`engine`](Self::engine)); `None`: the MPI layer's algorithms.
+    ///
+    /// # Errors
+    /// As [`members_comm`](Self::members_comm).
+    pub fn tc(&self) -> Result<Option<Tc<'_>>, Error> {
+        if !self.engine || self.remote.is_some() {
+            return Ok(None);
+        }
+        if self.whole {
+            return Ok(Some(Tc::Whole(&self.p2p)));
+        }
+        self.members_comm().map(|c| Some(Tc::Members(c)))
+    }
+
     /// The number of members.
     pub fn size(&self) -> usize {
         self.group.len()

@@ -88,24 +88,37 @@ int main(int argc, char **argv)
     }
 
     /* Started in different orders on different ranks: MPI matches
-     * persistent collectives by the order of their inits. */
-    {
-        int v = -1;
-        MPI_Request rs[2];
-        CHECK_MPI(MPI_Bcast_init(&v, 1, MPI_INT, 0, MPI_COMM_WORLD, MPI_INFO_NULL, &rs[0]));
-        CHECK_MPI(MPI_Barrier_init(MPI_COMM_WORLD, MPI_INFO_NULL, &rs[1]));
-        if (me == 0) {
+     * persistent collectives by the order of their inits. On the world
+     * and on a communicator of every other rank (split by parity, ranks
+     * reversed). */
+    for (int sub = 0; sub < 2; sub++) {
+        MPI_Comm c = MPI_COMM_WORLD;
+        if (sub)
+            CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, me % 2, -me, &c));
+        int cr;
+        MPI_Comm_rank(c, &cr);
+        int v = -1, sum = -1, one = 1;
+        MPI_Request rs[3];
+        CHECK_MPI(MPI_Bcast_init(&v, 1, MPI_INT, 0, c, MPI_INFO_NULL, &rs[0]));
+        CHECK_MPI(MPI_Barrier_init(c, MPI_INFO_NULL, &rs[1]));
+        CHECK_MPI(MPI_Allreduce_init(&one, &sum, 1, MPI_INT, MPI_SUM, c, MPI_INFO_NULL, &rs[2]));
+        if (cr == 0) {
             v = 77;
-            CHECK_MPI(MPI_Start(&rs[0]));
-            CHECK_MPI(MPI_Start(&rs[1]));
+            for (int k = 0; k < 3; k++)
+                CHECK_MPI(MPI_Start(&rs[k]));
         } else {
-            CHECK_MPI(MPI_Start(&rs[1]));
-            CHECK_MPI(MPI_Start(&rs[0]));
+            for (int k = 2; k >= 0; k--)
+                CHECK_MPI(MPI_Start(&rs[k]));
         }
-        CHECK_MPI(MPI_Waitall(2, rs, MPI_STATUSES_IGNORE));
-        CHECK(v == 77, "Bcast_init started after a Barrier_init: %d", v);
-        MPI_Request_free(&rs[0]);
-        MPI_Request_free(&rs[1]);
+        CHECK_MPI(MPI_Waitall(3, rs, MPI_STATUSES_IGNORE));
+        int cs;
+        MPI_Comm_size(c, &cs);
+        CHECK(v == 77 && sum == cs, "%s: Bcast_init and Allreduce_init started in other orders: %d %d",
+              sub ? "split" : "world", v, sum);
+        for (int k = 0; k < 3; k++)
+            MPI_Request_free(&rs[k]);
+        if (sub)
+            MPI_Comm_free(&c);
     }
 
     /* Barrier and Bcast together through MPI_Startall / MPI_Waitall. */
