@@ -13,16 +13,9 @@ use crate::abi::{self, Handle};
 use crate::comm::{make, take_two};
 use crate::state::{AgreeReq, CommObj, Fail, Lib, Req};
 use crate::{export, fail, run, set};
-use std::cell::Ref;
 use std::ffi::c_int;
 use std::rc::Rc;
-use tandem_driver::{Comm, CONTEXT_WORDS};
-
-/// The driver's communicator of `c`'s members on `c`'s point-to-point
-/// context, made at the first call and kept (its agreements are counted).
-pub(crate) fn ft_comm<'c>(_l: &Lib, c: &'c CommObj) -> Result<Ref<'c, Comm>, Fail> {
-    Ok(c.members_comm()?)
-}
+use tandem_driver::CONTEXT_WORDS;
 
 /// The members of `c` (job ranks, in its order) at `ranks` of it.
 fn job_ranks(c: &CommObj, ranks: &[usize]) -> Rc<[u32]> {
@@ -31,7 +24,7 @@ fn job_ranks(c: &CommObj, ranks: &[usize]) -> Rc<[u32]> {
 
 fn shrink(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
     let c = l.comm(comm)?;
-    let a = ft_comm(l, &c)?.agree_on(u32::MAX, &l.free_ctx.get())?;
+    let a = c.members_comm()?.agree_on(u32::MAX, &l.free_ctx.get())?;
     if a.failed.contains(&c.rank) {
         return fail(
             abi::X_ERR_PROC_FAILED,
@@ -52,7 +45,9 @@ fn shrink(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
 
 fn agree(l: &Lib, comm: Handle, flag: c_int) -> Result<(c_int, bool), Fail> {
     let c = l.comm(comm)?;
-    let a = ft_comm(l, &c)?.agree_on(flag as u32, &[u64::MAX; CONTEXT_WORDS])?;
+    let a = c
+        .members_comm()?
+        .agree_on(flag as u32, &[u64::MAX; CONTEXT_WORDS])?;
     Ok((a.flags as c_int, unacked(&c, &a.failed)))
 }
 
@@ -123,7 +118,7 @@ export! {
             // valid until the request completes).
             let mine = unsafe { flag.read() };
             let c = l.comm(comm)?;
-            let op = ft_comm(l, &c)?.iagree(mine as u32);
+            let op = c.members_comm()?.iagree(mine as u32);
             let h = l.add_req(Req::Agree(Box::new(AgreeReq {
                 comm: c.clone(),
                 op: Some(op),
@@ -137,7 +132,7 @@ export! {
     fn MPIX_Comm_failure_ack, PMPIX_Comm_failure_ack(comm: Handle) -> c_int {
         run(comm, "MPIX_Comm_failure_ack", |l| {
             let c = l.comm(comm)?;
-            let failed = ft_comm(l, &c)?.failed_ranks();
+            let failed = c.members_comm()?.failed_ranks();
             *c.acked.borrow_mut() = job_ranks(&c, &failed);
             Ok(())
         })
@@ -161,7 +156,7 @@ export! {
                 return fail(abi::ERR_ARG, "failedgrp is NULL");
             }
             let c = l.comm(comm)?;
-            let failed = ft_comm(l, &c)?.failed_ranks();
+            let failed = c.members_comm()?.failed_ranks();
             set(failedgrp, l.add_group(job_ranks(&c, &failed)), "failedgrp")?;
             Ok(())
         })

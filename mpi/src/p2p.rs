@@ -634,7 +634,7 @@ pub(crate) fn complete_index(l: &Lib, idx: usize, mode: Mode) -> Result<Outcome,
             let (comm, flag) = (a.comm.clone(), a.flag);
             drop(reqs);
             let res = {
-                let ft = crate::ft::ft_comm(l, &comm)?;
+                let ft = comm.members_comm()?;
                 match mode {
                     Mode::Wait => op.wait(&ft).map(Some),
                     Mode::Test | Mode::Look => op.test(&ft),
