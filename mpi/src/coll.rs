@@ -896,10 +896,30 @@ fn inter_allreduce(
         return Ok(());
     }
     let t = RedType::of(l, dt)?;
+    let mut acc = across(l, c, s, n, t, op)?;
+    g_bcast(c, &mut acc, 0)?;
+    // SAFETY: the receive buffer holds n elements of the type.
+    unsafe { t.store(l, &acc, n, r) }
+}
+
+/// The middle of an intercommunicator reduction: this group's `n`
+/// elements of `t` at `s` reduced with `op` onto its leader, which swaps
+/// the result with the other group's leader. On the leader, the other
+/// group's reduction (packed); elsewhere, nothing of use.
+fn across(
+    l: &Lib,
+    c: &CommObj,
+    s: *const c_void,
+    n: usize,
+    t: RedType,
+    op: Handle,
+) -> Result<Vec<u8>, Fail> {
     // SAFETY: the program's buffer of `n` elements.
     let mut acc = unsafe { t.load(l, s, n) }?;
     g_reduce0(l, c, &mut acc, op, t, n)?;
     if c.rank == 0 {
+        // The other group's vector is as long as this one's: MPI requires
+        // it, and a leader whose vector differs fails on the length.
         let mut theirs = vec![0u8; acc.len()];
         let peer = c.peer_job(0);
         let st = c.coll.sendrecv(
@@ -913,9 +933,7 @@ fn inter_allreduce(
         same_length(st.len, acc.len())?;
         acc = theirs;
     }
-    g_bcast(c, &mut acc, 0)?;
-    // SAFETY: the receive buffer holds n elements of the type.
-    unsafe { t.store(l, &acc, n, r) }
+    Ok(acc)
 }
 
 /// The other group's vector (`theirs` bytes, packed) is as long as this
@@ -1448,25 +1466,7 @@ fn inter_reduce_scatter(
     }
     check_op(l, op, dt)?;
     let t = RedType::of(l, dt)?;
-    // SAFETY: the program's buffer of `total` elements.
-    let mut acc = unsafe { t.load(l, s, total) }?;
-    g_reduce0(l, c, &mut acc, op, t, total)?;
-    if c.rank == 0 {
-        // The other group's vector is as long as this one's: MPI requires
-        // it, and a leader whose vector differs fails on the length.
-        let mut theirs = vec![0u8; acc.len()];
-        let peer = c.peer_job(0);
-        let st = c.coll.sendrecv(
-            &acc,
-            peer,
-            T_INTER_REDUCE,
-            &mut theirs,
-            peer,
-            T_INTER_REDUCE,
-        )?;
-        same_length(st.len, acc.len())?;
-        acc = theirs;
-    }
+    let acc = across(l, c, s, total, t, op)?;
     scatter_blocks(l, c, &acc, counts, t, r)
 }
 

@@ -1747,6 +1747,7 @@ export! {
                 Some(Req::Coll { raw, .. }) => raw.is_some(),
                 Some(Req::Agree(a)) => a.op.is_some(),
                 Some(Req::PColl(p)) => p.active != abi::REQUEST_NULL,
+                // Freed above, part by part.
                 Some(Req::Pair(_)) => true,
                 Some(Req::Greq(g)) => {
                     if !g.complete {
