@@ -16,15 +16,20 @@
 //! assert_eq!(*l.try_lock().unwrap(), 1);
 //! ```
 
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{AtomicU8, Ordering};
 use core::cell::UnsafeCell;
+
+/// [`SpinLock`]'s state bit: held.
+const LOCKED: u8 = 1;
+/// [`SpinLock`]'s state bit: threads may share it (the atomic protocol).
+const SHARED: u8 = 2;
 
 /// See the [module docs](self).
 pub struct SpinLock<T> {
-    locked: AtomicBool,
-    /// Whether threads may share it (atomic so [`SpinLock::share`] can
-    /// switch a single-thread lock over).
-    shared: AtomicBool,
+    /// [`LOCKED`] and [`SHARED`] in one byte, so that taking a
+    /// single-thread lock is one load, one test and one store (atomic so
+    /// [`SpinLock::share`] can switch a single-thread lock over).
+    state: AtomicU8,
     value: UnsafeCell<T>,
 }
 
@@ -37,8 +42,7 @@ impl<T> SpinLock<T> {
     /// A lock that threads may share.
     pub fn new(value: T) -> Self {
         Self {
-            locked: AtomicBool::new(false),
-            shared: AtomicBool::new(true),
+            state: AtomicU8::new(SHARED),
             value: UnsafeCell::new(value),
         }
     }
@@ -53,50 +57,75 @@ impl<T> SpinLock<T> {
     /// any other thread can reach it.
     pub unsafe fn new_single(value: T) -> Self {
         Self {
-            locked: AtomicBool::new(false),
-            shared: AtomicBool::new(false),
+            state: AtomicU8::new(0),
             value: UnsafeCell::new(value),
         }
     }
 
     /// Switches a [`new_single`](Self::new_single) lock to the shared
     /// (atomic) protocol, for good. Call it from the one thread using the
-    /// lock before another thread can reach it (for instance before handing
-    /// a second owner to another thread); that hand-over orders this store
-    /// before the other thread's first use.
+    /// lock, while it does not hold it, before another thread can reach it
+    /// (for instance before handing a second owner to another thread); that
+    /// hand-over orders this store before the other thread's first use.
+    ///
+    /// # Panics
+    /// If the lock is held: its guard would release it to the
+    /// single-thread protocol again.
     pub fn share(&self) {
-        self.shared.store(true, Ordering::Relaxed);
+        let s = self.state.load(Ordering::Relaxed);
+        assert!(s & LOCKED == 0, "SpinLock::share while the lock is held");
+        self.state.store(s | SHARED, Ordering::Relaxed);
     }
 
     /// Whether threads may share it.
     pub fn is_shared(&self) -> bool {
-        self.shared.load(Ordering::Relaxed)
+        self.state.load(Ordering::Relaxed) & SHARED != 0
     }
 
     /// The guard if the lock is free now.
     #[inline]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
-        let free = if self.is_shared() {
-            // compare_exchange, not swap: a failed attempt then writes
-            // nothing (same cost on x86). loom 0.7 lets the `true` a failed
-            // swap writes land after the holder's release in modification
-            // order, which reports the lock held forever; with a CAS the
-            // model checks cleanly.
-            self.locked
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        } else {
-            let free = !self.locked.load(Ordering::Relaxed);
-            self.locked.store(true, Ordering::Relaxed);
-            free
-        };
-        // Not `free.then_some(SpinGuard(self))`: that builds the guard even
-        // when the lock is taken, and dropping it releases the holder's lock.
-        if free {
-            Some(SpinGuard(self))
-        } else {
-            None
+        let s = self.state.load(Ordering::Relaxed);
+        if s != 0 {
+            return self.try_lock_shared(s);
         }
+        // Single-thread and free: plain store, no read-modify-write.
+        self.state.store(LOCKED, Ordering::Relaxed);
+        Some(SpinGuard {
+            lock: self,
+            release: 0,
+        })
+    }
+
+    /// [`try_lock`](Self::try_lock) of a lock whose state `s` is not the
+    /// free single-thread one: shared, or held. Out of line, so that the
+    /// single-thread case falls through with one test (a shared lock pays
+    /// a call beside its compare-and-swap).
+    #[cold]
+    #[inline(never)]
+    fn try_lock_shared(&self, s: u8) -> Option<SpinGuard<'_, T>> {
+        // compare_exchange, not swap: a failed attempt then writes nothing
+        // (same cost on x86). loom 0.7 lets the value a failed swap writes
+        // land after the holder's release in modification order, which
+        // reports the lock held forever; with a CAS the model checks
+        // cleanly.
+        if s == SHARED
+            && self
+                .state
+                .compare_exchange(
+                    SHARED,
+                    SHARED | LOCKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return Some(SpinGuard {
+                lock: self,
+                release: SHARED,
+            });
+        }
+        None
     }
 
     /// Takes the lock, calling `relax(attempt)` between attempts.
@@ -106,13 +135,19 @@ impl<T> SpinLock<T> {
     /// wait forever otherwise).
     #[inline]
     pub fn lock_with(&self, relax: impl FnMut(u32)) -> SpinGuard<'_, T> {
-        if let Some(g) = self.try_lock() {
-            return g;
+        // The single-thread case spelled out, not through `try_lock`'s
+        // `Option`: one load, one test and one store.
+        if self.state.load(Ordering::Relaxed) == 0 {
+            self.state.store(LOCKED, Ordering::Relaxed);
+            return SpinGuard {
+                lock: self,
+                release: 0,
+            };
         }
         self.lock_contended(relax)
     }
 
-    /// [`lock_with`](Self::lock_with) once the first attempt failed.
+    /// [`lock_with`](Self::lock_with) of a shared or held lock.
     #[cold]
     #[inline(never)]
     fn lock_contended(&self, mut relax: impl FnMut(u32)) -> SpinGuard<'_, T> {
@@ -124,7 +159,7 @@ impl<T> SpinLock<T> {
             assert!(self.is_shared(), "single-thread SpinLock re-entered");
             // Acquire, not Relaxed: same code on x86, and loom then lets the
             // waiter see the release instead of a stale value forever.
-            while self.locked.load(Ordering::Acquire) {
+            while self.state.load(Ordering::Acquire) & LOCKED != 0 {
                 relax(attempt);
                 attempt = attempt.saturating_add(1);
             }
@@ -134,22 +169,26 @@ impl<T> SpinLock<T> {
 
 /// Exclusive access to a [`SpinLock`]'s value; releases it when dropped.
 #[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct SpinGuard<'a, T>(&'a SpinLock<T>);
+pub struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+    /// The state the release stores: the lock's protocol bit, unlocked.
+    release: u8,
+}
 
 impl<T> core::ops::Deref for SpinGuard<'_, T> {
     type Target = T;
     #[inline(always)]
     fn deref(&self) -> &T {
-        // SAFETY: this guard holds the lock.
-        unsafe { &*self.0.value.get() }
+        // SAFETY: the guard is the lock's one holder (see `Sync` above).
+        unsafe { &*self.lock.value.get() }
     }
 }
 
 impl<T> core::ops::DerefMut for SpinGuard<'_, T> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: this guard holds the lock exclusively.
-        unsafe { &mut *self.0.value.get() }
+        // SAFETY: as for `deref`; `&mut self` makes it exclusive.
+        unsafe { &mut *self.lock.value.get() }
     }
 }
 
@@ -161,7 +200,7 @@ impl<T> Drop for SpinGuard<'_, T> {
         } else {
             Ordering::Release
         };
-        self.0.locked.store(false, order);
+        self.lock.state.store(self.release, order);
     }
 }
 
@@ -189,5 +228,29 @@ mod tests {
         let l = unsafe { SpinLock::new_single(0) };
         let _g = l.lock_with(|_| {});
         let _h = l.lock_with(|_| {});
+    }
+
+    #[test]
+    fn share_switches_protocol_and_the_guard_releases_to_it() {
+        // SAFETY: used by this thread only.
+        let l = unsafe { SpinLock::new_single(5) };
+        assert!(!l.is_shared());
+        *l.lock_with(|_| {}) += 1;
+        l.share();
+        assert!(l.is_shared());
+        let g = l.try_lock().unwrap();
+        assert!(l.try_lock().is_none());
+        drop(g);
+        assert!(l.is_shared(), "a release keeps the shared protocol");
+        assert_eq!(*l.try_lock().unwrap(), 6);
+    }
+
+    #[test]
+    #[should_panic(expected = "while the lock is held")]
+    fn share_while_held_panics() {
+        // SAFETY: used by this thread only.
+        let l = unsafe { SpinLock::new_single(0) };
+        let _g = l.lock_with(|_| {});
+        l.share();
     }
 }

@@ -85,6 +85,10 @@ atomic_int!(
     /// A 32-bit atomic.
     AtomicU32, u32
 );
+atomic_int!(
+    /// An 8-bit atomic (a small state word).
+    AtomicU8, u8
+);
 atomic!(
     /// An atomic boolean.
     AtomicBool, bool

@@ -194,6 +194,7 @@ fn broken_second_thread_before_share() {
             "Causality violation",
             "an update was lost",
             "single-thread SpinLock re-entered",
+            "SpinLock::share while the lock is held",
             "maximum number of branches",
         ],
         || lock_model(false),
