@@ -73,6 +73,9 @@ pub const fn lines_for(total: usize) -> usize {
 pub struct LineRing<'a> {
     head: &'a PaddedCounter,
     lines: &'a [Line],
+    /// `lines.len() - 1` (the length is a power of two): a sequence
+    /// number's line index is `seq & mask`.
+    mask: u64,
 }
 
 impl<'a> LineRing<'a> {
@@ -94,7 +97,11 @@ impl<'a> LineRing<'a> {
         if lines.is_empty() || !lines.len().is_power_of_two() {
             return Err(LayoutError::Steps(lines.len() as u64));
         }
-        Ok(Self { head, lines })
+        Ok(Self {
+            head,
+            lines,
+            mask: lines.len() as u64 - 1,
+        })
     }
 
     /// A ring laid over raw memory: the head counter at `ptr`, `count`
@@ -144,10 +151,10 @@ impl<'a> LineRing<'a> {
 
     #[inline(always)]
     fn line(&self, n: u64) -> &'a Line {
-        let i = (n & (self.lines.len() as u64 - 1)) as usize;
+        let i = (n & self.mask) as usize;
         debug_assert!(i < self.lines.len());
-        // SAFETY: `lines.len()` is a power of two (checked in `new`), so
-        // masking with `len - 1` always yields an index below `len`.
+        // SAFETY: `lines.len()` is a power of two (checked in `new`) and
+        // `mask` is `len - 1`, so masking always yields an index below `len`.
         unsafe { self.lines.get_unchecked(i) }
     }
 
@@ -157,7 +164,7 @@ impl<'a> LineRing<'a> {
         LineProducer {
             ring: *self,
             tail: head,
-            head_cache: head,
+            limit: head.saturating_add(self.lines.len() as u64),
         }
     }
 
@@ -174,24 +181,36 @@ impl<'a> LineRing<'a> {
 pub struct LineProducer<'a> {
     ring: LineRing<'a>,
     tail: u64,
-    head_cache: u64,
+    /// The reader's head as last read plus the capacity (saturating): the
+    /// first sequence number not free for writing. Kept as that sum so
+    /// that the one-line check is one compare.
+    limit: u64,
 }
 
 impl<'a> LineProducer<'a> {
     #[inline(always)]
     fn free_cached(&self) -> u64 {
         let cap = self.ring.lines.len() as u64;
-        self.head_cache
-            .saturating_add(cap)
-            .saturating_sub(self.tail)
-            .min(cap)
+        self.limit.saturating_sub(self.tail).min(cap)
+    }
+
+    /// Reloads the reader's head into [`limit`](Self::limit).
+    #[inline(always)]
+    fn reload(&mut self) {
+        let cap = self.ring.lines.len() as u64;
+        self.limit = self
+            .ring
+            .head
+            .value
+            .load(Ordering::Acquire)
+            .saturating_add(cap);
     }
 
     /// Lines free for writing (reloads the reader's head if needed).
     #[inline(always)]
     pub fn free(&mut self, want: u64) -> u64 {
         if self.free_cached() < want {
-            self.head_cache = self.ring.head.value.load(Ordering::Acquire);
+            self.reload();
         }
         self.free_cached()
     }
@@ -298,12 +317,11 @@ impl<'a> LineProducer<'a> {
     /// ring look full, never panic.
     #[inline(always)]
     pub fn line_free(&mut self) -> bool {
-        let cap = self.ring.lines.len() as u64;
-        if self.tail < self.head_cache.saturating_add(cap) {
+        if self.tail < self.limit {
             return true;
         }
-        self.head_cache = self.ring.head.value.load(Ordering::Acquire);
-        self.tail < self.head_cache.saturating_add(cap)
+        self.reload();
+        self.tail < self.limit
     }
 
     /// Lines written so far.
