@@ -880,12 +880,16 @@ impl Comm {
     #[inline(always)]
     fn recv_valid_tag(&self, buf: &mut [u8], src: usize, tag: Tag) -> Result<Status> {
         if src < self.size() {
-            // Often the message is there already.
-            let w = self.world(src);
+            // Often the message is there already. The communicator's
+            // numbering looked at once, for the rank and for the status.
+            let (w, whole) = (self.world(src), self.members.is_none());
             // A one-line message only here: anything else, and the
             // polling, in the cold path below.
             if let Some(Fast::Done(st)) = self.engine().try_recv_line(buf, w, self.ctx, tag) {
-                return self.delivered_here(st, buf.len());
+                if st.len <= buf.len() && whole {
+                    return Ok(st);
+                }
+                return self.here_slow(delivered(st, buf.len()));
             }
         }
         self.recv_waiting(buf, src, tag)
