@@ -254,11 +254,19 @@ fn dup(l: &Lib, comm: Handle) -> Result<Handle, Fail> {
     // Attributes: each key's copy callback decides.
     let attrs = c.attrs.borrow().clone();
     drop(c);
-    let h = l.add_comm(obj);
+    let mut h = l.add_comm(obj);
     for (key, val) in attrs {
         let Some(k) = keyval(l, key) else { continue };
-        if let Some(out) = copy_one(comm, key, &k, val)? {
-            attach(l, h, key, out, true)?;
+        let copied = copy_one(comm, key, &k, val).and_then(|out| match out {
+            Some(out) => attach(l, h, key, out, true),
+            None => Ok(()),
+        });
+        if let Err(e) = copied {
+            // A copy callback refused (or failed): the call fails and the
+            // duplicate goes, with the attributes already copied to it
+            // (their delete callbacks run); its caller gets MPI_COMM_NULL.
+            let _ = free(l, &mut h);
+            return Err(e);
         }
     }
     Ok(h)
@@ -609,7 +617,7 @@ export! {
 
     fn MPI_Comm_dup, PMPI_Comm_dup(comm: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_dup", |l| {
-            crate::need(out, "newcomm")?;
+            crate::null_first(out, abi::COMM_NULL, "newcomm")?;
             set(out, dup(l, comm)?, "newcomm")?;
             Ok(())
         })
@@ -621,7 +629,7 @@ export! {
 
     fn MPI_Comm_split, PMPI_Comm_split(comm: Handle, color: c_int, key: c_int, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_split", |l| {
-            crate::need(out, "newcomm")?;
+            crate::null_first(out, abi::COMM_NULL, "newcomm")?;
             set(out, split(l, comm, color, key)?, "newcomm")?;
             Ok(())
         })
@@ -629,7 +637,7 @@ export! {
 
     fn MPI_Comm_split_type, PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, info: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_split_type", |l| {
-            crate::need(out, "newcomm")?;
+            crate::null_first(out, abi::COMM_NULL, "newcomm")?;
             set(out, split_type(l, comm, kind, key, info)?, "newcomm")?;
             Ok(())
         })
@@ -638,7 +646,7 @@ export! {
     fn MPI_Comm_create, PMPI_Comm_create(comm: Handle, group: Handle, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_create", |l| {
             let g = group_of(l, group)?;
-            crate::need(out, "newcomm")?;
+            crate::null_first(out, abi::COMM_NULL, "newcomm")?;
             set(out, create(l, comm, g)?, "newcomm")?;
             Ok(())
         })

@@ -438,7 +438,7 @@ export! {
     fn MPI_Comm_create_group, PMPI_Comm_create_group(comm: Handle, group: Handle, _tag: c_int, out: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_create_group", |l| {
             let g = l.group(group)?;
-            crate::need(out, "newcomm")?;
+            crate::null_first(out, abi::COMM_NULL, "newcomm")?;
             set(out, crate::comm::create_group(l, comm, g)?, "newcomm")?;
             Ok(())
         })
@@ -585,7 +585,7 @@ export! {
         run(comm, "MPI_Comm_idup", |l| {
             // Refused at the call: an invalid communicator or pointer.
             l.any_comm(comm)?;
-            crate::need(out, "newcomm")?;
+            crate::null_first(out, abi::COMM_NULL, "newcomm")?;
             crate::need(req, "request")?;
             let r = quiet(l, comm, || crate::comm::PMPI_Comm_dup(comm, out));
             if r == abi::SUCCESS {

@@ -622,7 +622,7 @@ pub(crate) fn scatterv(
 export! {
     fn MPI_Intercomm_create, PMPI_Intercomm_create(local: Handle, local_leader: c_int, peer: Handle, remote_leader: c_int, tag: c_int, out: *mut Handle) -> c_int {
         run(local, "MPI_Intercomm_create", |l| {
-            crate::need(out, "newintercomm")?;
+            crate::null_first(out, abi::COMM_NULL, "newintercomm")?;
             set(out, create(l, local, local_leader, peer, remote_leader, tag)?, "newintercomm")
         })
     }

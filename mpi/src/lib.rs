@@ -173,6 +173,15 @@ pub(crate) fn need<T>(p: *mut T, what: &str) -> Result<*mut T, Fail> {
     Ok(p)
 }
 
+/// Checks the out-parameter `p` (`what`) and stores `null` in it first, so
+/// that a call creating an object that fails leaves the null handle
+/// there (MPI_COMM_NULL, as MPICH leaves).
+pub(crate) fn null_first(p: *mut abi::Handle, null: abi::Handle, what: &str) -> Result<(), Fail> {
+    // SAFETY: the program's out-parameter, checked non-null by `need`.
+    unsafe { need(p, what)?.write(null) };
+    Ok(())
+}
+
 #[cold]
 fn null_arg<T>(what: &str) -> Result<T, Fail> {
     fail(abi::ERR_ARG, format!("{what} is a null pointer"))

@@ -217,7 +217,17 @@ export! {
     fn MPI_Type_dup, PMPI_Type_dup(old: Handle, out: *mut Handle) -> c_int {
         run(W, "MPI_Type_dup", |l| {
             made(l, out, "MPI_Type_dup", |t| t.dup(old))?;
-            crate::extra::type_attrs_dup(l, old, *out)
+            let r = crate::extra::type_attrs_dup(l, old, *out);
+            if r.is_err() {
+                // A copy callback refused: the duplicate goes, with the
+                // attributes already copied to it, and the caller gets
+                // MPI_DATATYPE_NULL.
+                let h = *out;
+                let _ = crate::extra::type_attrs_free(l, h);
+                let _ = l.types.borrow_mut().free(h);
+                *out = abi::DATATYPE_NULL;
+            }
+            r
         })
     }
 

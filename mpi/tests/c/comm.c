@@ -419,6 +419,81 @@ static void test_freed_keys(void)
           deleted);
 }
 
+/* A copy callback that fails makes the duplicate fail: MPI_Comm_dup and
+ * MPI_Type_dup return the error and the null handle, and the attributes
+ * already copied to the half-made duplicate are deleted again (their
+ * delete callbacks run); the original keeps its attributes. */
+static int refused_deletes = 0;
+static int copy_ok(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag)
+{
+    (void)c, (void)k, (void)extra;
+    *(void **)out = in;
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+static int copy_refuse(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag)
+{
+    (void)c, (void)k, (void)extra, (void)in, (void)out;
+    *flag = 0;
+    return MPI_ERR_OTHER;
+}
+static int count_del(MPI_Comm c, int k, void *val, void *extra)
+{
+    (void)c, (void)k, (void)val, (void)extra;
+    refused_deletes++;
+    return MPI_SUCCESS;
+}
+static int type_copy_refuse(MPI_Datatype t, int k, void *extra, void *in, void *out, int *flag)
+{
+    (void)t, (void)k, (void)extra, (void)in, (void)out;
+    *flag = 0;
+    return MPI_ERR_OTHER;
+}
+
+static void test_refused_copy(void)
+{
+    MPI_Comm base, copy = MPI_COMM_WORLD;
+    MPI_Comm_dup(MPI_COMM_WORLD, &base);
+    MPI_Comm_set_errhandler(base, MPI_ERRORS_RETURN);
+    int ok_key, bad_key;
+    /* Keys are copied in creation order: the first copies, the second
+     * refuses. */
+    MPI_Comm_create_keyval(copy_ok, count_del, &ok_key, NULL);
+    MPI_Comm_create_keyval(copy_refuse, MPI_COMM_NULL_DELETE_FN, &bad_key, NULL);
+    MPI_Comm_set_attr(base, ok_key, &refused_deletes);
+    MPI_Comm_set_attr(base, bad_key, &refused_deletes);
+    refused_deletes = 0;
+    int err = MPI_Comm_dup(base, &copy);
+    CHECK(err != MPI_SUCCESS, "MPI_Comm_dup succeeded although a copy callback failed");
+    CHECK(copy == MPI_COMM_NULL, "a failed MPI_Comm_dup left %#x, not MPI_COMM_NULL",
+          (unsigned)copy);
+    if (!g_lenient_ref)
+        CHECK(refused_deletes == 1, "the attribute copied to the failed duplicate was "
+              "deleted %d times, not once", refused_deletes);
+    void *v = NULL;
+    int flag = 0;
+    MPI_Comm_get_attr(base, ok_key, &v, &flag);
+    CHECK(flag && v == &refused_deletes, "the original lost its attribute");
+    MPI_Comm_delete_attr(base, bad_key);
+    MPI_Comm_free(&base);
+    MPI_Comm_free_keyval(&ok_key);
+    MPI_Comm_free_keyval(&bad_key);
+
+    MPI_Datatype t, t2 = MPI_INT;
+    MPI_Type_contiguous(2, MPI_INT, &t);
+    int tkey;
+    MPI_Type_create_keyval(type_copy_refuse, MPI_TYPE_NULL_DELETE_FN, &tkey, NULL);
+    MPI_Type_set_attr(t, tkey, NULL);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    err = MPI_Type_dup(t, &t2);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    CHECK(err != MPI_SUCCESS, "MPI_Type_dup succeeded although a copy callback failed");
+    CHECK(t2 == MPI_DATATYPE_NULL, "a failed MPI_Type_dup left %#x, not MPI_DATATYPE_NULL",
+          (unsigned)t2);
+    MPI_Type_free(&t);
+    MPI_Type_free_keyval(&tkey);
+}
+
 /* As many communicators as the library has contexts for: 2000 live at
  * once, as MPICH allows (tandem made 253 before); one past the last
  * refused with an error (not a crash, not a hang), and every one usable. */
@@ -545,6 +620,7 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     test_attributes();
     test_freed_keys();
+    test_refused_copy();
     test_many();
     return finish("comm");
 }
