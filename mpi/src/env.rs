@@ -57,7 +57,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         contexts: [1, 2],
         whole: true,
         engine: true,
-        errhandler: Cell::new(abi::ERRORS_ARE_FATAL),
+        errhandler: Cell::new(crate::state::DEFAULT_ERRHANDLER),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new("MPI_COMM_WORLD".into()),
         ft: RefCell::new(None),
@@ -76,7 +76,7 @@ fn init(required: c_int) -> Result<c_int, Fail> {
         contexts: [3, 4],
         whole: n == 1,
         engine: true,
-        errhandler: Cell::new(abi::ERRORS_ARE_FATAL),
+        errhandler: Cell::new(crate::state::DEFAULT_ERRHANDLER),
         attrs: RefCell::new(Vec::new()),
         name: RefCell::new("MPI_COMM_SELF".into()),
         ft: RefCell::new(None),
@@ -293,7 +293,9 @@ export! {
 
     fn MPI_Comm_get_errhandler, PMPI_Comm_get_errhandler(comm: Handle, h: *mut Handle) -> c_int {
         run(comm, "MPI_Comm_get_errhandler", |l| {
-            set(h, l.any_comm(comm)?.errhandler.get(), "h")?;
+            let eh = l.any_comm(comm)?.errhandler.get();
+            let eh = if eh == crate::state::DEFAULT_ERRHANDLER { abi::ERRORS_ARE_FATAL } else { eh };
+            set(h, eh, "h")?;
             Ok(())
         })
     }
@@ -345,10 +347,11 @@ export! {
     fn MPI_Comm_call_errhandler, PMPI_Comm_call_errhandler(comm: Handle, code: c_int) -> c_int {
         run(comm, "MPI_Comm_call_errhandler", |l| {
             let c = l.any_comm(comm)?;
-            match c.errhandler.get() {
+            match crate::state::errhandler_of(l, &c) {
                 abi::ERRORS_RETURN => Ok(()),
                 abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
-                    eprintln!("tandem: MPI_Comm_call_errhandler: error code {code}; aborting");
+                    let what = crate::state::code_message(code).unwrap_or_else(|| "an error".into());
+                    eprintln!("tandem: MPI_Comm_call_errhandler: {what} (error code {code}); aborting (MPI_ERRORS_ARE_FATAL)");
                     std::process::exit(1);
                 }
                 h => {

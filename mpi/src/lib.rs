@@ -94,13 +94,8 @@ fn not_running(name: &str) -> c_int {
 pub(crate) fn raise(l: &Lib, comm: abi::Handle, name: &str, e: Fail) -> c_int {
     let code = state::error_code(Some(l), &e);
     let (mut h, handler) = match l.any_comm(comm) {
-        Ok(c) => (comm, c.errhandler.get()),
-        Err(_) => (
-            abi::COMM_WORLD,
-            l.any_comm(abi::COMM_WORLD)
-                .map(|c| c.errhandler.get())
-                .unwrap_or(abi::ERRORS_ARE_FATAL),
-        ),
+        Ok(c) => (comm, state::errhandler_of(l, &c)),
+        Err(_) => (abi::COMM_WORLD, state::world_errhandler(l)),
     };
     match handler {
         abi::ERRORS_RETURN => code,

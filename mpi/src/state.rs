@@ -16,6 +16,31 @@ use std::ffi::{c_int, c_void};
 use std::rc::Rc;
 use tandem_driver::{Comm, Error, RawCollRequest, RawRequest};
 
+/// The error handler of a communicator the program never gave one:
+/// `MPI_ERRORS_ARE_FATAL` as `MPI_Comm_get_errhandler` reports it, but an
+/// error raised on it goes to `MPI_COMM_WORLD`'s handler as it is at that
+/// moment — MPICH's rule, which programs built for MPICH count on (they set
+/// `MPI_ERRORS_RETURN` on the world after making their communicators).
+/// Not a valid handle value.
+pub const DEFAULT_ERRHANDLER: Handle = 0;
+
+/// The handler an error on `c` goes to (see [`DEFAULT_ERRHANDLER`]).
+pub fn errhandler_of(l: &Lib, c: &CommObj) -> Handle {
+    let h = c.errhandler.get();
+    if h != DEFAULT_ERRHANDLER {
+        return h;
+    }
+    world_errhandler(l)
+}
+
+/// `MPI_COMM_WORLD`'s handler, resolved (fatal until the program sets one).
+pub fn world_errhandler(l: &Lib) -> Handle {
+    match l.any_comm(abi::COMM_WORLD).map(|w| w.errhandler.get()) {
+        Ok(h) if h != DEFAULT_ERRHANDLER => h,
+        _ => abi::ERRORS_ARE_FATAL,
+    }
+}
+
 /// A communicator of the MPI layer: a group of the job's ranks and two
 /// contexts (point-to-point, and the MPI layer's own collectives).
 pub struct CommObj {
@@ -41,7 +66,8 @@ pub struct CommObj {
     /// another communicator's contexts (`MPI_Comm_create_group`'s), nor an
     /// intercommunicator.
     pub engine: bool,
-    /// Its error handler.
+    /// Its error handler, [`DEFAULT_ERRHANDLER`] until the program sets
+    /// one (here or on the communicator it was made from).
     pub errhandler: Cell<Handle>,
     /// Cached attributes: (key, value).
     pub attrs: RefCell<Vec<(c_int, *mut c_void)>>,

@@ -100,8 +100,33 @@ int main(int argc, char **argv)
     if (eh != MPI_ERRHANDLER_NULL)
         MPI_Errhandler_free(&eh);
 
+    /* A communicator made before the program chose a handler reports
+     * MPI_ERRORS_ARE_FATAL, yet its errors go to the handler MPI_COMM_WORLD
+     * has when they happen (MPICH's rule, which MPICH's own errors/ tests
+     * and programs built for MPICH count on). */
+    MPI_Comm early;
+    MPI_Comm_dup(MPI_COMM_WORLD, &early);
+    eh = MPI_ERRHANDLER_NULL;
+    MPI_Comm_get_errhandler(early, &eh);
+    CHECK(eh == MPI_ERRORS_ARE_FATAL, "a duplicate's default handler is not ERRORS_ARE_FATAL");
+
     rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     CHECK(rc == MPI_SUCCESS, "Comm_set_errhandler rc %d", rc);
+    {
+        MPI_Comm none = MPI_COMM_WORLD;
+        int err = MPI_Comm_split(early, 0, 0, NULL);
+        int cls = -1;
+        MPI_Error_class(err, &cls);
+        CHECK(cls == MPI_ERR_ARG, "an error on a communicator with the default handler "
+              "did not return through MPI_COMM_WORLD's MPI_ERRORS_RETURN: class %d", cls);
+        err = MPI_Comm_dup(early, &none);
+        CHECK(err == MPI_SUCCESS && none != MPI_COMM_NULL, "dup of the early communicator");
+        eh = MPI_ERRHANDLER_NULL;
+        MPI_Comm_get_errhandler(none, &eh);
+        CHECK(eh == MPI_ERRORS_ARE_FATAL, "the default handler is inherited as the default");
+        MPI_Comm_free(&none);
+        MPI_Comm_free(&early);
+    }
     rc = MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     CHECK(rc == MPI_SUCCESS, "Comm_set_errhandler(SELF) rc %d", rc);
     eh = MPI_ERRHANDLER_NULL;
