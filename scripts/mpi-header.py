@@ -71,6 +71,8 @@ def c_type(fn, arg, ty):
         "*const [c_int; 3]": "int (*)[3]",
         "Option<CopyFn>": "MPI_Comm_copy_attr_function *",
     }
+    if fn == "MPI_Win_create_errhandler" and ty == "Option<ErrFn>":
+        return "MPI_Win_errhandler_function *"
     if ty in simple:
         return simple[ty]
     base = ty.replace("*mut ", "").replace("*const ", "")
@@ -80,7 +82,7 @@ def c_type(fn, arg, ty):
     a = arg.lstrip("_")
     if a in ("comm", "newcomm"):
         k = "MPI_Comm"
-    elif a in ("dt", "sdt", "rdt", "old", "ts", "st", "rt", "sts", "rts"):
+    elif a in ("dt", "sdt", "rdt", "old", "ts", "st", "rt", "sts", "rts", "tdt"):
         k = "MPI_Datatype"
     elif a == "op":
         k = "MPI_Op"
@@ -90,6 +92,8 @@ def c_type(fn, arg, ty):
         k = "MPI_Group"
     elif a in ("r", "rs", "req"):
         k = "MPI_Request"
+    elif a == "win":
+        k = "MPI_Win"
     elif a == "msg":
         k = "MPI_Message"
     elif a == "parent":
@@ -165,6 +169,7 @@ def header():
         "} MPI_Status;",
         "typedef void (MPI_User_function)(void *, void *, int *, MPI_Datatype *);",
         "typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);",
+        "typedef void (MPI_Win_errhandler_function)(MPI_Win *, int *, ...);",
         "typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);",
         "typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);",
         "typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);",

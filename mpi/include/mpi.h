@@ -30,6 +30,7 @@ typedef struct MPI_Status {
 } MPI_Status;
 typedef void (MPI_User_function)(void *, void *, int *, MPI_Datatype *);
 typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);
+typedef void (MPI_Win_errhandler_function)(MPI_Win *, int *, ...);
 typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);
 typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);
 typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);
@@ -226,6 +227,35 @@ int MPIR_Dup_fn(MPI_Comm, int, void *, void *, void *, int *);
 #define MPIX_ERR_PROC_FAILED (101)
 #define MPIX_ERR_PROC_FAILED_PENDING (102)
 #define MPIX_ERR_REVOKED (103)
+#define MPI_WIN_FLAVOR_CREATE (1)
+#define MPI_WIN_FLAVOR_ALLOCATE (2)
+#define MPI_WIN_FLAVOR_DYNAMIC (3)
+#define MPI_WIN_FLAVOR_SHARED (4)
+#define MPI_WIN_SEPARATE (1)
+#define MPI_WIN_UNIFIED (2)
+#define MPI_LOCK_EXCLUSIVE (234)
+#define MPI_LOCK_SHARED (235)
+#define MPI_MODE_NOCHECK (1024)
+#define MPI_MODE_NOSTORE (2048)
+#define MPI_MODE_NOPUT (4096)
+#define MPI_MODE_NOPRECEDE (8192)
+#define MPI_MODE_NOSUCCEED (16384)
+#define MPI_WIN_BASE (0x66000001)
+#define MPI_WIN_SIZE (0x66000003)
+#define MPI_WIN_DISP_UNIT (0x66000005)
+#define MPI_WIN_CREATE_FLAVOR (0x66000007)
+#define MPI_WIN_MODEL (0x66000009)
+#define MPI_ERR_BASE (46)
+#define MPI_ERR_LOCKTYPE (47)
+#define MPI_ERR_RMA_CONFLICT (49)
+#define MPI_ERR_RMA_SYNC (50)
+#define MPI_ERR_SIZE (51)
+#define MPI_ERR_DISP (52)
+#define MPI_ERR_ASSERT (53)
+#define MPI_ERR_RMA_RANGE (55)
+#define MPI_ERR_RMA_ATTACH (56)
+#define MPI_ERR_RMA_SHARED (57)
+#define MPI_ERR_RMA_FLAVOR (58)
 
 /* What tandem implements (each also as PMPI_). */
 int MPIX_Comm_agree(MPI_Comm, int *);
@@ -244,6 +274,8 @@ int MPIX_Comm_shrink(MPI_Comm, MPI_Comm *);
 int PMPIX_Comm_shrink(MPI_Comm, MPI_Comm *);
 int MPI_Abort(MPI_Comm, int);
 int PMPI_Abort(MPI_Comm, int);
+int MPI_Accumulate(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win);
+int PMPI_Accumulate(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win);
 int MPI_Add_error_class(int *);
 int PMPI_Add_error_class(int *);
 int MPI_Add_error_code(int, int *);
@@ -384,6 +416,8 @@ int MPI_Comm_split_type(MPI_Comm, int, int, MPI_Info, MPI_Comm *);
 int PMPI_Comm_split_type(MPI_Comm, int, int, MPI_Info, MPI_Comm *);
 int MPI_Comm_test_inter(MPI_Comm, int *);
 int PMPI_Comm_test_inter(MPI_Comm, int *);
+int MPI_Compare_and_swap(const void *, const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Win);
+int PMPI_Compare_and_swap(const void *, const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Win);
 int MPI_Dims_create(int, int, int *);
 int PMPI_Dims_create(int, int, int *);
 int MPI_Dist_graph_create(MPI_Comm, int, const int *, const int *, const int *, const int *, MPI_Info, int, MPI_Comm *);
@@ -410,6 +444,8 @@ int MPI_Exscan(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
 int PMPI_Exscan(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
 int MPI_Exscan_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
 int PMPI_Exscan_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+int MPI_Fetch_and_op(const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Op, MPI_Win);
+int PMPI_Fetch_and_op(const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Op, MPI_Win);
 int MPI_Finalize(void);
 int PMPI_Finalize(void);
 int MPI_Finalized(int *);
@@ -424,6 +460,10 @@ int MPI_Gatherv(const void *, int, MPI_Datatype, void *, const int *, const int 
 int PMPI_Gatherv(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, int, MPI_Comm);
 int MPI_Gatherv_init(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
 int PMPI_Gatherv_init(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, int, MPI_Comm, MPI_Info, MPI_Request *);
+int MPI_Get(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win);
+int PMPI_Get(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win);
+int MPI_Get_accumulate(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win);
+int PMPI_Get_accumulate(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win);
 int MPI_Get_address(const void *, MPI_Aint *);
 int PMPI_Get_address(const void *, MPI_Aint *);
 int MPI_Get_count(const MPI_Status *, MPI_Datatype, int *);
@@ -616,8 +656,12 @@ int MPI_Pack_size(int, MPI_Datatype, MPI_Comm, int *);
 int PMPI_Pack_size(int, MPI_Datatype, MPI_Comm, int *);
 int MPI_Probe(int, int, MPI_Comm, MPI_Status *);
 int PMPI_Probe(int, int, MPI_Comm, MPI_Status *);
+int MPI_Put(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win);
+int PMPI_Put(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win);
 int MPI_Query_thread(int *);
 int PMPI_Query_thread(int *);
+int MPI_Raccumulate(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *);
+int PMPI_Raccumulate(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *);
 int MPI_Recv(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *);
 int PMPI_Recv(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *);
 int MPI_Recv_init(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
@@ -640,6 +684,12 @@ int MPI_Request_free(MPI_Request *);
 int PMPI_Request_free(MPI_Request *);
 int MPI_Request_get_status(MPI_Request, int *, MPI_Status *);
 int PMPI_Request_get_status(MPI_Request, int *, MPI_Status *);
+int MPI_Rget(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
+int PMPI_Rget(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
+int MPI_Rget_accumulate(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *);
+int PMPI_Rget_accumulate(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *);
+int MPI_Rput(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
+int PMPI_Rput(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *);
 int MPI_Rsend(const void *, int, MPI_Datatype, int, int, MPI_Comm);
 int PMPI_Rsend(const void *, int, MPI_Datatype, int, int, MPI_Comm);
 int MPI_Rsend_init(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
@@ -774,6 +824,80 @@ int MPI_Waitany(int, MPI_Request *, int *, MPI_Status *);
 int PMPI_Waitany(int, MPI_Request *, int *, MPI_Status *);
 int MPI_Waitsome(int, MPI_Request *, int *, int *, MPI_Status *);
 int PMPI_Waitsome(int, MPI_Request *, int *, int *, MPI_Status *);
+int MPI_Win_allocate(MPI_Aint, int, MPI_Info, MPI_Comm, void *, MPI_Win *);
+int PMPI_Win_allocate(MPI_Aint, int, MPI_Info, MPI_Comm, void *, MPI_Win *);
+int MPI_Win_allocate_shared(MPI_Aint, int, MPI_Info, MPI_Comm, void *, MPI_Win *);
+int PMPI_Win_allocate_shared(MPI_Aint, int, MPI_Info, MPI_Comm, void *, MPI_Win *);
+int MPI_Win_attach(MPI_Win, void *, MPI_Aint);
+int PMPI_Win_attach(MPI_Win, void *, MPI_Aint);
+int MPI_Win_call_errhandler(MPI_Win, int);
+int PMPI_Win_call_errhandler(MPI_Win, int);
+int MPI_Win_complete(MPI_Win);
+int PMPI_Win_complete(MPI_Win);
+int MPI_Win_create(void *, MPI_Aint, int, MPI_Info, MPI_Comm, MPI_Win *);
+int PMPI_Win_create(void *, MPI_Aint, int, MPI_Info, MPI_Comm, MPI_Win *);
+int MPI_Win_create_dynamic(MPI_Info, MPI_Comm, MPI_Win *);
+int PMPI_Win_create_dynamic(MPI_Info, MPI_Comm, MPI_Win *);
+int MPI_Win_create_errhandler(MPI_Win_errhandler_function *, MPI_Errhandler *);
+int PMPI_Win_create_errhandler(MPI_Win_errhandler_function *, MPI_Errhandler *);
+int MPI_Win_create_keyval(MPI_Comm_copy_attr_function *, MPI_Comm_delete_attr_function *, int *, void *);
+int PMPI_Win_create_keyval(MPI_Comm_copy_attr_function *, MPI_Comm_delete_attr_function *, int *, void *);
+int MPI_Win_delete_attr(MPI_Win, int);
+int PMPI_Win_delete_attr(MPI_Win, int);
+int MPI_Win_detach(MPI_Win, const void *);
+int PMPI_Win_detach(MPI_Win, const void *);
+int MPI_Win_fence(int, MPI_Win);
+int PMPI_Win_fence(int, MPI_Win);
+int MPI_Win_flush(int, MPI_Win);
+int PMPI_Win_flush(int, MPI_Win);
+int MPI_Win_flush_all(MPI_Win);
+int PMPI_Win_flush_all(MPI_Win);
+int MPI_Win_flush_local(int, MPI_Win);
+int PMPI_Win_flush_local(int, MPI_Win);
+int MPI_Win_flush_local_all(MPI_Win);
+int PMPI_Win_flush_local_all(MPI_Win);
+int MPI_Win_free(MPI_Win *);
+int PMPI_Win_free(MPI_Win *);
+int MPI_Win_free_keyval(int *);
+int PMPI_Win_free_keyval(int *);
+int MPI_Win_get_attr(MPI_Win, int, void *, int *);
+int PMPI_Win_get_attr(MPI_Win, int, void *, int *);
+int MPI_Win_get_errhandler(MPI_Win, MPI_Errhandler *);
+int PMPI_Win_get_errhandler(MPI_Win, MPI_Errhandler *);
+int MPI_Win_get_group(MPI_Win, MPI_Group *);
+int PMPI_Win_get_group(MPI_Win, MPI_Group *);
+int MPI_Win_get_info(MPI_Win, MPI_Info *);
+int PMPI_Win_get_info(MPI_Win, MPI_Info *);
+int MPI_Win_get_name(MPI_Win, char *, int *);
+int PMPI_Win_get_name(MPI_Win, char *, int *);
+int MPI_Win_lock(int, int, int, MPI_Win);
+int PMPI_Win_lock(int, int, int, MPI_Win);
+int MPI_Win_lock_all(int, MPI_Win);
+int PMPI_Win_lock_all(int, MPI_Win);
+int MPI_Win_post(MPI_Group, int, MPI_Win);
+int PMPI_Win_post(MPI_Group, int, MPI_Win);
+int MPI_Win_set_attr(MPI_Win, int, void *);
+int PMPI_Win_set_attr(MPI_Win, int, void *);
+int MPI_Win_set_errhandler(MPI_Win, MPI_Errhandler);
+int PMPI_Win_set_errhandler(MPI_Win, MPI_Errhandler);
+int MPI_Win_set_info(MPI_Win, MPI_Info);
+int PMPI_Win_set_info(MPI_Win, MPI_Info);
+int MPI_Win_set_name(MPI_Win, const char *);
+int PMPI_Win_set_name(MPI_Win, const char *);
+int MPI_Win_shared_query(MPI_Win, int, MPI_Aint *, int *, void *);
+int PMPI_Win_shared_query(MPI_Win, int, MPI_Aint *, int *, void *);
+int MPI_Win_start(MPI_Group, int, MPI_Win);
+int PMPI_Win_start(MPI_Group, int, MPI_Win);
+int MPI_Win_sync(MPI_Win);
+int PMPI_Win_sync(MPI_Win);
+int MPI_Win_test(MPI_Win, int *);
+int PMPI_Win_test(MPI_Win, int *);
+int MPI_Win_unlock(int, MPI_Win);
+int PMPI_Win_unlock(int, MPI_Win);
+int MPI_Win_unlock_all(MPI_Win);
+int PMPI_Win_unlock_all(MPI_Win);
+int MPI_Win_wait(MPI_Win);
+int PMPI_Win_wait(MPI_Win);
 double MPI_Wtick(void);
 double PMPI_Wtick(void);
 double MPI_Wtime(void);

@@ -271,3 +271,63 @@ pub const fn builtin_size(dt: Handle) -> Option<usize> {
         None
     }
 }
+
+// One-sided communication (MPICH's values).
+/// `MPI_WIN_FLAVOR_CREATE`.
+pub const WIN_FLAVOR_CREATE: c_int = 1;
+/// `MPI_WIN_FLAVOR_ALLOCATE`.
+pub const WIN_FLAVOR_ALLOCATE: c_int = 2;
+/// `MPI_WIN_FLAVOR_DYNAMIC`.
+pub const WIN_FLAVOR_DYNAMIC: c_int = 3;
+/// `MPI_WIN_FLAVOR_SHARED`.
+pub const WIN_FLAVOR_SHARED: c_int = 4;
+/// `MPI_WIN_SEPARATE`.
+pub const WIN_SEPARATE: c_int = 1;
+/// `MPI_WIN_UNIFIED`.
+pub const WIN_UNIFIED: c_int = 2;
+/// `MPI_LOCK_EXCLUSIVE`.
+pub const LOCK_EXCLUSIVE: c_int = 234;
+/// `MPI_LOCK_SHARED`.
+pub const LOCK_SHARED: c_int = 235;
+/// `MPI_MODE_NOCHECK`.
+pub const MODE_NOCHECK: c_int = 1024;
+/// `MPI_MODE_NOSTORE`.
+pub const MODE_NOSTORE: c_int = 2048;
+/// `MPI_MODE_NOPUT`.
+pub const MODE_NOPUT: c_int = 4096;
+/// `MPI_MODE_NOPRECEDE`.
+pub const MODE_NOPRECEDE: c_int = 8192;
+/// `MPI_MODE_NOSUCCEED`.
+pub const MODE_NOSUCCEED: c_int = 16384;
+/// `MPI_WIN_BASE` (a predefined attribute key).
+pub const WIN_BASE: c_int = 0x6600_0001;
+/// `MPI_WIN_SIZE`.
+pub const WIN_SIZE: c_int = 0x6600_0003;
+/// `MPI_WIN_DISP_UNIT`.
+pub const WIN_DISP_UNIT: c_int = 0x6600_0005;
+/// `MPI_WIN_CREATE_FLAVOR`.
+pub const WIN_CREATE_FLAVOR: c_int = 0x6600_0007;
+/// `MPI_WIN_MODEL`.
+pub const WIN_MODEL: c_int = 0x6600_0009;
+/// `MPI_ERR_BASE`.
+pub const ERR_BASE: c_int = 46;
+/// `MPI_ERR_LOCKTYPE`.
+pub const ERR_LOCKTYPE: c_int = 47;
+/// `MPI_ERR_RMA_CONFLICT`.
+pub const ERR_RMA_CONFLICT: c_int = 49;
+/// `MPI_ERR_RMA_SYNC`.
+pub const ERR_RMA_SYNC: c_int = 50;
+/// `MPI_ERR_SIZE`.
+pub const ERR_SIZE: c_int = 51;
+/// `MPI_ERR_DISP`.
+pub const ERR_DISP: c_int = 52;
+/// `MPI_ERR_ASSERT`.
+pub const ERR_ASSERT: c_int = 53;
+/// `MPI_ERR_RMA_RANGE`.
+pub const ERR_RMA_RANGE: c_int = 55;
+/// `MPI_ERR_RMA_ATTACH`.
+pub const ERR_RMA_ATTACH: c_int = 56;
+/// `MPI_ERR_RMA_SHARED`.
+pub const ERR_RMA_SHARED: c_int = 57;
+/// `MPI_ERR_RMA_FLAVOR`.
+pub const ERR_RMA_FLAVOR: c_int = 58;

@@ -223,7 +223,7 @@ fn g_reduce0(
 }
 
 /// `inout = in op inout` for `n` elements of `dt`.
-fn apply(
+pub(crate) fn apply(
     l: &Lib,
     op: Handle,
     dt: Handle,
@@ -263,7 +263,7 @@ fn op_fail(class: c_int, op: Handle, dt: Handle) -> Fail {
 }
 
 /// Checks an operation and datatype before any traffic.
-fn check_op(l: &Lib, op: Handle, dt: Handle) -> Result<(), Fail> {
+pub(crate) fn check_op(l: &Lib, op: Handle, dt: Handle) -> Result<(), Fail> {
     ty(l, dt)?;
     if !l.ops.borrow().is_valid(op) {
         return fail(abi::ERR_OP, format!("invalid operation handle {op:#x}"));

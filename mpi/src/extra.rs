@@ -32,6 +32,8 @@ pub struct Extra {
     pub buffer: std::cell::Cell<(usize, c_int)>,
     /// Datatype attributes: (datatype, key, value).
     pub type_attrs: RefCell<Vec<(Handle, c_int, *mut c_void)>>,
+    /// One-sided windows.
+    pub rma: crate::rma::Rma,
 }
 
 /// Classes and codes the program adds are numbered after
@@ -123,7 +125,7 @@ unsafe fn cstr(p: *const c_char) -> Result<String, Fail> {
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-fn new_info(l: &Lib, v: Vec<(String, String)>) -> Handle {
+pub(crate) fn new_info(l: &Lib, v: Vec<(String, String)>) -> Handle {
     (INFO_KIND | extra(l).infos.borrow_mut().insert(v) as u32) as Handle
 }
 
@@ -306,6 +308,13 @@ fn type_attr_set(l: &Lib, dt: Handle, key: c_int, val: *mut c_void) -> Result<()
         .borrow()
         .info(dt)
         .map_err(|c| crate::p2p::type_fail(c, dt))?;
+    obj_attr_set(l, dt, key, val)
+}
+
+/// Caches `val` under `key` on the datatype or window `dt` (checked by
+/// the caller): the attributes of objects other than communicators, kept
+/// beside the tables.
+pub(crate) fn obj_attr_set(l: &Lib, dt: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
     if l.keyval_index(key).is_none() {
         return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
     }
@@ -323,9 +332,9 @@ fn type_attr_set(l: &Lib, dt: Handle, key: c_int, val: *mut c_void) -> Result<()
     Ok(())
 }
 
-/// Deletes a datatype attribute (its delete callback runs); `must`: fail
-/// if it is not set.
-fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> Result<(), Fail> {
+/// Deletes an attribute of a datatype or window (its delete callback
+/// runs); `must`: fail if it is not set.
+pub(crate) fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> Result<(), Fail> {
     let old = {
         let a = l.extra.type_attrs.borrow();
         a.iter().find(|x| x.0 == dt && x.1 == key).map(|x| x.2)
@@ -334,7 +343,7 @@ fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> Result<(), F
         if must {
             return fail(
                 abi::ERR_KEYVAL,
-                format!("no attribute {key:#x} on datatype {dt:#x}"),
+                format!("no attribute {key:#x} on object {dt:#x}"),
             );
         }
         return Ok(());

@@ -31,6 +31,7 @@ mod extra;
 mod ft;
 mod inter;
 mod p2p;
+mod rma;
 mod topo;
 mod types;
 mod unsupported;
@@ -76,7 +77,7 @@ pub(crate) fn run(
 
 /// A call made before `MPI_Init` or after `MPI_Finalize`.
 #[cold]
-fn not_running(name: &str) -> c_int {
+pub(crate) fn not_running(name: &str) -> c_int {
     let when = if state::ended() {
         "after MPI_Finalize"
     } else {

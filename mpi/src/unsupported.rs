@@ -1,7 +1,7 @@
 //! Functions this library does not implement, exported so that programs
 //! linked against MPICH load: each fails through `MPI_COMM_WORLD`'s error
 //! handler with `MPI_ERR_UNSUPPORTED_OPERATION` and a message naming it
-//! ("tandem: MPI_Win_create is not supported"). The list is what mpi4py's
+//! ("tandem: MPI_File_open is not supported"). The list is what mpi4py's
 //! MPICH-ABI extension needs to load; newer functions (the large-count
 //! `_c` ones, MPI-4.1's, `MPI_Abi_get_version`) are left out on purpose:
 //! a client that finds them absent falls back to what is here.
@@ -71,15 +71,12 @@ pub static MPI_UNWEIGHTED: Marker = Marker(&UNWEIGHTED_TARGET);
 pub static MPI_WEIGHTS_EMPTY: Marker = Marker(&WEIGHTS_EMPTY_TARGET);
 
 unsupported! {
-    MPI_Accumulate PMPI_Accumulate
     MPI_Close_port PMPI_Close_port
     MPI_Comm_accept PMPI_Comm_accept
     MPI_Comm_connect PMPI_Comm_connect
     MPI_Comm_join PMPI_Comm_join
     MPI_Comm_spawn PMPI_Comm_spawn
     MPI_Comm_spawn_multiple PMPI_Comm_spawn_multiple
-    MPI_Compare_and_swap PMPI_Compare_and_swap
-    MPI_Fetch_and_op PMPI_Fetch_and_op
     MPI_File_call_errhandler PMPI_File_call_errhandler
     MPI_File_close PMPI_File_close
     MPI_File_create_errhandler PMPI_File_create_errhandler
@@ -135,53 +132,9 @@ unsupported! {
     MPI_File_write_ordered_begin PMPI_File_write_ordered_begin
     MPI_File_write_ordered_end PMPI_File_write_ordered_end
     MPI_File_write_shared PMPI_File_write_shared
-    MPI_Get PMPI_Get
-    MPI_Get_accumulate PMPI_Get_accumulate
     MPI_Lookup_name PMPI_Lookup_name
     MPI_Open_port PMPI_Open_port
     MPI_Publish_name PMPI_Publish_name
-    MPI_Put PMPI_Put
-    MPI_Raccumulate PMPI_Raccumulate
     MPI_Register_datarep PMPI_Register_datarep
-    MPI_Rget PMPI_Rget
-    MPI_Rget_accumulate PMPI_Rget_accumulate
-    MPI_Rput PMPI_Rput
     MPI_Unpublish_name PMPI_Unpublish_name
-    MPI_Win_allocate PMPI_Win_allocate
-    MPI_Win_allocate_shared PMPI_Win_allocate_shared
-    MPI_Win_attach PMPI_Win_attach
-    MPI_Win_call_errhandler PMPI_Win_call_errhandler
-    MPI_Win_complete PMPI_Win_complete
-    MPI_Win_create PMPI_Win_create
-    MPI_Win_create_dynamic PMPI_Win_create_dynamic
-    MPI_Win_create_errhandler PMPI_Win_create_errhandler
-    MPI_Win_create_keyval PMPI_Win_create_keyval
-    MPI_Win_delete_attr PMPI_Win_delete_attr
-    MPI_Win_detach PMPI_Win_detach
-    MPI_Win_fence PMPI_Win_fence
-    MPI_Win_flush PMPI_Win_flush
-    MPI_Win_flush_all PMPI_Win_flush_all
-    MPI_Win_flush_local PMPI_Win_flush_local
-    MPI_Win_flush_local_all PMPI_Win_flush_local_all
-    MPI_Win_free PMPI_Win_free
-    MPI_Win_free_keyval PMPI_Win_free_keyval
-    MPI_Win_get_attr PMPI_Win_get_attr
-    MPI_Win_get_errhandler PMPI_Win_get_errhandler
-    MPI_Win_get_group PMPI_Win_get_group
-    MPI_Win_get_info PMPI_Win_get_info
-    MPI_Win_get_name PMPI_Win_get_name
-    MPI_Win_lock PMPI_Win_lock
-    MPI_Win_lock_all PMPI_Win_lock_all
-    MPI_Win_post PMPI_Win_post
-    MPI_Win_set_attr PMPI_Win_set_attr
-    MPI_Win_set_errhandler PMPI_Win_set_errhandler
-    MPI_Win_set_info PMPI_Win_set_info
-    MPI_Win_set_name PMPI_Win_set_name
-    MPI_Win_shared_query PMPI_Win_shared_query
-    MPI_Win_start PMPI_Win_start
-    MPI_Win_sync PMPI_Win_sync
-    MPI_Win_test PMPI_Win_test
-    MPI_Win_unlock PMPI_Win_unlock
-    MPI_Win_unlock_all PMPI_Win_unlock_all
-    MPI_Win_wait PMPI_Win_wait
 }
