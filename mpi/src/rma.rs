@@ -48,6 +48,11 @@ const SLOTS: usize = 1024;
 /// rounded to cache lines.
 const REGION_BYTES: usize = (16 + SLOTS * 16).div_ceil(64) * 64;
 
+/// The most bytes `MPI_Win_allocate`'s windows (all ranks together) place
+/// in the shared mapping; larger ones are private memory reached by
+/// cross-memory attach.
+const SHARED_ALLOCATE_MAX: usize = 1 << 30;
+
 /// The lock word's writer bit; below it, the count of shared holders.
 const EXCLUSIVE: u64 = 1 << 63;
 /// Tags of the post/start/complete/wait messages on a window's own
@@ -111,19 +116,6 @@ impl Drop for Map {
     }
 }
 
-/// Memory `MPI_Win_allocate` gave the program.
-struct Owned {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        // SAFETY: allocated with this layout in `allocate`.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
-    }
-}
-
 /// A window.
 pub struct Win {
     comm: CommObj,
@@ -133,7 +125,8 @@ pub struct Win {
     table: Map,
     /// Where the region lists of a dynamic window start in `table`.
     regions_at: usize,
-    _owned: Option<Owned>,
+    /// `MPI_Win_allocate`'s memory where it is this process's own.
+    _owned: Option<Map>,
     errhandler: Cell<Handle>,
     name: RefCell<String>,
     epoch: RefCell<Epoch>,
@@ -405,6 +398,15 @@ fn open_map(path: &[u8], len: usize, create: bool) -> std::io::Result<Map> {
         if create && unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // Reserved now: a full /dev/shm fails here, not later with SIGBUS
+        // at the first store into a window.
+        // SAFETY: as above.
+        if create {
+            let r = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+            if r != 0 {
+                return Err(std::io::Error::from_raw_os_error(r));
+            }
+        }
         // SAFETY: a fresh shared mapping of the file's `len` bytes.
         let p = unsafe {
             libc::mmap(
@@ -470,7 +472,6 @@ fn make(
     size: Aint,
     unit: c_int,
     flavor: c_int,
-    owned: Option<Owned>,
 ) -> Result<Handle, Fail> {
     let parent = l.any_comm(comm)?;
     if parent.remote.is_some() {
@@ -503,19 +504,39 @@ fn make(
         }
         let head = (n * 16).div_ceil(4096) * 4096;
         let mut offs = Vec::with_capacity(n);
-        let mut total = head;
+        let mut segs = head;
         for x in sizes.chunks(3) {
-            offs.push(total);
-            if flavor == FLAVOR_SHARED {
-                total += (x[0] as usize).div_ceil(64) * 64;
+            offs.push(segs);
+            segs = segs.saturating_add((x[0] as usize).div_ceil(64) * 64);
+        }
+        // MPI_Win_allocate's memory goes into the shared mapping too, where
+        // it fits (then transfers are plain copies, no system call); else
+        // it is this process's own, reached by cross-memory attach.
+        let mut table = None;
+        if flavor == FLAVOR_ALLOCATE && segs - head <= SHARED_ALLOCATE_MAX {
+            table = map_table(l, &c, segs).ok();
+        }
+        let mapped = flavor == FLAVOR_SHARED || table.is_some();
+        let mut owned = None;
+        let mut regions_at = head;
+        let table = match table {
+            Some(t) => t,
+            None if flavor == FLAVOR_SHARED => map_table(l, &c, segs)?,
+            None => {
+                if flavor == FLAVOR_ALLOCATE {
+                    let o = allocate(size)?;
+                    base = o.ptr as usize;
+                    owned = Some(o);
+                }
+                let mut total = head;
+                if flavor == FLAVOR_DYNAMIC {
+                    regions_at = total;
+                    total += n * REGION_BYTES;
+                }
+                map_table(l, &c, total)?
             }
-        }
-        let regions_at = total;
-        if flavor == FLAVOR_DYNAMIC {
-            total += n * REGION_BYTES;
-        }
-        let table = map_table(l, &c, total.max(head))?;
-        if flavor == FLAVOR_SHARED {
+        };
+        if mapped {
             base = table.ptr as usize + offs[c.rank];
         }
         // A word to read back from each rank: cross-memory attach works.
@@ -535,10 +556,10 @@ fn make(
                 base: me[3 * r + 1] as usize,
                 size: sizes[3 * r] as usize,
                 unit: sizes[3 * r + 1] as usize,
-                here: (flavor == FLAVOR_SHARED).then(|| table.ptr as usize + offs[r]),
+                here: mapped.then(|| table.ptr as usize + offs[r]),
             });
         }
-        if flavor != FLAVOR_SHARED && n > 1 {
+        if !mapped && n > 1 {
             let next = (c.rank + 1) % n;
             let mut got = 0u64;
             let reached = cma(
@@ -558,9 +579,9 @@ fn make(
             }
         }
         drop(probe);
-        Ok((targets, table, regions_at))
+        Ok((targets, table, regions_at, owned))
     })();
-    let (targets, table, regions_at) = match r {
+    let (targets, table, regions_at, owned) = match r {
         Ok(x) => x,
         Err(e) => {
             release(&c);
@@ -587,23 +608,32 @@ fn make(
     Ok(win_handle(l.extra.rma.wins.borrow_mut().insert(Rc::new(w))))
 }
 
-/// Memory for `MPI_Win_allocate` (64-byte aligned; at least one byte, so
-/// that every window has an address of its own).
-fn allocate(size: Aint) -> Result<Owned, Fail> {
+/// Memory for `MPI_Win_allocate` outside the shared mapping: anonymous
+/// pages (page-aligned, zero, touched only where the program writes), at
+/// least one page, so that every window has an address of its own.
+fn allocate(size: Aint) -> Result<Map, Fail> {
     if size < 0 {
         return fail(ERR_SIZE, format!("negative window size {size}"));
     }
-    let layout = std::alloc::Layout::from_size_align((size as usize).max(1), 64)
-        .map_err(|_| Fail::new(ERR_SIZE, format!("window size {size} too large")))?;
-    // SAFETY: a non-zero size.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    if ptr.is_null() {
+    let len = (size as usize).max(1);
+    // SAFETY: a fresh private anonymous mapping.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
         return fail(
             abi::ERR_NO_MEM,
             format!("cannot allocate a window of {size} bytes"),
         );
     }
-    Ok(Owned { ptr, layout })
+    Ok(Map { ptr: p.cast(), len })
 }
 
 /// The target's bytes a transfer touches: `(offset from the target
@@ -1050,7 +1080,7 @@ export! {
             if size > 0 && base.is_null() {
                 return fail(ERR_BASE, "a null base for a window of bytes");
             }
-            let h = make(l, comm, base as usize, size, unit, FLAVOR_CREATE, None)?;
+            let h = make(l, comm, base as usize, size, unit, FLAVOR_CREATE)?;
             set(win, h, "win")
         })
     }
@@ -1059,11 +1089,11 @@ export! {
         crate::run(comm, "MPI_Win_allocate", |l| {
             crate::null_first(win, abi::WIN_NULL, "win")?;
             need(baseptr.cast::<*mut c_void>(), "baseptr")?;
-            let owned = allocate(size)?;
-            let base = owned.ptr;
-            let h = make(l, comm, base as usize, size, unit, FLAVOR_ALLOCATE, Some(owned))?;
+            let h = make(l, comm, 0, size, unit, FLAVOR_ALLOCATE)?;
+            let w = self::win(l, h)?;
+            let base = w.targets[w.me].base;
             // SAFETY: the program's pointer to a pointer, checked non-null.
-            unsafe { *baseptr.cast::<*mut c_void>() = base.cast() };
+            unsafe { *baseptr.cast::<*mut c_void>() = base as *mut c_void };
             set(win, h, "win")
         })
     }
@@ -1072,7 +1102,7 @@ export! {
         crate::run(comm, "MPI_Win_allocate_shared", |l| {
             crate::null_first(win, abi::WIN_NULL, "win")?;
             need(baseptr.cast::<*mut c_void>(), "baseptr")?;
-            let h = make(l, comm, 0, size, unit, FLAVOR_SHARED, None)?;
+            let h = make(l, comm, 0, size, unit, FLAVOR_SHARED)?;
             let w = self::win(l, h)?;
             // An empty segment has no address (MPICH gives NULL too).
             let t = w.targets[w.me];
@@ -1398,7 +1428,7 @@ export! {
     fn MPI_Win_create_dynamic, PMPI_Win_create_dynamic(_info: Handle, comm: Handle, win: *mut Handle) -> c_int {
         crate::run(comm, "MPI_Win_create_dynamic", |l| {
             crate::null_first(win, abi::WIN_NULL, "win")?;
-            let h = make(l, comm, 0, 0, 1, FLAVOR_DYNAMIC, None)?;
+            let h = make(l, comm, 0, 0, 1, FLAVOR_DYNAMIC)?;
             set(win, h, "win")
         })
     }

@@ -236,6 +236,29 @@ static void test_derived_target(void)
     MPI_Win_free(&win);
 }
 
+/* MPI_Win_allocate's memory is placed in the shared mapping up to 1 GiB
+ * over all ranks; beyond, it is each rank's own, reached by cross-memory
+ * attach: both work alike (pages are touched only at the window's end). */
+static void test_large_allocate(void)
+{
+    MPI_Aint per = (MPI_Aint)(1 << 30) / size + (1 << 20);
+    char *base = NULL;
+    MPI_Win win;
+    CHECK_MPI(MPI_Win_allocate(per, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win));
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    int v = 7000 + rank, got = -1;
+    MPI_Win_fence(0, win);
+    CHECK_MPI(MPI_Put(&v, 1, MPI_INT, right, per - 4, 1, MPI_INT, win));
+    MPI_Win_fence(0, win);
+    memcpy(&got, base + per - 4, 4);
+    CHECK(got == 7000 + left, "large window: %d, expected %d", got, 7000 + left);
+    got = -1;
+    CHECK_MPI(MPI_Get(&got, 1, MPI_INT, left, per - 4, 1, MPI_INT, win));
+    MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+    CHECK(got == 7000 + (left + size - 1) % size, "large window get: %d", got);
+    MPI_Win_free(&win);
+}
+
 static int win_deletes = 0;
 static int win_del(MPI_Win w, int k, void *v, void *extra)
 {
@@ -337,6 +360,7 @@ int main(int argc, char **argv)
     test_locks_and_atomics();
     test_shared_and_pscw();
     test_derived_target();
+    test_large_allocate();
     test_dynamic_and_attrs();
     test_errors();
     return finish("rma");
