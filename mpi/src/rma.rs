@@ -400,8 +400,8 @@ fn open_map(path: &[u8], len: usize, create: bool) -> std::io::Result<Map> {
         }
         // Reserved now: a full /dev/shm fails here, not later with SIGBUS
         // at the first store into a window.
-        // SAFETY: as above.
         if create {
+            // SAFETY: a descriptor this function opened.
             let r = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
             if r != 0 {
                 return Err(std::io::Error::from_raw_os_error(r));
