@@ -322,7 +322,24 @@ pub fn keyval(l: &Lib, key: c_int) -> Option<Keyval> {
 
 /// `MPI_Comm_set_attr`: a key the program freed is refused.
 fn set_attr(l: &Lib, comm: Handle, key: c_int, val: *mut c_void) -> Result<(), Fail> {
+    key_of_kind(l, key, crate::state::KeyKind::Comm)?;
     attach(l, comm, key, val, false)
+}
+
+/// Refuses `key` if it was made for another kind of object (a datatype's
+/// or window's key on a communicator, …); an invalid key passes here, for
+/// the caller's own check.
+pub(crate) fn key_of_kind(l: &Lib, key: c_int, want: crate::state::KeyKind) -> Result<(), Fail> {
+    let kind = l
+        .keyval_index(key)
+        .and_then(|i| l.keyvals.borrow().get(i).map(|k| k.kind));
+    match kind {
+        Some(k) if k != want => fail(
+            abi::ERR_KEYVAL,
+            format!("attribute key {key:#x} was made for a {k:?}, not a {want:?} (MPI_{want:?}_create_keyval)"),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Attaches `val` under `key` to `comm`, replacing (and deleting) what was
@@ -530,12 +547,13 @@ fn get_attr(
     Ok(())
 }
 
-fn create_keyval(
+pub(crate) fn create_keyval(
     l: &Lib,
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
     key: *mut c_int,
     extra: *mut c_void,
+    kind: crate::state::KeyKind,
 ) -> Result<(), Fail> {
     let k = l.add_keyval(Keyval {
         copy,
@@ -543,10 +561,25 @@ fn create_keyval(
         extra,
         freed: false,
         uses: 0,
+        kind,
     });
     // SAFETY: the program's out-parameter.
     unsafe { set(key, k, "key") }?;
     Ok(())
+}
+
+/// `MPI_Comm_free_keyval` and the datatype's and window's: a key made
+/// for another kind of object is refused.
+pub(crate) fn free_keyval_of(
+    l: &Lib,
+    key: *mut c_int,
+    kind: crate::state::KeyKind,
+) -> Result<(), Fail> {
+    if !key.is_null() {
+        // SAFETY: the program's key pointer, checked non-null.
+        key_of_kind(l, unsafe { *key }, kind)?;
+    }
+    free_keyval(l, key)
 }
 
 fn free_keyval(l: &Lib, key: *mut c_int) -> Result<(), Fail> {
@@ -698,7 +731,10 @@ export! {
     }
 
     fn MPI_Comm_get_attr, PMPI_Comm_get_attr(comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> c_int {
-        run(comm, "MPI_Comm_get_attr", |l| get_attr(l, comm, key, val, flag))
+        run(comm, "MPI_Comm_get_attr", |l| {
+            key_of_kind(l, key, crate::state::KeyKind::Comm)?;
+            get_attr(l, comm, key, val, flag)
+        })
     }
 
     fn MPI_Attr_get, PMPI_Attr_get(comm: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> c_int {
@@ -715,6 +751,7 @@ export! {
 
     fn MPI_Comm_delete_attr, PMPI_Comm_delete_attr(comm: Handle, key: c_int) -> c_int {
         run(comm, "MPI_Comm_delete_attr", |l| {
+            key_of_kind(l, key, crate::state::KeyKind::Comm)?;
             if l.keyval_index(key).is_none() {
                 return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
             }
@@ -727,7 +764,7 @@ export! {
     }
 
     fn MPI_Comm_create_keyval, PMPI_Comm_create_keyval(copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Comm_create_keyval", |l| create_keyval(l, copy, delete, key, extra))
+        run(abi::COMM_WORLD, "MPI_Comm_create_keyval", |l| create_keyval(l, copy, delete, key, extra, crate::state::KeyKind::Comm))
     }
 
     fn MPI_Keyval_create, PMPI_Keyval_create(copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) -> c_int {
@@ -735,7 +772,7 @@ export! {
     }
 
     fn MPI_Comm_free_keyval, PMPI_Comm_free_keyval(key: *mut c_int) -> c_int {
-        run(abi::COMM_WORLD, "MPI_Comm_free_keyval", |l| free_keyval(l, key))
+        run(abi::COMM_WORLD, "MPI_Comm_free_keyval", |l| free_keyval_of(l, key, crate::state::KeyKind::Comm))
     }
 
     fn MPI_Keyval_free, PMPI_Keyval_free(key: *mut c_int) -> c_int {

@@ -308,6 +308,7 @@ fn type_attr_set(l: &Lib, dt: Handle, key: c_int, val: *mut c_void) -> Result<()
         .borrow()
         .info(dt)
         .map_err(|c| crate::p2p::type_fail(c, dt))?;
+    crate::comm::key_of_kind(l, key, crate::state::KeyKind::Type)?;
     obj_attr_set(l, dt, key, val)
 }
 
@@ -359,11 +360,11 @@ pub(crate) fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> R
 
 export! {
     fn MPI_Type_create_keyval, PMPI_Type_create_keyval(copy: Option<crate::state::CopyFn>, delete: Option<crate::state::DeleteFn>, key: *mut c_int, extra_state: *mut c_void) -> c_int {
-        crate::comm::PMPI_Comm_create_keyval(copy, delete, key, extra_state)
+        run(W, "MPI_Type_create_keyval", |l| crate::comm::create_keyval(l, copy, delete, key, extra_state, crate::state::KeyKind::Type))
     }
 
     fn MPI_Type_free_keyval, PMPI_Type_free_keyval(key: *mut c_int) -> c_int {
-        crate::comm::PMPI_Comm_free_keyval(key)
+        run(W, "MPI_Type_free_keyval", |l| crate::comm::free_keyval_of(l, key, crate::state::KeyKind::Type))
     }
 
     fn MPI_Type_set_attr, PMPI_Type_set_attr(dt: Handle, key: c_int, val: *mut c_void) -> c_int {
@@ -373,6 +374,7 @@ export! {
     fn MPI_Type_get_attr, PMPI_Type_get_attr(dt: Handle, key: c_int, val: *mut c_void, flag: *mut c_int) -> c_int {
         run(W, "MPI_Type_get_attr", |l| {
             l.types.borrow().info(dt).map_err(|c| crate::p2p::type_fail(c, dt))?;
+            crate::comm::key_of_kind(l, key, crate::state::KeyKind::Type)?;
             if l.keyval_index(key).is_none() {
                 return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
             }
@@ -388,6 +390,7 @@ export! {
     fn MPI_Type_delete_attr, PMPI_Type_delete_attr(dt: Handle, key: c_int) -> c_int {
         run(W, "MPI_Type_delete_attr", |l| {
             l.types.borrow().info(dt).map_err(|c| crate::p2p::type_fail(c, dt))?;
+            crate::comm::key_of_kind(l, key, crate::state::KeyKind::Type)?;
             if l.keyval_index(key).is_none() {
                 return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
             }

@@ -984,14 +984,13 @@ fn accumulate(
                 let s = (off - reg.lo) as usize;
                 inp[s..s + len].copy_from_slice(&origin[p..p + len]);
             }
-            // SAFETY: `lo` rebases both spans to the datatype's origin;
-            // the operation touches only the blocks, which lie inside.
-            let (i, o) = unsafe {
-                (
-                    inp.as_ptr().offset(-reg.lo),
-                    cur.as_mut_ptr().offset(-reg.lo),
-                )
-            };
+            // `lo` rebases both spans to the datatype's origin (possibly
+            // outside them, hence wrapping: never dereferenced there); the
+            // operation touches only the blocks, which lie inside.
+            let (i, o) = (
+                inp.as_ptr().wrapping_offset(-reg.lo),
+                cur.as_mut_ptr().wrapping_offset(-reg.lo),
+            );
             crate::coll::apply(l, op, tdt, tn, i, o)?;
         }
         for &(off, len, _) in &reg.blocks {
@@ -1475,11 +1474,11 @@ export! {
     }
 
     fn MPI_Win_create_keyval, PMPI_Win_create_keyval(copy: Option<crate::state::CopyFn>, delete: Option<crate::state::DeleteFn>, key: *mut c_int, extra_state: *mut c_void) -> c_int {
-        crate::comm::PMPI_Comm_create_keyval(copy, delete, key, extra_state)
+        crate::run(abi::COMM_WORLD, "MPI_Win_create_keyval", |l| crate::comm::create_keyval(l, copy, delete, key, extra_state, crate::state::KeyKind::Win))
     }
 
     fn MPI_Win_free_keyval, PMPI_Win_free_keyval(key: *mut c_int) -> c_int {
-        crate::comm::PMPI_Comm_free_keyval(key)
+        crate::run(abi::COMM_WORLD, "MPI_Win_free_keyval", |l| crate::comm::free_keyval_of(l, key, crate::state::KeyKind::Win))
     }
 
     fn MPI_Win_set_attr, PMPI_Win_set_attr(win: Handle, key: c_int, val: *mut c_void) -> c_int {
@@ -1488,6 +1487,7 @@ export! {
             if matches!(key, WIN_BASE | WIN_SIZE | WIN_DISP_UNIT | WIN_CREATE_FLAVOR | WIN_MODEL) {
                 return fail(abi::ERR_KEYVAL, format!("attribute {key:#x} is predefined (read only)"));
             }
+            crate::comm::key_of_kind(l, key, crate::state::KeyKind::Win)?;
             crate::extra::obj_attr_set(l, win, key, val)
         })
     }
@@ -1495,6 +1495,7 @@ export! {
     fn MPI_Win_delete_attr, PMPI_Win_delete_attr(win: Handle, key: c_int) -> c_int {
         run_win(win, "MPI_Win_delete_attr", |l| {
             self::win(l, win)?;
+            crate::comm::key_of_kind(l, key, crate::state::KeyKind::Win)?;
             if l.keyval_index(key).is_none() {
                 return fail(abi::ERR_KEYVAL, format!("invalid attribute key {key:#x}"));
             }
@@ -1521,6 +1522,7 @@ export! {
                 WIN_CREATE_FLAVOR => (&*w.attr_flavor as *const c_int).cast_mut().cast(),
                 WIN_MODEL => (&*w.attr_model as *const c_int).cast_mut().cast(),
                 _ if crate::comm::keyval(l, key).is_some() => {
+                    crate::comm::key_of_kind(l, key, crate::state::KeyKind::Win)?;
                     let v = l.extra.type_attrs.borrow().iter().find(|x| x.0 == win && x.1 == key).map(|x| x.2);
                     set(flag, v.is_some() as c_int, "flag")?;
                     if let Some(v) = v {

@@ -463,6 +463,20 @@ pub struct Keyval {
     pub freed: bool,
     /// Communicators it is attached to.
     pub uses: usize,
+    /// What it was made for (`MPI_Comm_`, `MPI_Type_` or
+    /// `MPI_Win_create_keyval`): the others' `set_attr` refuse it.
+    pub kind: KeyKind,
+}
+
+/// The kind of object a keyval caches attributes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// Communicators (also the MPI-1 `MPI_Keyval_create`).
+    Comm,
+    /// Datatypes.
+    Type,
+    /// Windows.
+    Win,
 }
 
 /// `MPI_Comm_copy_attr_function`.

@@ -494,6 +494,28 @@ static void test_refused_copy(void)
     MPI_Type_free_keyval(&tkey);
 }
 
+/* A key made for one kind of object is refused on another (MPI_ERR_KEYVAL):
+ * a datatype's key on a communicator, a communicator's on a datatype, and
+ * each kind's free of the other's. */
+static void test_key_kinds(void)
+{
+    int ckey, tkey, cls = -1, v = 0;
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &ckey, NULL);
+    MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, &tkey, NULL);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Error_class(MPI_Comm_set_attr(MPI_COMM_WORLD, tkey, &v), &cls);
+    CHECK(cls == MPI_ERR_KEYVAL, "a datatype's key on a communicator: class %d", cls);
+    MPI_Error_class(MPI_Type_set_attr(MPI_INT, ckey, &v), &cls);
+    CHECK(cls == MPI_ERR_KEYVAL, "a communicator's key on a datatype: class %d", cls);
+    int k = tkey;
+    MPI_Error_class(MPI_Comm_free_keyval(&k), &cls);
+    CHECK(cls == MPI_ERR_KEYVAL && k == tkey, "MPI_Comm_free_keyval of a datatype's key: class %d",
+          cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    CHECK_MPI(MPI_Type_free_keyval(&tkey));
+    CHECK_MPI(MPI_Comm_free_keyval(&ckey));
+}
+
 /* As many communicators as the library has contexts for: 2000 live at
  * once, as MPICH allows (tandem made 253 before); one past the last
  * refused with an error (not a crash, not a hang), and every one usable. */
@@ -621,6 +643,7 @@ int main(int argc, char **argv)
     test_attributes();
     test_freed_keys();
     test_refused_copy();
+    test_key_kinds();
     test_many();
     return finish("comm");
 }

@@ -225,12 +225,22 @@ static void test_derived_target(void)
      * a fence: the target's loads above are in the epoch before). */
     MPI_Win_fence(0, win);
     int ten[4] = {10, 10, 10, 10};
-    if (rank == 0)
+    /* And through a type whose data starts past its origin (one int at
+     * displacement 3 ints): +5 on int 3, which the vector leaves alone. */
+    MPI_Datatype shifted;
+    int one = 1, at3 = 3, five = 5;
+    MPI_Type_indexed(1, &one, &at3, MPI_INT, &shifted);
+    MPI_Type_commit(&shifted);
+    if (rank == 0) {
         MPI_Accumulate(ten, 4, MPI_INT, size - 1, 0, 1, every2, MPI_SUM, win);
+        MPI_Accumulate(&five, 1, MPI_INT, size - 1, 0, 1, shifted, MPI_SUM, win);
+    }
     MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+    MPI_Type_free(&shifted);
     if (rank == size - 1) {
         for (int i = 0; i < 8; i++)
-            CHECK(buf[i] == (i % 2 ? -1 : i / 2 + 11), "vector accumulate: [%d] = %d", i, buf[i]);
+            CHECK(buf[i] == (i == 3 ? 4 : i % 2 ? -1 : i / 2 + 11), "vector accumulate: [%d] = %d",
+                  i, buf[i]);
     }
     MPI_Type_free(&every2);
     MPI_Win_free(&win);
@@ -251,7 +261,8 @@ static void test_large_allocate(void)
     CHECK_MPI(MPI_Put(&v, 1, MPI_INT, right, per - 4, 1, MPI_INT, win));
     MPI_Win_fence(0, win);
     memcpy(&got, base + per - 4, 4);
-    CHECK(got == 7000 + left, "large window: %d, expected %d", got, 7000 + left);
+    /* MPICH 4.0.2 on 3 ranks: the put is not there after the fence. */
+    CHECK_STD(got == 7000 + left, "large window: %d, expected %d", got, 7000 + left);
     got = -1;
     CHECK_MPI(MPI_Get(&got, 1, MPI_INT, left, per - 4, 1, MPI_INT, win));
     MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
