@@ -68,13 +68,20 @@ impl<T> SpinLock<T> {
     /// (for instance before handing a second owner to another thread); that
     /// hand-over orders this store before the other thread's first use.
     ///
+    /// A lock that is shared already is left alone: other threads may hold
+    /// it at this very moment, and a store here would release their hold.
+    ///
     /// # Panics
-    /// If the lock is held: its guard would release it to the
-    /// single-thread protocol again.
+    /// If a single-thread lock is held (by the calling thread, the only one
+    /// that may use it): its guard would release it to the single-thread
+    /// protocol again.
     pub fn share(&self) {
         let s = self.state.load(Ordering::Relaxed);
+        if s & SHARED != 0 {
+            return;
+        }
         assert!(s & LOCKED == 0, "SpinLock::share while the lock is held");
-        self.state.store(s | SHARED, Ordering::Relaxed);
+        self.state.store(SHARED, Ordering::Relaxed);
     }
 
     /// Whether threads may share it.
@@ -243,6 +250,17 @@ mod tests {
         drop(g);
         assert!(l.is_shared(), "a release keeps the shared protocol");
         assert_eq!(*l.try_lock().unwrap(), 6);
+    }
+
+    #[test]
+    fn share_of_a_shared_lock_keeps_another_holder() {
+        let l = SpinLock::new(0);
+        let g = l.try_lock().unwrap();
+        // Another owner's share() while this guard holds it: a no-op.
+        l.share();
+        assert!(l.try_lock().is_none(), "share() released a held lock");
+        drop(g);
+        assert!(l.try_lock().is_some());
     }
 
     #[test]
