@@ -346,24 +346,11 @@ export! {
 
     fn MPI_Comm_call_errhandler, PMPI_Comm_call_errhandler(comm: Handle, code: c_int) -> c_int {
         run(comm, "MPI_Comm_call_errhandler", |l| {
-            let c = l.any_comm(comm)?;
-            match crate::state::errhandler_of(l, &c) {
-                abi::ERRORS_RETURN => Ok(()),
-                abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
-                    let what = crate::state::code_message(code).unwrap_or_else(|| "an error".into());
-                    eprintln!("tandem: MPI_Comm_call_errhandler: {what} (error code {code}); aborting (MPI_ERRORS_ARE_FATAL)");
-                    std::process::exit(1);
-                }
-                h => {
-                    if let Some(f) = l.errhandler_fn(h) {
-                        drop(c);
-                        let (mut hc, mut cc) = (comm, code);
-                        // SAFETY: the program's handler, called as MPI says.
-                        unsafe { f(&mut hc, &mut cc) };
-                    }
-                    Ok(())
-                }
-            }
+            let handler = crate::state::errhandler_of(l, &*l.any_comm(comm)?);
+            crate::invoke_handler(l, handler, comm, code, "MPI_Comm_call_errhandler", || {
+                crate::call_message(code)
+            });
+            Ok(())
         })
     }
 }

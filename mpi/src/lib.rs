@@ -94,16 +94,37 @@ pub(crate) fn not_running(name: &str) -> c_int {
 #[inline(never)]
 pub(crate) fn raise(l: &Lib, comm: abi::Handle, name: &str, e: Fail) -> c_int {
     let code = state::error_code(Some(l), &e);
-    let (mut h, handler) = match l.any_comm(comm) {
+    let (h, handler) = match l.any_comm(comm) {
         Ok(c) => (comm, state::errhandler_of(l, &c)),
         Err(_) => (abi::COMM_WORLD, state::world_errhandler(l)),
     };
+    invoke_handler(l, handler, h, code, name, || {
+        format!("{} (MPI error class {})", e.msg, e.class)
+    });
+    code
+}
+
+/// Runs error handler `handler` (already resolved: see
+/// [`state::errhandler_of`]) for error `code` on the communicator or
+/// window `h`: returns if the handler returns; `MPI_ERRORS_ARE_FATAL` and
+/// `MPI_ERRORS_ABORT` end the process with `name` and `what()` in the
+/// message. One place for `raise`, the windows' errors and the
+/// `_call_errhandler` calls.
+#[cold]
+pub(crate) fn invoke_handler(
+    l: &Lib,
+    handler: abi::Handle,
+    mut h: abi::Handle,
+    code: c_int,
+    name: &str,
+    what: impl FnOnce() -> String,
+) {
     match handler {
-        abi::ERRORS_RETURN => code,
+        abi::ERRORS_RETURN => {}
         abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
             eprintln!(
-                "tandem: {name}: {} (MPI error class {}); aborting (MPI_ERRORS_ARE_FATAL)",
-                e.msg, e.class
+                "tandem: {name}: {}; aborting (MPI_ERRORS_ARE_FATAL)",
+                what()
             );
             std::process::exit(1);
         }
@@ -111,13 +132,19 @@ pub(crate) fn raise(l: &Lib, comm: abi::Handle, name: &str, e: Fail) -> c_int {
             if let Some(f) = l.errhandler_fn(other) {
                 let mut c = code;
                 // SAFETY: a function the program registered with
-                // MPI_Comm_create_errhandler, called as MPI specifies (the
-                // variadic tail is empty).
+                // MPI_Comm_create_errhandler (or the window's), called as
+                // MPI specifies (the variadic tail is empty).
                 unsafe { f(&mut h, &mut c) };
             }
-            code
         }
     }
+}
+
+/// What `MPI_Comm_call_errhandler`'s (or the window's) fatal handler
+/// prints for the program's `code`.
+pub(crate) fn call_message(code: c_int) -> String {
+    let what = state::code_message(code).unwrap_or_else(|| "an error".into());
+    format!("{what} (error code {code})")
 }
 
 /// Turns a C count into a `usize`.

@@ -206,6 +206,35 @@ impl Win {
         ver.fetch_add(1, Ordering::Release);
     }
 
+    /// Takes target `r`'s lock, exclusive or shared (waiting at most
+    /// [`LOCK_WAIT`]).
+    fn lock(&self, r: usize, excl: bool) -> Result<(), Fail> {
+        let word = self.words(r).0;
+        if excl {
+            return wait_for("the exclusive lock", r, || {
+                word.compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            });
+        }
+        wait_for("a shared lock", r, || {
+            let v = word.load(Ordering::Relaxed);
+            v & EXCLUSIVE == 0
+                && word
+                    .compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        })
+    }
+
+    /// Releases target `r`'s lock taken by [`lock`](Self::lock).
+    fn unlock(&self, r: usize, excl: bool) {
+        let word = self.words(r).0;
+        if excl {
+            word.store(0, Ordering::Release);
+        } else {
+            word.fetch_add(u64::MAX, Ordering::Release); // minus one
+        }
+    }
+
     fn check_rank(&self, r: c_int) -> Result<usize, Fail> {
         if r < 0 || r as usize >= self.targets.len() {
             return fail(
@@ -269,28 +298,18 @@ fn run_win(
 
 fn raise_win(l: &Lib, h: Handle, name: &str, e: Fail) -> c_int {
     let code = crate::state::error_code(Some(l), &e);
-    let set_here = win(l, h).ok().map(|w| w.errhandler.get());
-    let handler = match set_here {
+    crate::invoke_handler(l, win_handler(l, h), h, code, name, || {
+        format!("{} (MPI error class {})", e.msg, e.class)
+    });
+    code
+}
+
+/// The error handler of window `h`, resolved as a communicator's is
+/// (`MPI_COMM_WORLD`'s where the program set none, or `h` is invalid).
+fn win_handler(l: &Lib, h: Handle) -> Handle {
+    match win(l, h).ok().map(|w| w.errhandler.get()) {
         Some(x) if x != crate::state::DEFAULT_ERRHANDLER => x,
         _ => crate::state::world_errhandler(l),
-    };
-    match handler {
-        abi::ERRORS_RETURN => code,
-        abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
-            eprintln!(
-                "tandem: {name}: {} (MPI error class {}); aborting (MPI_ERRORS_ARE_FATAL)",
-                e.msg, e.class
-            );
-            std::process::exit(1);
-        }
-        other => {
-            if let Some(f) = l.errhandler_fn(other) {
-                let (mut hh, mut c) = (h, code);
-                // SAFETY: the program's handler, called as MPI specifies.
-                unsafe { f(&mut hh, &mut c) };
-            }
-            code
-        }
     }
 }
 
@@ -1181,15 +1200,7 @@ export! {
             }
             let real = assert & MODE_NOCHECK == 0;
             if real {
-                let word = w.words(r).0;
-                if excl {
-                    wait_for("the exclusive lock", r, || word.compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed).is_ok())?;
-                } else {
-                    wait_for("a shared lock", r, || {
-                        let v = word.load(Ordering::Relaxed);
-                        v & EXCLUSIVE == 0 && word.compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
-                    })?;
-                }
+                w.lock(r, excl)?;
             }
             w.epoch.borrow_mut().locks.push((r, excl, real));
             Ok(())
@@ -1210,12 +1221,7 @@ export! {
             let (_, excl, real) = e.locks.remove(i);
             fence(Ordering::SeqCst);
             if real {
-                let word = w.words(r).0;
-                if excl {
-                    word.store(0, Ordering::Release);
-                } else {
-                    word.fetch_add(u64::MAX, Ordering::Release); // minus one
-                }
+                w.unlock(r, excl);
             }
             Ok(())
         })
@@ -1231,11 +1237,7 @@ export! {
             let real = assert & MODE_NOCHECK == 0;
             if real {
                 for r in 0..w.targets.len() {
-                    let word = w.words(r).0;
-                    wait_for("a shared lock", r, || {
-                        let v = word.load(Ordering::Relaxed);
-                        v & EXCLUSIVE == 0 && word.compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
-                    })?;
+                    w.lock(r, false)?;
                 }
             }
             w.epoch.borrow_mut().all = Some(real);
@@ -1252,7 +1254,7 @@ export! {
             fence(Ordering::SeqCst);
             if real {
                 for r in 0..w.targets.len() {
-                    w.words(r).0.fetch_add(u64::MAX, Ordering::Release); // minus one
+                    w.unlock(r, false);
                 }
             }
             Ok(())
@@ -1608,26 +1610,9 @@ export! {
             return raise_win(l, win, "MPI_Win_call_errhandler", e);
         }
         // The handler gets the program's code itself.
-        let w = self::win(l, win).ok();
-        let handler = match w.map(|w| w.errhandler.get()) {
-            Some(x) if x != crate::state::DEFAULT_ERRHANDLER => x,
-            _ => crate::state::world_errhandler(l),
-        };
-        match handler {
-            abi::ERRORS_RETURN => {}
-            abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
-                let what = crate::state::code_message(code).unwrap_or_else(|| "an error".into());
-                eprintln!("tandem: MPI_Win_call_errhandler: {what} (error code {code}); aborting (MPI_ERRORS_ARE_FATAL)");
-                std::process::exit(1);
-            }
-            other => {
-                if let Some(f) = l.errhandler_fn(other) {
-                    let (mut hh, mut c) = (win, code);
-                    // SAFETY: the program's handler, called as MPI specifies.
-                    unsafe { f(&mut hh, &mut c) };
-                }
-            }
-        }
+        crate::invoke_handler(l, win_handler(l, win), win, code, "MPI_Win_call_errhandler", || {
+            crate::call_message(code)
+        });
         abi::SUCCESS
     }
 
