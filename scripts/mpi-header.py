@@ -69,10 +69,16 @@ def c_type(fn, arg, ty):
         "Option<GreqFree>": "MPI_Grequest_free_function *",
         "Option<GreqCancel>": "MPI_Grequest_cancel_function *",
         "*const [c_int; 3]": "int (*)[3]",
+        "FileH": "MPI_File", "*mut FileH": "MPI_File *",
+        "Option<DatarepConv>": "MPI_Datarep_conversion_function *",
+        "Option<DatarepExtent>": "MPI_Datarep_extent_function *",
+        "Offset": "MPI_Offset", "*mut Offset": "MPI_Offset *",
         "Option<CopyFn>": "MPI_Comm_copy_attr_function *",
     }
     if fn == "MPI_Win_create_errhandler" and ty == "Option<ErrFn>":
         return "MPI_Win_errhandler_function *"
+    if fn == "MPI_File_create_errhandler" and ty == "Option<ErrFn>":
+        return "MPI_File_errhandler_function *"
     if ty in simple:
         return simple[ty]
     base = ty.replace("*mut ", "").replace("*const ", "")
@@ -82,7 +88,7 @@ def c_type(fn, arg, ty):
     a = arg.lstrip("_")
     if a in ("comm", "newcomm"):
         k = "MPI_Comm"
-    elif a in ("dt", "sdt", "rdt", "old", "ts", "st", "rt", "sts", "rts", "tdt"):
+    elif a in ("dt", "sdt", "rdt", "old", "ts", "st", "rt", "sts", "rts", "tdt", "etype", "filetype"):
         k = "MPI_Datatype"
     elif a == "op":
         k = "MPI_Op"
@@ -131,7 +137,8 @@ def functions():
             extra = ", info: Handle" if m.group(1).endswith("_init") else ""
             found[m.group(1)] = ("int", m.group(2) + extra + ", req: *mut Handle")
         for m in re.finditer(r'pub (?:unsafe )?extern "C" fn (MPI_\w+)\(([^)]*)\)(?: -> (\w+))?', text):
-            ret = {"c_int": "int", "c_double": "double", "Aint": "MPI_Aint"}.get(m.group(3) or "c_int")
+            ret = {"c_int": "int", "c_double": "double", "Aint": "MPI_Aint",
+                   "FileH": "MPI_File"}.get(m.group(3) or "c_int")
             found[m.group(1)] = (ret, m.group(2))
     protos = []
     for fn in sorted(found):
@@ -163,6 +170,7 @@ def header():
         "typedef int MPI_Info;", "typedef int MPI_Win;", "typedef int MPI_Message;",
         "typedef long MPI_Aint;", "typedef long MPI_Count;", "typedef long MPI_Offset;",
         "typedef int MPI_Fint;",
+        "typedef struct tandem_file *MPI_File;",
         "typedef struct MPI_Status {",
         "    int count_lo;", "    int count_hi_and_cancelled;",
         "    int MPI_SOURCE;", "    int MPI_TAG;", "    int MPI_ERROR;",
@@ -170,6 +178,10 @@ def header():
         "typedef void (MPI_User_function)(void *, void *, int *, MPI_Datatype *);",
         "typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);",
         "typedef void (MPI_Win_errhandler_function)(MPI_Win *, int *, ...);",
+        "typedef void (MPI_File_errhandler_function)(MPI_File *, int *, ...);",
+        "typedef int (MPI_Datarep_conversion_function)(void *, MPI_Datatype, int, void *, MPI_Offset, void *);",
+        "typedef int (MPI_Datarep_extent_function)(MPI_Datatype, MPI_Aint *, void *);",
+        "#define MPI_CONVERSION_FN_NULL ((MPI_Datarep_conversion_function *)0)",
         "typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);",
         "typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);",
         "typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);",
@@ -183,6 +195,7 @@ def header():
         "#define MPI_STATUSES_IGNORE ((MPI_Status *)1)",
         "#define MPI_IN_PLACE ((void *)-1)",
         "#define MPI_BOTTOM ((void *)0)",
+        "#define MPI_FILE_NULL ((MPI_File)0)",
         "extern int * const MPI_UNWEIGHTED;",
         "extern int * const MPI_WEIGHTS_EMPTY;",
         "#define MPI_LONG_LONG MPI_LONG_LONG_INT",

@@ -21,6 +21,7 @@ typedef long MPI_Aint;
 typedef long MPI_Count;
 typedef long MPI_Offset;
 typedef int MPI_Fint;
+typedef struct tandem_file *MPI_File;
 typedef struct MPI_Status {
     int count_lo;
     int count_hi_and_cancelled;
@@ -31,6 +32,10 @@ typedef struct MPI_Status {
 typedef void (MPI_User_function)(void *, void *, int *, MPI_Datatype *);
 typedef void (MPI_Comm_errhandler_function)(MPI_Comm *, int *, ...);
 typedef void (MPI_Win_errhandler_function)(MPI_Win *, int *, ...);
+typedef void (MPI_File_errhandler_function)(MPI_File *, int *, ...);
+typedef int (MPI_Datarep_conversion_function)(void *, MPI_Datatype, int, void *, MPI_Offset, void *);
+typedef int (MPI_Datarep_extent_function)(MPI_Datatype, MPI_Aint *, void *);
+#define MPI_CONVERSION_FN_NULL ((MPI_Datarep_conversion_function *)0)
 typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);
 typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);
 typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);
@@ -44,6 +49,7 @@ typedef int (MPI_Grequest_cancel_function)(void *, int);
 #define MPI_STATUSES_IGNORE ((MPI_Status *)1)
 #define MPI_IN_PLACE ((void *)-1)
 #define MPI_BOTTOM ((void *)0)
+#define MPI_FILE_NULL ((MPI_File)0)
 extern int * const MPI_UNWEIGHTED;
 extern int * const MPI_WEIGHTS_EMPTY;
 #define MPI_LONG_LONG MPI_LONG_LONG_INT
@@ -256,6 +262,35 @@ int MPIR_Dup_fn(MPI_Comm, int, void *, void *, void *, int *);
 #define MPI_ERR_RMA_ATTACH (56)
 #define MPI_ERR_RMA_SHARED (57)
 #define MPI_ERR_RMA_FLAVOR (58)
+#define MPI_MODE_CREATE (1)
+#define MPI_MODE_RDONLY (2)
+#define MPI_MODE_WRONLY (4)
+#define MPI_MODE_RDWR (8)
+#define MPI_MODE_DELETE_ON_CLOSE (16)
+#define MPI_MODE_UNIQUE_OPEN (32)
+#define MPI_MODE_EXCL (64)
+#define MPI_MODE_APPEND (128)
+#define MPI_MODE_SEQUENTIAL (256)
+#define MPI_DISPLACEMENT_CURRENT (-54278278)
+#define MPI_SEEK_SET (600)
+#define MPI_SEEK_CUR (602)
+#define MPI_SEEK_END (604)
+#define MPI_MAX_DATAREP_STRING (128)
+#define MPI_ERR_ACCESS (20)
+#define MPI_ERR_AMODE (21)
+#define MPI_ERR_BAD_FILE (22)
+#define MPI_ERR_CONVERSION (23)
+#define MPI_ERR_DUP_DATAREP (24)
+#define MPI_ERR_FILE_EXISTS (25)
+#define MPI_ERR_FILE_IN_USE (26)
+#define MPI_ERR_FILE (27)
+#define MPI_ERR_IO (32)
+#define MPI_ERR_NOT_SAME (35)
+#define MPI_ERR_NO_SPACE (36)
+#define MPI_ERR_NO_SUCH_FILE (37)
+#define MPI_ERR_QUOTA (39)
+#define MPI_ERR_READ_ONLY (40)
+#define MPI_ERR_UNSUPPORTED_DATAREP (43)
 
 /* What tandem implements (each also as PMPI_). */
 int MPIX_Comm_agree(MPI_Comm, int *);
@@ -446,6 +481,128 @@ int MPI_Exscan_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, M
 int PMPI_Exscan_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
 int MPI_Fetch_and_op(const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Op, MPI_Win);
 int PMPI_Fetch_and_op(const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Op, MPI_Win);
+int MPI_File_c2f(MPI_File);
+int PMPI_File_c2f(MPI_File);
+int MPI_File_call_errhandler(MPI_File, int);
+int PMPI_File_call_errhandler(MPI_File, int);
+int MPI_File_close(MPI_File *);
+int PMPI_File_close(MPI_File *);
+int MPI_File_create_errhandler(MPI_File_errhandler_function *, MPI_Errhandler *);
+int PMPI_File_create_errhandler(MPI_File_errhandler_function *, MPI_Errhandler *);
+int MPI_File_delete(const char *, MPI_Info);
+int PMPI_File_delete(const char *, MPI_Info);
+MPI_File MPI_File_f2c(int);
+MPI_File PMPI_File_f2c(int);
+int MPI_File_get_amode(MPI_File, int *);
+int PMPI_File_get_amode(MPI_File, int *);
+int MPI_File_get_atomicity(MPI_File, int *);
+int PMPI_File_get_atomicity(MPI_File, int *);
+int MPI_File_get_byte_offset(MPI_File, MPI_Offset, MPI_Offset *);
+int PMPI_File_get_byte_offset(MPI_File, MPI_Offset, MPI_Offset *);
+int MPI_File_get_errhandler(MPI_File, MPI_Errhandler *);
+int PMPI_File_get_errhandler(MPI_File, MPI_Errhandler *);
+int MPI_File_get_group(MPI_File, MPI_Group *);
+int PMPI_File_get_group(MPI_File, MPI_Group *);
+int MPI_File_get_info(MPI_File, MPI_Info *);
+int PMPI_File_get_info(MPI_File, MPI_Info *);
+int MPI_File_get_position(MPI_File, MPI_Offset *);
+int PMPI_File_get_position(MPI_File, MPI_Offset *);
+int MPI_File_get_position_shared(MPI_File, MPI_Offset *);
+int PMPI_File_get_position_shared(MPI_File, MPI_Offset *);
+int MPI_File_get_size(MPI_File, MPI_Offset *);
+int PMPI_File_get_size(MPI_File, MPI_Offset *);
+int MPI_File_get_type_extent(MPI_File, MPI_Datatype, MPI_Aint *);
+int PMPI_File_get_type_extent(MPI_File, MPI_Datatype, MPI_Aint *);
+int MPI_File_get_view(MPI_File, MPI_Offset *, MPI_Datatype *, MPI_Datatype *, char *);
+int PMPI_File_get_view(MPI_File, MPI_Offset *, MPI_Datatype *, MPI_Datatype *, char *);
+int MPI_File_iread(MPI_File, void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iread(MPI_File, void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iread_all(MPI_File, void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iread_all(MPI_File, void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iread_at(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iread_at(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iread_at_all(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iread_at_all(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iread_shared(MPI_File, void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iread_shared(MPI_File, void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iwrite(MPI_File, const void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iwrite(MPI_File, const void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iwrite_all(MPI_File, const void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iwrite_all(MPI_File, const void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iwrite_at(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iwrite_at(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iwrite_at_all(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iwrite_at_all(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_iwrite_shared(MPI_File, const void *, int, MPI_Datatype, MPI_Request *);
+int PMPI_File_iwrite_shared(MPI_File, const void *, int, MPI_Datatype, MPI_Request *);
+int MPI_File_open(MPI_Comm, const char *, int, MPI_Info, MPI_File *);
+int PMPI_File_open(MPI_Comm, const char *, int, MPI_Info, MPI_File *);
+int MPI_File_preallocate(MPI_File, MPI_Offset);
+int PMPI_File_preallocate(MPI_File, MPI_Offset);
+int MPI_File_read(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_read(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_read_all(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_read_all(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_read_all_begin(MPI_File, void *, int, MPI_Datatype);
+int PMPI_File_read_all_begin(MPI_File, void *, int, MPI_Datatype);
+int MPI_File_read_all_end(MPI_File, void *, MPI_Status *);
+int PMPI_File_read_all_end(MPI_File, void *, MPI_Status *);
+int MPI_File_read_at(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_read_at(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_read_at_all(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_read_at_all(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_read_at_all_begin(MPI_File, MPI_Offset, void *, int, MPI_Datatype);
+int PMPI_File_read_at_all_begin(MPI_File, MPI_Offset, void *, int, MPI_Datatype);
+int MPI_File_read_at_all_end(MPI_File, void *, MPI_Status *);
+int PMPI_File_read_at_all_end(MPI_File, void *, MPI_Status *);
+int MPI_File_read_ordered(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_read_ordered(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_read_ordered_begin(MPI_File, void *, int, MPI_Datatype);
+int PMPI_File_read_ordered_begin(MPI_File, void *, int, MPI_Datatype);
+int MPI_File_read_ordered_end(MPI_File, void *, MPI_Status *);
+int PMPI_File_read_ordered_end(MPI_File, void *, MPI_Status *);
+int MPI_File_read_shared(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_read_shared(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_seek(MPI_File, MPI_Offset, int);
+int PMPI_File_seek(MPI_File, MPI_Offset, int);
+int MPI_File_seek_shared(MPI_File, MPI_Offset, int);
+int PMPI_File_seek_shared(MPI_File, MPI_Offset, int);
+int MPI_File_set_atomicity(MPI_File, int);
+int PMPI_File_set_atomicity(MPI_File, int);
+int MPI_File_set_errhandler(MPI_File, MPI_Errhandler);
+int PMPI_File_set_errhandler(MPI_File, MPI_Errhandler);
+int MPI_File_set_info(MPI_File, MPI_Info);
+int PMPI_File_set_info(MPI_File, MPI_Info);
+int MPI_File_set_size(MPI_File, MPI_Offset);
+int PMPI_File_set_size(MPI_File, MPI_Offset);
+int MPI_File_set_view(MPI_File, MPI_Offset, MPI_Datatype, MPI_Datatype, const char *, MPI_Info);
+int PMPI_File_set_view(MPI_File, MPI_Offset, MPI_Datatype, MPI_Datatype, const char *, MPI_Info);
+int MPI_File_sync(MPI_File);
+int PMPI_File_sync(MPI_File);
+int MPI_File_write(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_write(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_write_all(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_write_all(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_write_all_begin(MPI_File, const void *, int, MPI_Datatype);
+int PMPI_File_write_all_begin(MPI_File, const void *, int, MPI_Datatype);
+int MPI_File_write_all_end(MPI_File, const void *, MPI_Status *);
+int PMPI_File_write_all_end(MPI_File, const void *, MPI_Status *);
+int MPI_File_write_at(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_write_at(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_write_at_all(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_write_at_all(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_write_at_all_begin(MPI_File, MPI_Offset, const void *, int, MPI_Datatype);
+int PMPI_File_write_at_all_begin(MPI_File, MPI_Offset, const void *, int, MPI_Datatype);
+int MPI_File_write_at_all_end(MPI_File, const void *, MPI_Status *);
+int PMPI_File_write_at_all_end(MPI_File, const void *, MPI_Status *);
+int MPI_File_write_ordered(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_write_ordered(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+int MPI_File_write_ordered_begin(MPI_File, const void *, int, MPI_Datatype);
+int PMPI_File_write_ordered_begin(MPI_File, const void *, int, MPI_Datatype);
+int MPI_File_write_ordered_end(MPI_File, const void *, MPI_Status *);
+int PMPI_File_write_ordered_end(MPI_File, const void *, MPI_Status *);
+int MPI_File_write_shared(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+int PMPI_File_write_shared(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
 int MPI_Finalize(void);
 int PMPI_Finalize(void);
 int MPI_Finalized(int *);
@@ -680,6 +837,8 @@ int MPI_Reduce_scatter_block_init(const void *, void *, int, MPI_Datatype, MPI_O
 int PMPI_Reduce_scatter_block_init(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
 int MPI_Reduce_scatter_init(const void *, void *, const int *, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
 int PMPI_Reduce_scatter_init(const void *, void *, const int *, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Info, MPI_Request *);
+int MPI_Register_datarep(const char *, MPI_Datarep_conversion_function *, MPI_Datarep_conversion_function *, MPI_Datarep_extent_function *, void *);
+int PMPI_Register_datarep(const char *, MPI_Datarep_conversion_function *, MPI_Datarep_conversion_function *, MPI_Datarep_extent_function *, void *);
 int MPI_Request_free(MPI_Request *);
 int PMPI_Request_free(MPI_Request *);
 int MPI_Request_get_status(MPI_Request, int *, MPI_Status *);

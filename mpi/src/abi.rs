@@ -331,3 +331,70 @@ pub const ERR_RMA_ATTACH: c_int = 56;
 pub const ERR_RMA_SHARED: c_int = 57;
 /// `MPI_ERR_RMA_FLAVOR`.
 pub const ERR_RMA_FLAVOR: c_int = 58;
+
+// ---- MPI-IO (MPICH's mpio.h) ----
+
+/// `MPI_File`: a pointer in MPICH's interface (`struct ADIOI_FileD *`).
+pub type FileH = usize;
+/// `MPI_Offset`.
+pub type Offset = i64;
+/// `MPI_FILE_NULL`.
+pub const FILE_NULL: FileH = 0;
+/// `MPI_MODE_CREATE`.
+pub const MODE_CREATE: c_int = 1;
+/// `MPI_MODE_RDONLY`.
+pub const MODE_RDONLY: c_int = 2;
+/// `MPI_MODE_WRONLY`.
+pub const MODE_WRONLY: c_int = 4;
+/// `MPI_MODE_RDWR`.
+pub const MODE_RDWR: c_int = 8;
+/// `MPI_MODE_DELETE_ON_CLOSE`.
+pub const MODE_DELETE_ON_CLOSE: c_int = 16;
+/// `MPI_MODE_UNIQUE_OPEN`.
+pub const MODE_UNIQUE_OPEN: c_int = 32;
+/// `MPI_MODE_EXCL`.
+pub const MODE_EXCL: c_int = 64;
+/// `MPI_MODE_APPEND`.
+pub const MODE_APPEND: c_int = 128;
+/// `MPI_MODE_SEQUENTIAL`.
+pub const MODE_SEQUENTIAL: c_int = 256;
+/// `MPI_DISPLACEMENT_CURRENT`.
+pub const DISPLACEMENT_CURRENT: c_int = -54278278;
+/// `MPI_SEEK_SET`.
+pub const SEEK_SET: c_int = 600;
+/// `MPI_SEEK_CUR`.
+pub const SEEK_CUR: c_int = 602;
+/// `MPI_SEEK_END`.
+pub const SEEK_END: c_int = 604;
+/// `MPI_MAX_DATAREP_STRING`.
+pub const MAX_DATAREP_STRING: c_int = 128;
+/// `MPI_ERR_ACCESS`.
+pub const ERR_ACCESS: c_int = 20;
+/// `MPI_ERR_AMODE`.
+pub const ERR_AMODE: c_int = 21;
+/// `MPI_ERR_BAD_FILE`.
+pub const ERR_BAD_FILE: c_int = 22;
+/// `MPI_ERR_CONVERSION`.
+pub const ERR_CONVERSION: c_int = 23;
+/// `MPI_ERR_DUP_DATAREP`.
+pub const ERR_DUP_DATAREP: c_int = 24;
+/// `MPI_ERR_FILE_EXISTS`.
+pub const ERR_FILE_EXISTS: c_int = 25;
+/// `MPI_ERR_FILE_IN_USE`.
+pub const ERR_FILE_IN_USE: c_int = 26;
+/// `MPI_ERR_FILE`.
+pub const ERR_FILE: c_int = 27;
+/// `MPI_ERR_IO`.
+pub const ERR_IO: c_int = 32;
+/// `MPI_ERR_NOT_SAME`.
+pub const ERR_NOT_SAME: c_int = 35;
+/// `MPI_ERR_NO_SPACE`.
+pub const ERR_NO_SPACE: c_int = 36;
+/// `MPI_ERR_NO_SUCH_FILE`.
+pub const ERR_NO_SUCH_FILE: c_int = 37;
+/// `MPI_ERR_QUOTA`.
+pub const ERR_QUOTA: c_int = 39;
+/// `MPI_ERR_READ_ONLY`.
+pub const ERR_READ_ONLY: c_int = 40;
+/// `MPI_ERR_UNSUPPORTED_DATAREP`.
+pub const ERR_UNSUPPORTED_DATAREP: c_int = 43;

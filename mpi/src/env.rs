@@ -356,12 +356,17 @@ export! {
 }
 
 /// Whether a user error handler is still set on a communicator.
+/// Whether error handler `h` is set on a communicator, window or file
+/// (or is `MPI_FILE_NULL`'s): freeing it then leaves it working there.
 fn in_use(l: &Lib, h: Handle) -> bool {
     let comms = l.comms.borrow();
-    comms
-        .indices()
-        .into_iter()
-        .any(|i| comms.get(i).is_some_and(|c| c.errhandler.get() == h))
+    l.world.errhandler.get() == h
+        || comms
+            .indices()
+            .into_iter()
+            .any(|i| comms.get(i).is_some_and(|c| c.errhandler.get() == h))
+        || crate::rma::uses_errhandler(l, h)
+        || crate::io::uses_errhandler(l, h)
 }
 
 /// `MPI_Wtime`: seconds since the library was loaded.
@@ -420,6 +425,21 @@ pub fn class_text(class: c_int) -> &'static str {
         abi::ERR_UNSUPPORTED_OPERATION => "unsupported operation",
         abi::ERR_WIN => "invalid window",
         abi::ERR_KEYVAL => "invalid attribute key",
+        abi::ERR_ACCESS => "permission denied",
+        abi::ERR_AMODE => "invalid file access mode",
+        abi::ERR_BAD_FILE => "invalid file name",
+        abi::ERR_CONVERSION => "data conversion failed",
+        abi::ERR_DUP_DATAREP => "data representation registered already",
+        abi::ERR_FILE_EXISTS => "file exists",
+        abi::ERR_FILE_IN_USE => "file in use",
+        abi::ERR_FILE => "invalid file handle",
+        abi::ERR_IO => "I/O error",
+        abi::ERR_NOT_SAME => "arguments differ between the ranks of a collective call",
+        abi::ERR_NO_SPACE => "no space left",
+        abi::ERR_NO_SUCH_FILE => "no such file",
+        abi::ERR_QUOTA => "quota exceeded",
+        abi::ERR_READ_ONLY => "file is read-only",
+        abi::ERR_UNSUPPORTED_DATAREP => "unsupported data representation",
         abi::X_ERR_PROC_FAILED => "process failed",
         abi::X_ERR_REVOKED => "communicator revoked",
         _ => "error",

@@ -34,6 +34,8 @@ pub struct Extra {
     pub type_attrs: RefCell<Vec<(Handle, c_int, *mut c_void)>>,
     /// One-sided windows.
     pub rma: crate::rma::Rma,
+    /// Open files (MPI-IO).
+    pub io: crate::io::Io,
 }
 
 /// Classes and codes the program adds are numbered after
@@ -97,6 +99,17 @@ pub(crate) fn info_value(l: &Lib, h: Handle, key: &str) -> Result<Option<String>
     with_info(l, h, |v| {
         Ok(v.iter().find(|(k, _)| k == key).map(|(_, x)| x.clone()))
     })
+}
+
+/// Every `(key, value)` of info object `h` (none for `MPI_INFO_NULL`).
+///
+/// # Errors
+/// `MPI_ERR_INFO` for a handle that names no info object.
+pub(crate) fn info_pairs(l: &Lib, h: Handle) -> Result<Vec<(String, String)>, Fail> {
+    if h == abi::INFO_NULL {
+        return Ok(Vec::new());
+    }
+    with_info(l, h, |v| Ok(v.clone()))
 }
 
 /// Sets `key` to `value` in info object `h` (nothing for

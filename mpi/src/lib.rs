@@ -10,7 +10,7 @@
 //! The layers, top down:
 //!
 //! ```text
-//! exports (env, comm, p2p, coll, ft, unsupported) C entry points: handles in, error codes out
+//! exports (env, comm, p2p, coll, rma, io, ft, …)  C entry points: handles in, error codes out
 //!   state                                       handle tables, errors, error handlers
 //!   datatype, op                                MPI datatypes (pack/unpack) and reductions
 //! tandem_driver::Comm                           transports, matching, tandem's collectives
@@ -30,6 +30,7 @@ mod env;
 mod extra;
 mod ft;
 mod inter;
+mod io;
 mod p2p;
 mod rma;
 mod topo;

@@ -104,8 +104,8 @@ struct Epoch {
 
 /// A shared mapping (the window's lock table, and a shared window's
 /// memory).
-struct Map {
-    ptr: *mut u8,
+pub(crate) struct Map {
+    pub(crate) ptr: *mut u8,
     len: usize,
 }
 
@@ -304,6 +304,14 @@ fn raise_win(l: &Lib, h: Handle, name: &str, e: Fail) -> c_int {
     code
 }
 
+/// Whether a window has error handler `h`.
+pub(crate) fn uses_errhandler(l: &Lib, h: Handle) -> bool {
+    let wins = l.extra.rma.wins.borrow();
+    wins.indices()
+        .into_iter()
+        .any(|i| wins.get(i).is_some_and(|w| w.errhandler.get() == h))
+}
+
 /// The error handler of window `h`, resolved as a communicator's is
 /// (`MPI_COMM_WORLD`'s where the program set none, or `h` is invalid).
 fn win_handler(l: &Lib, h: Handle) -> Handle {
@@ -315,7 +323,7 @@ fn win_handler(l: &Lib, h: Handle) -> Handle {
 
 /// A barrier over the window's ranks: tandem's own where it serves the
 /// communicator, else the MPI layer's.
-fn barrier(c: &CommObj) -> Result<(), Fail> {
+pub(crate) fn barrier(c: &CommObj) -> Result<(), Fail> {
     if let Some(e) = c.tc()? {
         e.barrier()?;
         return Ok(());
@@ -325,7 +333,7 @@ fn barrier(c: &CommObj) -> Result<(), Fail> {
 
 /// This kernel's boot id: ranks that share it can reach each other's
 /// memory (same machine, namespaces aside).
-fn kernel_id() -> u64 {
+pub(crate) fn kernel_id() -> u64 {
     let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     // FNV-1a.
     s.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -344,26 +352,26 @@ fn words_of(b: &[u8]) -> Vec<u64> {
 }
 
 /// Gathers `mine` (the same number of words on every rank).
-fn gather(c: &CommObj, mine: &[u64]) -> Result<Vec<u64>, Fail> {
+pub(crate) fn gather(c: &CommObj, mine: &[u64]) -> Result<Vec<u64>, Fail> {
     let mut all = vec![0u8; mine.len() * 8 * c.size()];
     crate::coll::allgather_bytes(c, &le(mine), &mut all)?;
     Ok(words_of(&all))
 }
 
 /// Whether every rank says `ok`.
-fn all_ok(c: &CommObj, ok: bool) -> Result<bool, Fail> {
+pub(crate) fn all_ok(c: &CommObj, ok: bool) -> Result<bool, Fail> {
     Ok(gather(c, &[ok as u64])?.iter().all(|&x| x == 1))
 }
 
 /// Maps the window's shared table (and, for a shared window, its memory):
 /// rank 0 makes the file, the others open it, then it is unlinked.
-fn map_table(l: &Lib, c: &CommObj, len: usize) -> Result<Map, Fail> {
+pub(crate) fn map_table(l: &Lib, c: &CommObj, len: usize, what: &str) -> Result<Map, Fail> {
     let seq = l.extra.rma.made.get();
     l.extra.rma.made.set(seq + 1);
     let mut name = [0u8; 96];
     let mut made: Option<Map> = None;
     if c.rank == 0 {
-        let path = format!("/dev/shm/tandem-win-{}-{seq}\0", std::process::id());
+        let path = format!("/dev/shm/tandem-{what}-{}-{seq}\0", std::process::id());
         made = match open_map(path.as_bytes(), len, true) {
             // A file left by a process that had this pid and was killed:
             // not ours to keep.
@@ -392,7 +400,7 @@ fn map_table(l: &Lib, c: &CommObj, len: usize) -> Result<Map, Fail> {
         Some(m) if ok => Ok(m),
         _ => fail(
             abi::ERR_OTHER,
-            "the window's shared table could not be made in /dev/shm (shared memory full or not mounted?)",
+            format!("the shared table of a {what} could not be made in /dev/shm (shared memory full or not mounted?)"),
         ),
     }
 }
@@ -533,14 +541,14 @@ fn make(
         // it is this process's own, reached by cross-memory attach.
         let mut table = None;
         if flavor == FLAVOR_ALLOCATE && segs - head <= SHARED_ALLOCATE_MAX {
-            table = map_table(l, &c, segs).ok();
+            table = map_table(l, &c, segs, "win").ok();
         }
         let mapped = flavor == FLAVOR_SHARED || table.is_some();
         let mut owned = None;
         let mut regions_at = head;
         let table = match table {
             Some(t) => t,
-            None if flavor == FLAVOR_SHARED => map_table(l, &c, segs)?,
+            None if flavor == FLAVOR_SHARED => map_table(l, &c, segs, "win")?,
             None => {
                 if flavor == FLAVOR_ALLOCATE {
                     let o = allocate(size)?;
@@ -552,7 +560,7 @@ fn make(
                     regions_at = total;
                     total += n * REGION_BYTES;
                 }
-                map_table(l, &c, total)?
+                map_table(l, &c, total, "win")?
             }
         };
         if mapped {

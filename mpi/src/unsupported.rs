@@ -77,64 +77,8 @@ unsupported! {
     MPI_Comm_join PMPI_Comm_join
     MPI_Comm_spawn PMPI_Comm_spawn
     MPI_Comm_spawn_multiple PMPI_Comm_spawn_multiple
-    MPI_File_call_errhandler PMPI_File_call_errhandler
-    MPI_File_close PMPI_File_close
-    MPI_File_create_errhandler PMPI_File_create_errhandler
-    MPI_File_delete PMPI_File_delete
-    MPI_File_get_amode PMPI_File_get_amode
-    MPI_File_get_atomicity PMPI_File_get_atomicity
-    MPI_File_get_byte_offset PMPI_File_get_byte_offset
-    MPI_File_get_errhandler PMPI_File_get_errhandler
-    MPI_File_get_group PMPI_File_get_group
-    MPI_File_get_info PMPI_File_get_info
-    MPI_File_get_position PMPI_File_get_position
-    MPI_File_get_position_shared PMPI_File_get_position_shared
-    MPI_File_get_size PMPI_File_get_size
-    MPI_File_get_type_extent PMPI_File_get_type_extent
-    MPI_File_get_view PMPI_File_get_view
-    MPI_File_iread PMPI_File_iread
-    MPI_File_iread_at PMPI_File_iread_at
-    MPI_File_iread_shared PMPI_File_iread_shared
-    MPI_File_iwrite PMPI_File_iwrite
-    MPI_File_iwrite_at PMPI_File_iwrite_at
-    MPI_File_iwrite_shared PMPI_File_iwrite_shared
-    MPI_File_open PMPI_File_open
-    MPI_File_preallocate PMPI_File_preallocate
-    MPI_File_read PMPI_File_read
-    MPI_File_read_all PMPI_File_read_all
-    MPI_File_read_all_begin PMPI_File_read_all_begin
-    MPI_File_read_all_end PMPI_File_read_all_end
-    MPI_File_read_at PMPI_File_read_at
-    MPI_File_read_at_all PMPI_File_read_at_all
-    MPI_File_read_at_all_begin PMPI_File_read_at_all_begin
-    MPI_File_read_at_all_end PMPI_File_read_at_all_end
-    MPI_File_read_ordered PMPI_File_read_ordered
-    MPI_File_read_ordered_begin PMPI_File_read_ordered_begin
-    MPI_File_read_ordered_end PMPI_File_read_ordered_end
-    MPI_File_read_shared PMPI_File_read_shared
-    MPI_File_seek PMPI_File_seek
-    MPI_File_seek_shared PMPI_File_seek_shared
-    MPI_File_set_atomicity PMPI_File_set_atomicity
-    MPI_File_set_errhandler PMPI_File_set_errhandler
-    MPI_File_set_info PMPI_File_set_info
-    MPI_File_set_size PMPI_File_set_size
-    MPI_File_set_view PMPI_File_set_view
-    MPI_File_sync PMPI_File_sync
-    MPI_File_write PMPI_File_write
-    MPI_File_write_all PMPI_File_write_all
-    MPI_File_write_all_begin PMPI_File_write_all_begin
-    MPI_File_write_all_end PMPI_File_write_all_end
-    MPI_File_write_at PMPI_File_write_at
-    MPI_File_write_at_all PMPI_File_write_at_all
-    MPI_File_write_at_all_begin PMPI_File_write_at_all_begin
-    MPI_File_write_at_all_end PMPI_File_write_at_all_end
-    MPI_File_write_ordered PMPI_File_write_ordered
-    MPI_File_write_ordered_begin PMPI_File_write_ordered_begin
-    MPI_File_write_ordered_end PMPI_File_write_ordered_end
-    MPI_File_write_shared PMPI_File_write_shared
     MPI_Lookup_name PMPI_Lookup_name
     MPI_Open_port PMPI_Open_port
     MPI_Publish_name PMPI_Publish_name
-    MPI_Register_datarep PMPI_Register_datarep
     MPI_Unpublish_name PMPI_Unpublish_name
 }
