@@ -6,7 +6,7 @@
 
 use crate::abi::{self, Aint, Handle};
 use crate::state::{Fail, Lib, Req};
-use crate::{count, export, fail, put, put_str, run, set};
+use crate::{count, export, fail, need, put, put_str, run, set};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::rc::Rc;
@@ -372,6 +372,33 @@ pub(crate) fn type_attr_delete(l: &Lib, dt: Handle, key: c_int, must: bool) -> R
 }
 
 export! {
+    fn MPI_Status_c2f, PMPI_Status_c2f(c_status: *const abi::Status, f_status: *mut c_int) -> c_int {
+        run(W, "MPI_Status_c2f", |_| {
+            if c_status.is_null() || c_status as usize == abi::STATUS_IGNORE {
+                return fail(abi::ERR_ARG, "MPI_STATUS_IGNORE (or null) has no Fortran form");
+            }
+            need(f_status, "f_status")?;
+            // SAFETY: the program's status and its array of
+            // MPI_STATUS_SIZE (5) integers, the same five fields in order.
+            unsafe { std::ptr::copy_nonoverlapping(c_status.cast::<c_int>(), f_status, 5) };
+            Ok(())
+        })
+    }
+
+    fn MPI_Status_f2c, PMPI_Status_f2c(f_status: *const c_int, c_status: *mut abi::Status) -> c_int {
+        run(W, "MPI_Status_f2c", |_| {
+            if f_status.is_null() {
+                return fail(abi::ERR_ARG, "f_status is a null pointer");
+            }
+            if c_status.is_null() || c_status as usize == abi::STATUS_IGNORE {
+                return fail(abi::ERR_ARG, "MPI_STATUS_IGNORE (or null) as the C status to fill");
+            }
+            // SAFETY: as in MPI_Status_c2f, the other way.
+            unsafe { std::ptr::copy_nonoverlapping(f_status, c_status.cast::<c_int>(), 5) };
+            Ok(())
+        })
+    }
+
     fn MPI_Type_create_keyval, PMPI_Type_create_keyval(copy: Option<crate::state::CopyFn>, delete: Option<crate::state::DeleteFn>, key: *mut c_int, extra_state: *mut c_void) -> c_int {
         run(W, "MPI_Type_create_keyval", |l| crate::comm::create_keyval(l, copy, delete, key, extra_state, crate::state::KeyKind::Type))
     }

@@ -94,6 +94,9 @@ struct View {
     tile_extent: i64,
     /// The whole view is one run of bytes from `disp`.
     contiguous: bool,
+    /// Not contiguous, with blocks close enough that reading or writing a
+    /// span around several of them at once (data sieving) pays.
+    small_blocks: bool,
     datarep: String,
     _holds: [TypeHold; 2],
 }
@@ -111,6 +114,7 @@ impl View {
             tile_size: 1,
             tile_extent: 1,
             contiguous: true,
+            small_blocks: false,
             datarep: "native".into(),
             _holds: [TypeHold::empty(), TypeHold::empty()],
         }
@@ -222,6 +226,10 @@ pub struct File {
     shared: Option<Map>,
     shared_here: Cell<u64>,
     atomic: Cell<bool>,
+    /// Some rank's view may sieve writes (read, patch and write back a
+    /// span): then every write on the file holds a record lock over what
+    /// it touches, so that no rank's write-back undoes another's bytes.
+    lock_writes: Cell<bool>,
     errhandler: Cell<Handle>,
     info: RefCell<Vec<(String, String)>>,
     /// A split collective begun and not ended: its name and status.
@@ -611,6 +619,7 @@ fn open(l: &Lib, comm: Handle, name: &str, amode: c_int, info: Handle) -> Result
         shared,
         shared_here: Cell::new(0),
         atomic: Cell::new(false),
+        lock_writes: Cell::new(false),
         errhandler: Cell::new(l.extra.io.null_handler.get()),
         info: RefCell::new(pairs),
         split: RefCell::new(None),
@@ -809,7 +818,13 @@ fn access(
         } else {
             None
         };
-        transfer(f.fd, &v, begin, ptr, total, write)?
+        let how = How {
+            write,
+            can_read: f.amode & MODE_WRONLY == 0,
+            lock: write && f.lock_writes.get() && !f.atomic.get(),
+            held: f.atomic.get() || f.comm.size() == 1,
+        };
+        transfer(f.fd, &v, begin, ptr, total, how)?
     };
     if let Some(s) = inb.as_ref().and_then(|i| i.stage.as_ref()) {
         unstage(l, s, moved)?;
@@ -823,18 +838,42 @@ fn access(
     Ok(st)
 }
 
+/// The largest file span one sieved access covers.
+const SIEVE_SPAN: i64 = 4 << 20;
+/// A batch of runs is sieved when its span is at most this many bytes per
+/// run: about what the page cache copies in the time of a system call.
+const SIEVE_PER_RUN: i64 = 8192;
+
+/// How [`transfer`] may go about it.
+#[derive(Clone, Copy)]
+struct How {
+    write: bool,
+    /// The file may be read (a write may then be sieved).
+    can_read: bool,
+    /// Writes hold a record lock over each batch (see `File::lock_writes`).
+    lock: bool,
+    /// The whole access holds a record lock already (atomic mode), or no
+    /// other rank has the file open.
+    held: bool,
+}
+
 /// Moves `total` bytes between `buf` and the view's data bytes from
 /// `begin`; returns how many moved (fewer on a read that meets the end of
-/// the file).
+/// the file). Runs close together go as one span (data sieving): read in
+/// one call and picked apart, or, for a write, read, patched and written
+/// back under a record lock.
 fn transfer(
     fd: c_int,
     v: &View,
     begin: u64,
     buf: *mut u8,
     total: usize,
-    write: bool,
+    how: How,
 ) -> Result<usize, Fail> {
     let mut moved = 0usize;
+    let mut batch: Vec<(i64, usize, usize)> = Vec::new();
+    let mut scratch: Vec<u8> = Vec::new();
+    let mut more = true;
     v.runs(begin, total, |off, len, at| {
         if off < 0 {
             return fail(
@@ -842,41 +881,122 @@ fn transfer(
                 format!("the view maps data to file offset {off}, before the start"),
             );
         }
-        let mut done = 0usize;
-        while done < len {
-            // SAFETY: `buf + at .. + len` lies within the `total` bytes of
-            // the program's buffer (or the packed copy); the descriptor is
-            // the file's.
-            let r = unsafe {
-                let p = buf.add(at + done);
-                let o = (off + done as i64) as libc::off_t;
-                if write {
-                    libc::pwrite(fd, p.cast(), len - done, o)
-                } else {
-                    libc::pread(fd, p.cast(), len - done, o)
+        if let (Some(&(lo, ..)), Some(&(lo2, l2, _))) = (batch.first(), batch.last()) {
+            // A batch is in file order, without overlaps, within a span.
+            if off < lo2 + l2 as i64 || off + len as i64 - lo > SIEVE_SPAN {
+                more = batch_io(fd, buf, &batch, how, &mut scratch, &mut moved)?;
+                batch.clear();
+                if !more {
+                    return Ok(false);
                 }
-            };
-            if r < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(os_fail(if write { "write" } else { "read" }, e));
             }
-            if r == 0 {
-                if write {
-                    return fail(ERR_IO, "write: no progress");
-                }
-                // The end of the file: what came so far is the read.
-                moved += done;
-                return Ok(false);
-            }
-            done += r as usize;
         }
-        moved += len;
+        batch.push((off, len, at));
         Ok(true)
     })?;
+    if more && !batch.is_empty() {
+        batch_io(fd, buf, &batch, how, &mut scratch, &mut moved)?;
+    }
     Ok(moved)
+}
+
+/// One batch of runs `(file offset, length, offset in buf)`, in file
+/// order; adds what moved to `moved`; `false` at the end of the file.
+fn batch_io(
+    fd: c_int,
+    buf: *mut u8,
+    batch: &[(i64, usize, usize)],
+    how: How,
+    scratch: &mut Vec<u8>,
+    moved: &mut usize,
+) -> Result<bool, Fail> {
+    let lo = batch[0].0;
+    let (last, last_len, _) = batch[batch.len() - 1];
+    let hi = last + last_len as i64;
+    let span = hi - lo;
+    let _lock = if how.lock {
+        Some(RangeLock::take(fd, lo, span, true)?)
+    } else {
+        None
+    };
+    let sieve = batch.len() > 1
+        && span <= batch.len() as i64 * SIEVE_PER_RUN
+        && (!how.write || (how.can_read && (how.lock || how.held)));
+    if !sieve {
+        for &(off, len, at) in batch {
+            // SAFETY: `at .. at + len` lies within the `total` bytes at
+            // `buf` (the program's buffer or the packed copy).
+            let p = unsafe { buf.add(at) };
+            let n = io_full(fd, p, len, off, how.write)?;
+            *moved += n;
+            if n < len {
+                return Ok(false);
+            }
+        }
+        return Ok(true);
+    }
+    scratch.clear();
+    scratch.resize(span as usize, 0);
+    // What is in the file over the span (for a write: the bytes between
+    // the runs, written back as they were; past the end, zeroes).
+    let got = io_full(fd, scratch.as_mut_ptr(), span as usize, lo, false)?;
+    if how.write {
+        for &(off, len, at) in batch {
+            let d = (off - lo) as usize;
+            // SAFETY: as above for `buf`; `d + len <= span`.
+            unsafe { std::ptr::copy_nonoverlapping(buf.add(at), scratch.as_mut_ptr().add(d), len) };
+            *moved += len;
+        }
+        io_full(fd, scratch.as_mut_ptr(), span as usize, lo, true)?;
+        return Ok(true);
+    }
+    for &(off, len, at) in batch {
+        let d = (off - lo) as usize;
+        let n = got.saturating_sub(d).min(len);
+        // SAFETY: as above for `buf`; `d + n <= got <= span`.
+        unsafe { std::ptr::copy_nonoverlapping(scratch.as_ptr().add(d), buf.add(at), n) };
+        *moved += n;
+        if n < len {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Reads or writes `len` bytes at `p` from or to file offset `off`,
+/// through partial transfers; returns how many moved (fewer only for a
+/// read that meets the end of the file).
+fn io_full(fd: c_int, p: *mut u8, len: usize, off: i64, write: bool) -> Result<usize, Fail> {
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: `p .. p + len` is memory the caller owns for this call
+        // (the program's buffer, the packed copy or the sieve's scratch);
+        // the descriptor is the file's.
+        let r = unsafe {
+            let q = p.add(done);
+            let o = (off + done as i64) as libc::off_t;
+            if write {
+                libc::pwrite(fd, q.cast(), len - done, o)
+            } else {
+                libc::pread(fd, q.cast(), len - done, o)
+            }
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(os_fail(if write { "write" } else { "read" }, e));
+        }
+        if r == 0 {
+            if write {
+                return fail(ERR_IO, "write: no progress");
+            }
+            break;
+        }
+        done += r as usize;
+    }
+    Ok(done)
 }
 
 /// `MPI_File_read_ordered` / `_write_ordered`: the ranks' accesses one
@@ -1060,6 +1180,9 @@ fn make_view(
         sum += b.1;
     }
     let contiguous = blocks.len() == 1 && blocks[0].0 == 0 && blocks[0].1 as Aint == t.extent;
+    // Runs as close as a sieved batch needs them, on average.
+    let small_blocks =
+        !contiguous && !blocks.is_empty() && t.extent as i64 <= blocks.len() as i64 * SIEVE_PER_RUN;
     let types = l.types.borrow();
     let v = View {
         disp,
@@ -1071,6 +1194,7 @@ fn make_view(
         tile_size: t.size,
         tile_extent: t.extent as i64,
         contiguous,
+        small_blocks,
         datarep: rep.to_string(),
         _holds: [types.hold(etype), types.hold(filetype)],
     };
@@ -1079,8 +1203,10 @@ fn make_view(
 
 /// Installs a view every rank made: the pointers start again at its start.
 fn install_view(f: &File, v: View) -> Result<(), Fail> {
-    barrier(&f.comm)?;
+    let sieves = gather(&f.comm, &[v.small_blocks as u64])?;
     *f.view.borrow_mut() = v;
+    f.lock_writes
+        .set(f.comm.size() > 1 && sieves.iter().any(|&x| x != 0));
     f.pos.set(0);
     f.shared_here.set(0);
     if f.comm.rank == 0 {

@@ -5,7 +5,7 @@
  * non-contiguous memory datatype, seeks, sizes, atomic mode, the file
  * error handlers, and the errors (missing file, exclusive create of an
  * existing one, bad modes, writes to a read-only file, an unknown data
- * representation, reads past the end).
+ * representation, reads past the end); MPI_Status_c2f/f2c.
  * run-sizes: 1 2 3 4
  */
 #include "common.h"
@@ -45,6 +45,14 @@ static void test_explicit_offsets(void)
     int n = -1;
     MPI_Get_count(&st, MPI_INT, &n);
     CHECK(n == N, "write_at count %d", n);
+    /* The status in Fortran's form and back. */
+    MPI_Fint fst[5]; /* MPICH's MPI_F_STATUS_SIZE */
+    MPI_Status st2;
+    CHECK_MPI(MPI_Status_c2f(&st, fst));
+    CHECK_MPI(MPI_Status_f2c(fst, &st2));
+    n = -1;
+    MPI_Get_count(&st2, MPI_INT, &n);
+    CHECK(n == N, "status through MPI_Status_c2f/f2c: count %d", n);
     CHECK_MPI(MPI_File_sync(fh));
     MPI_Barrier(MPI_COMM_WORLD);
     CHECK_MPI(MPI_File_sync(fh));
