@@ -489,6 +489,19 @@ fn open_here(path: &CStr, amode: c_int, create: bool) -> Result<c_int, Fail> {
             std::io::Error::last_os_error(),
         ));
     }
+    // SAFETY: a zeroed stat buffer for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the descriptor just opened and a valid buffer.
+    let dir =
+        unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if dir {
+        // SAFETY: the descriptor just opened.
+        unsafe { libc::close(fd) };
+        return fail(
+            ERR_BAD_FILE,
+            format!("{} is a directory", path.to_string_lossy()),
+        );
+    }
     Ok(fd)
 }
 
@@ -627,7 +640,14 @@ fn open(l: &Lib, comm: Handle, name: &str, amode: c_int, info: Handle) -> Result
     };
     let r = (|| {
         if amode & MODE_APPEND != 0 {
-            let end = f.size()? as u64;
+            let end = f.size();
+            agree(
+                &f.comm,
+                end.as_ref()
+                    .map(|_| ())
+                    .map_err(|e| Fail::new(e.class, e.msg.clone())),
+            )?;
+            let end = end? as u64;
             f.pos.set(end);
             f.shared_here.set(end);
             if f.comm.rank == 0 {
@@ -729,14 +749,14 @@ fn flock(kind: c_int, lo: i64, len: i64) -> libc::flock {
 
 /// The bytes an access of `len` data bytes from view byte `start` spans in
 /// the file.
-fn span(v: &View, start: u64, len: usize) -> (i64, i64) {
+fn span(v: &View, start: u64, len: usize) -> Option<(i64, i64)> {
     let (mut lo, mut hi) = (i64::MAX, i64::MIN);
     let _ = v.runs(start, len, |o, n, _| {
         lo = lo.min(o);
         hi = hi.max(o + n as i64);
         Ok(true)
     });
-    (lo, hi - lo)
+    (hi > lo).then_some((lo, hi - lo))
 }
 
 /// Reads or writes `count` elements of `dt` at `buf` where `at` says;
@@ -812,11 +832,9 @@ fn access(
             .checked_mul(esize)
             .filter(|b| (*b as i128 + v.disp as i128 + total as i128) < i64::MAX as i128)
             .ok_or_else(|| Fail::new(ERR_ARG, format!("file offset {start} out of range")))?;
-        let _lock = if f.atomic.get() && total > 0 {
-            let (lo, len) = span(&v, begin, total);
-            Some(RangeLock::take(f.fd, lo, len, write)?)
-        } else {
-            None
+        let _lock = match span(&v, begin, total) {
+            Some((lo, len)) if f.atomic.get() => Some(RangeLock::take(f.fd, lo, len, write)?),
+            _ => None,
         };
         let how = How {
             write,
