@@ -21,6 +21,8 @@ command -v mpiexec.hydra >/dev/null || need+=(mpich)
 command -v mpicc.mpich >/dev/null || need+=(libmpich-dev)
 python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
 command -v NPmpich2 >/dev/null || need+=(netpipe-mpich2)
+# Parallel HDF5 built for MPICH: a real client of the library's MPI-IO.
+command -v h5pcc.mpich >/dev/null || need+=(libhdf5-mpich-dev)
 command -v gcc >/dev/null || need+=(gcc)
 command -v ip >/dev/null || need+=(iproute2)
 command -v python3 >/dev/null || need+=(python3)

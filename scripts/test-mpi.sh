@@ -9,9 +9,11 @@
 #      tandem (a run that silently loaded another MPI fails);
 #   5. mpi4py's own test suite (from its sdist) on 1 and 2 ranks, with
 #      floors on the tests passed;
-#   6. Debian's NetPIPE (NPmpich2, linked to MPICH) between two ranks.
+#   6. a parallel HDF5 program built with Debian's h5pcc.mpich (HDF5's
+#      MPI-IO driver on tandem's MPI-IO) on 1-4 ranks;
+#   7. Debian's NetPIPE (NPmpich2, linked to MPICH) between two ranks.
 # Needs (installed by scripts/test-all.sh): mpich libmpich-dev python3-venv
-# netpipe-mpich2, and PyPI for mpi4py.
+# netpipe-mpich2 libhdf5-mpich-dev, and PyPI for mpi4py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -82,6 +84,18 @@ suite 1 "$root/target/mpi/mpi4py-tests-1.log"
 suite 2 "$root/target/mpi/mpi4py-tests-2.log"
 [ "$passed" -ge "$FLOOR_2" ] || { echo "mpi4py suite on 2 ranks: $passed passed, below the floor $FLOOR_2" >&2; exit 1; }
 cd "$root"
+
+echo "== parallel HDF5 (Debian's libhdf5-mpich) on tandem's MPI-IO"
+if command -v h5pcc.mpich >/dev/null; then
+    h5pcc.mpich -O2 -o target/mpi/tests/phdf5 mpi/tests/hdf5/phdf5.c
+    for n in 1 2 3 4; do
+        (cd target/mpi && timeout 120 mpiexec.hydra -n $n tests/phdf5 phdf5-$n.h5) | tee target/mpi/phdf5.log
+        grep -q "^PASS phdf5 ($n ranks, tandem" target/mpi/phdf5.log
+    done
+else
+    echo "h5pcc.mpich not installed (libhdf5-mpich-dev)" >&2
+    exit 1
+fi
 
 echo "== NetPIPE (Debian's NPmpich2, built for MPICH)"
 if command -v NPmpich2 >/dev/null; then
