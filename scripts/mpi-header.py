@@ -77,6 +77,19 @@ def c_type(fn, arg, ty):
     }
     if fn == "MPI_Win_create_errhandler" and ty == "Option<ErrFn>":
         return "MPI_Win_errhandler_function *"
+    if ty in ("TObj", "*mut TObj"):
+        a = arg.lstrip("_")
+        k = {"session": "MPI_T_pvar_session", "enumtype": "MPI_T_enum"}.get(a)
+        if a == "handle":
+            k = "MPI_T_cvar_handle" if "cvar" in fn else "MPI_T_pvar_handle"
+        if k is None:
+            raise SystemExit(f"{fn}: which MPI_T object is {arg}?")
+        return k + (" *" if ty.startswith("*mut") else "")
+    for kind in ("Type", "Win"):
+        if fn == f"MPI_{kind}_create_keyval" and ty == "Option<CopyFn>":
+            return f"MPI_{kind}_copy_attr_function *"
+        if fn == f"MPI_{kind}_create_keyval" and ty == "Option<DeleteFn>":
+            return f"MPI_{kind}_delete_attr_function *"
     if fn == "MPI_File_create_errhandler" and ty == "Option<ErrFn>":
         return "MPI_File_errhandler_function *"
     if ty in simple:
@@ -88,7 +101,7 @@ def c_type(fn, arg, ty):
     a = arg.lstrip("_")
     if a in ("comm", "newcomm"):
         k = "MPI_Comm"
-    elif a in ("dt", "sdt", "rdt", "old", "ts", "st", "rt", "sts", "rts", "tdt", "etype", "filetype"):
+    elif a in ("dt", "sdt", "rdt", "old", "ts", "st", "rt", "sts", "rts", "tdt", "etype", "filetype", "datatype"):
         k = "MPI_Datatype"
     elif a == "op":
         k = "MPI_Op"
@@ -171,6 +184,10 @@ def header():
         "typedef long MPI_Aint;", "typedef long MPI_Count;", "typedef long MPI_Offset;",
         "typedef int MPI_Fint;",
         "typedef struct tandem_file *MPI_File;",
+        "typedef struct tandem_t_enum *MPI_T_enum;",
+        "typedef struct tandem_t_cvar *MPI_T_cvar_handle;",
+        "typedef struct tandem_t_pvar *MPI_T_pvar_handle;",
+        "typedef struct tandem_t_session *MPI_T_pvar_session;",
         "typedef struct MPI_Status {",
         "    int count_lo;", "    int count_hi_and_cancelled;",
         "    int MPI_SOURCE;", "    int MPI_TAG;", "    int MPI_ERROR;",
@@ -184,6 +201,10 @@ def header():
         "#define MPI_CONVERSION_FN_NULL ((MPI_Datarep_conversion_function *)0)",
         "typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);",
         "typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);",
+        "typedef int (MPI_Type_copy_attr_function)(MPI_Datatype, int, void *, void *, void *, int *);",
+        "typedef int (MPI_Type_delete_attr_function)(MPI_Datatype, int, void *, void *);",
+        "typedef int (MPI_Win_copy_attr_function)(MPI_Win, int, void *, void *, void *, int *);",
+        "typedef int (MPI_Win_delete_attr_function)(MPI_Win, int, void *, void *);",
         "typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);",
         "typedef int (MPI_Grequest_free_function)(void *);",
         "typedef int (MPI_Grequest_cancel_function)(void *, int);",
@@ -196,6 +217,22 @@ def header():
         "#define MPI_IN_PLACE ((void *)-1)",
         "#define MPI_BOTTOM ((void *)0)",
         "#define MPI_FILE_NULL ((MPI_File)0)",
+        "#define MPI_T_ENUM_NULL ((MPI_T_enum)0)",
+        "#define MPI_T_CVAR_HANDLE_NULL ((MPI_T_cvar_handle)0)",
+        "#define MPI_T_PVAR_HANDLE_NULL ((MPI_T_pvar_handle)0)",
+        "#define MPI_T_PVAR_SESSION_NULL ((MPI_T_pvar_session)0)",
+        "extern MPI_T_pvar_handle const MPI_T_PVAR_ALL_HANDLES;",
+        "#define MPI_T_ERR_NOT_INITIALIZED 60",
+        "#define MPI_T_ERR_INVALID_INDEX 62",
+        "#define MPI_T_ERR_INVALID_HANDLE 64",
+        "#define MPI_T_ERR_INVALID_SESSION 67",
+        "#define MPI_T_ERR_PVAR_NO_STARTSTOP 70",
+        "#define MPI_T_ERR_PVAR_NO_WRITE 71",
+        "#define MPI_T_ERR_INVALID_NAME 73",
+        "#define MPI_T_ERR_INVALID 74",
+        "#define MPI_T_VERBOSITY_USER_BASIC 221",
+        "#define MPI_T_BIND_NO_OBJECT 9700",
+        "#define MPI_T_PVAR_CLASS_COUNTER 246",
         "extern int * const MPI_UNWEIGHTED;",
         "extern int * const MPI_WEIGHTS_EMPTY;",
         "#define MPI_LONG_LONG MPI_LONG_LONG_INT",
@@ -204,6 +241,12 @@ def header():
         "#define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0)",
         "#define MPI_COMM_DUP_FN ((MPI_Comm_copy_attr_function *)MPIR_Dup_fn)",
         "int MPIR_Dup_fn(MPI_Comm, int, void *, void *, void *, int *);",
+        "#define MPI_TYPE_NULL_COPY_FN ((MPI_Type_copy_attr_function *)0)",
+        "#define MPI_TYPE_NULL_DELETE_FN ((MPI_Type_delete_attr_function *)0)",
+        "#define MPI_TYPE_DUP_FN ((MPI_Type_copy_attr_function *)MPIR_Dup_fn)",
+        "#define MPI_WIN_NULL_COPY_FN ((MPI_Win_copy_attr_function *)0)",
+        "#define MPI_WIN_NULL_DELETE_FN ((MPI_Win_delete_attr_function *)0)",
+        "#define MPI_WIN_DUP_FN ((MPI_Win_copy_attr_function *)MPIR_Dup_fn)",
         "",
     ]
     lines += constants()

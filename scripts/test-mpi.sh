@@ -31,6 +31,12 @@ python3 scripts/mpi-header.py --check
 lib=$root/target/mpi/lib
 export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
+echo "== the C test programs compile against tandem's own mpi.h too"
+for src in mpi/tests/c/*.c; do
+    gcc -fsyntax-only -Wall -Werror=incompatible-pointer-types -Werror=implicit-function-declaration \
+        -I target/mpi/include "$src"
+done
+
 echo "== C test programs (mpicc.mpich, MPICH's mpi.h)"
 bash mpi/tests/c/build.sh "$root/target/mpi/tests"
 bash mpi/tests/c/run.sh -d "$root/target/mpi/tests" -t 120 mpiexec.hydra -n

@@ -22,6 +22,10 @@ typedef long MPI_Count;
 typedef long MPI_Offset;
 typedef int MPI_Fint;
 typedef struct tandem_file *MPI_File;
+typedef struct tandem_t_enum *MPI_T_enum;
+typedef struct tandem_t_cvar *MPI_T_cvar_handle;
+typedef struct tandem_t_pvar *MPI_T_pvar_handle;
+typedef struct tandem_t_session *MPI_T_pvar_session;
 typedef struct MPI_Status {
     int count_lo;
     int count_hi_and_cancelled;
@@ -38,6 +42,10 @@ typedef int (MPI_Datarep_extent_function)(MPI_Datatype, MPI_Aint *, void *);
 #define MPI_CONVERSION_FN_NULL ((MPI_Datarep_conversion_function *)0)
 typedef int (MPI_Comm_copy_attr_function)(MPI_Comm, int, void *, void *, void *, int *);
 typedef int (MPI_Comm_delete_attr_function)(MPI_Comm, int, void *, void *);
+typedef int (MPI_Type_copy_attr_function)(MPI_Datatype, int, void *, void *, void *, int *);
+typedef int (MPI_Type_delete_attr_function)(MPI_Datatype, int, void *, void *);
+typedef int (MPI_Win_copy_attr_function)(MPI_Win, int, void *, void *, void *, int *);
+typedef int (MPI_Win_delete_attr_function)(MPI_Win, int, void *, void *);
 typedef int (MPI_Grequest_query_function)(void *, MPI_Status *);
 typedef int (MPI_Grequest_free_function)(void *);
 typedef int (MPI_Grequest_cancel_function)(void *, int);
@@ -50,6 +58,22 @@ typedef int (MPI_Grequest_cancel_function)(void *, int);
 #define MPI_IN_PLACE ((void *)-1)
 #define MPI_BOTTOM ((void *)0)
 #define MPI_FILE_NULL ((MPI_File)0)
+#define MPI_T_ENUM_NULL ((MPI_T_enum)0)
+#define MPI_T_CVAR_HANDLE_NULL ((MPI_T_cvar_handle)0)
+#define MPI_T_PVAR_HANDLE_NULL ((MPI_T_pvar_handle)0)
+#define MPI_T_PVAR_SESSION_NULL ((MPI_T_pvar_session)0)
+extern MPI_T_pvar_handle const MPI_T_PVAR_ALL_HANDLES;
+#define MPI_T_ERR_NOT_INITIALIZED 60
+#define MPI_T_ERR_INVALID_INDEX 62
+#define MPI_T_ERR_INVALID_HANDLE 64
+#define MPI_T_ERR_INVALID_SESSION 67
+#define MPI_T_ERR_PVAR_NO_STARTSTOP 70
+#define MPI_T_ERR_PVAR_NO_WRITE 71
+#define MPI_T_ERR_INVALID_NAME 73
+#define MPI_T_ERR_INVALID 74
+#define MPI_T_VERBOSITY_USER_BASIC 221
+#define MPI_T_BIND_NO_OBJECT 9700
+#define MPI_T_PVAR_CLASS_COUNTER 246
 extern int * const MPI_UNWEIGHTED;
 extern int * const MPI_WEIGHTS_EMPTY;
 #define MPI_LONG_LONG MPI_LONG_LONG_INT
@@ -58,6 +82,12 @@ extern int * const MPI_WEIGHTS_EMPTY;
 #define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0)
 #define MPI_COMM_DUP_FN ((MPI_Comm_copy_attr_function *)MPIR_Dup_fn)
 int MPIR_Dup_fn(MPI_Comm, int, void *, void *, void *, int *);
+#define MPI_TYPE_NULL_COPY_FN ((MPI_Type_copy_attr_function *)0)
+#define MPI_TYPE_NULL_DELETE_FN ((MPI_Type_delete_attr_function *)0)
+#define MPI_TYPE_DUP_FN ((MPI_Type_copy_attr_function *)MPIR_Dup_fn)
+#define MPI_WIN_NULL_COPY_FN ((MPI_Win_copy_attr_function *)0)
+#define MPI_WIN_NULL_DELETE_FN ((MPI_Win_delete_attr_function *)0)
+#define MPI_WIN_DUP_FN ((MPI_Win_copy_attr_function *)MPIR_Dup_fn)
 
 #define MPI_COMM_NULL ((MPI_Comm)0x04000000)
 #define MPI_OP_NULL ((MPI_Op)0x18000000)
@@ -891,6 +921,78 @@ int MPI_Status_set_elements(MPI_Status *, MPI_Datatype, int);
 int PMPI_Status_set_elements(MPI_Status *, MPI_Datatype, int);
 int MPI_Status_set_elements_x(MPI_Status *, MPI_Datatype, MPI_Count);
 int PMPI_Status_set_elements_x(MPI_Status *, MPI_Datatype, MPI_Count);
+int MPI_T_category_changed(int *);
+int PMPI_T_category_changed(int *);
+int MPI_T_category_get_categories(int, int, int *);
+int PMPI_T_category_get_categories(int, int, int *);
+int MPI_T_category_get_cvars(int, int, int *);
+int PMPI_T_category_get_cvars(int, int, int *);
+int MPI_T_category_get_events(int, int, int *);
+int PMPI_T_category_get_events(int, int, int *);
+int MPI_T_category_get_index(const char *, int *);
+int PMPI_T_category_get_index(const char *, int *);
+int MPI_T_category_get_info(int, char *, int *, char *, int *, int *, int *, int *);
+int PMPI_T_category_get_info(int, char *, int *, char *, int *, int *, int *, int *);
+int MPI_T_category_get_num(int *);
+int PMPI_T_category_get_num(int *);
+int MPI_T_category_get_num_events(int, int *);
+int PMPI_T_category_get_num_events(int, int *);
+int MPI_T_category_get_pvars(int, int, int *);
+int PMPI_T_category_get_pvars(int, int, int *);
+int MPI_T_cvar_get_index(const char *, int *);
+int PMPI_T_cvar_get_index(const char *, int *);
+int MPI_T_cvar_get_info(int, char *, int *, int *, MPI_Datatype *, MPI_T_enum *, char *, int *, int *, int *);
+int PMPI_T_cvar_get_info(int, char *, int *, int *, MPI_Datatype *, MPI_T_enum *, char *, int *, int *, int *);
+int MPI_T_cvar_get_num(int *);
+int PMPI_T_cvar_get_num(int *);
+int MPI_T_cvar_handle_alloc(int, void *, MPI_T_cvar_handle *, int *);
+int PMPI_T_cvar_handle_alloc(int, void *, MPI_T_cvar_handle *, int *);
+int MPI_T_cvar_handle_free(MPI_T_cvar_handle *);
+int PMPI_T_cvar_handle_free(MPI_T_cvar_handle *);
+int MPI_T_cvar_read(MPI_T_cvar_handle, void *);
+int PMPI_T_cvar_read(MPI_T_cvar_handle, void *);
+int MPI_T_cvar_write(MPI_T_cvar_handle, const void *);
+int PMPI_T_cvar_write(MPI_T_cvar_handle, const void *);
+int MPI_T_enum_get_info(MPI_T_enum, int *, char *, int *);
+int PMPI_T_enum_get_info(MPI_T_enum, int *, char *, int *);
+int MPI_T_enum_get_item(MPI_T_enum, int, int *, char *, int *);
+int PMPI_T_enum_get_item(MPI_T_enum, int, int *, char *, int *);
+int MPI_T_event_get_index(const char *, int *);
+int PMPI_T_event_get_index(const char *, int *);
+int MPI_T_event_get_num(int *);
+int PMPI_T_event_get_num(int *);
+int MPI_T_finalize(void);
+int PMPI_T_finalize(void);
+int MPI_T_init_thread(int, int *);
+int PMPI_T_init_thread(int, int *);
+int MPI_T_pvar_get_index(const char *, int, int *);
+int PMPI_T_pvar_get_index(const char *, int, int *);
+int MPI_T_pvar_get_info(int, char *, int *, int *, int *, MPI_Datatype *, MPI_T_enum *, char *, int *, int *, int *, int *, int *);
+int PMPI_T_pvar_get_info(int, char *, int *, int *, int *, MPI_Datatype *, MPI_T_enum *, char *, int *, int *, int *, int *, int *);
+int MPI_T_pvar_get_num(int *);
+int PMPI_T_pvar_get_num(int *);
+int MPI_T_pvar_handle_alloc(MPI_T_pvar_session, int, void *, MPI_T_pvar_handle *, int *);
+int PMPI_T_pvar_handle_alloc(MPI_T_pvar_session, int, void *, MPI_T_pvar_handle *, int *);
+int MPI_T_pvar_handle_free(MPI_T_pvar_session, MPI_T_pvar_handle *);
+int PMPI_T_pvar_handle_free(MPI_T_pvar_session, MPI_T_pvar_handle *);
+int MPI_T_pvar_read(MPI_T_pvar_session, MPI_T_pvar_handle, void *);
+int PMPI_T_pvar_read(MPI_T_pvar_session, MPI_T_pvar_handle, void *);
+int MPI_T_pvar_readreset(MPI_T_pvar_session, MPI_T_pvar_handle, void *);
+int PMPI_T_pvar_readreset(MPI_T_pvar_session, MPI_T_pvar_handle, void *);
+int MPI_T_pvar_reset(MPI_T_pvar_session, MPI_T_pvar_handle);
+int PMPI_T_pvar_reset(MPI_T_pvar_session, MPI_T_pvar_handle);
+int MPI_T_pvar_session_create(MPI_T_pvar_session *);
+int PMPI_T_pvar_session_create(MPI_T_pvar_session *);
+int MPI_T_pvar_session_free(MPI_T_pvar_session *);
+int PMPI_T_pvar_session_free(MPI_T_pvar_session *);
+int MPI_T_pvar_start(MPI_T_pvar_session, MPI_T_pvar_handle);
+int PMPI_T_pvar_start(MPI_T_pvar_session, MPI_T_pvar_handle);
+int MPI_T_pvar_stop(MPI_T_pvar_session, MPI_T_pvar_handle);
+int PMPI_T_pvar_stop(MPI_T_pvar_session, MPI_T_pvar_handle);
+int MPI_T_pvar_write(MPI_T_pvar_session, MPI_T_pvar_handle, const void *);
+int PMPI_T_pvar_write(MPI_T_pvar_session, MPI_T_pvar_handle, const void *);
+int MPI_T_source_get_num(int *);
+int PMPI_T_source_get_num(int *);
 int MPI_Test(MPI_Request *, int *, MPI_Status *);
 int PMPI_Test(MPI_Request *, int *, MPI_Status *);
 int MPI_Test_cancelled(const MPI_Status *, int *);
@@ -917,8 +1019,8 @@ int MPI_Type_create_hvector(int, int, MPI_Aint, MPI_Datatype, MPI_Datatype *);
 int PMPI_Type_create_hvector(int, int, MPI_Aint, MPI_Datatype, MPI_Datatype *);
 int MPI_Type_create_indexed_block(int, int, const int *, MPI_Datatype, MPI_Datatype *);
 int PMPI_Type_create_indexed_block(int, int, const int *, MPI_Datatype, MPI_Datatype *);
-int MPI_Type_create_keyval(MPI_Comm_copy_attr_function *, MPI_Comm_delete_attr_function *, int *, void *);
-int PMPI_Type_create_keyval(MPI_Comm_copy_attr_function *, MPI_Comm_delete_attr_function *, int *, void *);
+int MPI_Type_create_keyval(MPI_Type_copy_attr_function *, MPI_Type_delete_attr_function *, int *, void *);
+int PMPI_Type_create_keyval(MPI_Type_copy_attr_function *, MPI_Type_delete_attr_function *, int *, void *);
 int MPI_Type_create_resized(MPI_Datatype, MPI_Aint, MPI_Aint, MPI_Datatype *);
 int PMPI_Type_create_resized(MPI_Datatype, MPI_Aint, MPI_Aint, MPI_Datatype *);
 int MPI_Type_create_struct(int, const int *, const MPI_Aint *, MPI_Datatype const *, MPI_Datatype *);
@@ -1003,8 +1105,8 @@ int MPI_Win_create_dynamic(MPI_Info, MPI_Comm, MPI_Win *);
 int PMPI_Win_create_dynamic(MPI_Info, MPI_Comm, MPI_Win *);
 int MPI_Win_create_errhandler(MPI_Win_errhandler_function *, MPI_Errhandler *);
 int PMPI_Win_create_errhandler(MPI_Win_errhandler_function *, MPI_Errhandler *);
-int MPI_Win_create_keyval(MPI_Comm_copy_attr_function *, MPI_Comm_delete_attr_function *, int *, void *);
-int PMPI_Win_create_keyval(MPI_Comm_copy_attr_function *, MPI_Comm_delete_attr_function *, int *, void *);
+int MPI_Win_create_keyval(MPI_Win_copy_attr_function *, MPI_Win_delete_attr_function *, int *, void *);
+int PMPI_Win_create_keyval(MPI_Win_copy_attr_function *, MPI_Win_delete_attr_function *, int *, void *);
 int MPI_Win_delete_attr(MPI_Win, int);
 int PMPI_Win_delete_attr(MPI_Win, int);
 int MPI_Win_detach(MPI_Win, const void *);

@@ -33,6 +33,7 @@ mod inter;
 mod io;
 mod p2p;
 mod rma;
+mod tool;
 mod topo;
 mod types;
 mod unsupported;

@@ -52,6 +52,11 @@ pub extern "C" fn PMPI_Pcontrol(_level: c_int) -> c_int {
 pub struct Marker(*const c_int);
 
 impl Marker {
+    /// A marker of `target`'s address.
+    pub(crate) const fn new(target: &'static c_int) -> Marker {
+        Marker(target)
+    }
+
     /// The address it stands for.
     pub(crate) fn addr(&self) -> *const c_int {
         self.0
