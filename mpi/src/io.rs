@@ -358,7 +358,8 @@ pub(crate) fn uses_errhandler(l: &Lib, h: Handle) -> bool {
             .any(|i| files.get(i).is_some_and(|f| f.errhandler.get() == h))
 }
 
-/// Runs error handler `handler` for `code` on file `h`.
+/// Runs error handler `handler` for `code` on file `h`; returns the code
+/// the failed call returns (what the program's handler left in it).
 fn invoke(
     l: &Lib,
     handler: Handle,
@@ -366,7 +367,7 @@ fn invoke(
     code: c_int,
     name: &str,
     what: &dyn Fn() -> String,
-) {
+) -> c_int {
     match handler {
         abi::ERRORS_RETURN | abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
             crate::invoke_handler(l, handler, 0, code, name, what)
@@ -383,7 +384,9 @@ fn invoke(
                 let mut c = code;
                 // SAFETY: as above.
                 unsafe { f(&mut h, &mut c) };
+                return c;
             }
+            code
         }
     }
 }
@@ -392,8 +395,7 @@ fn raise_file(l: &Lib, h: FileH, name: &str, e: Fail) -> c_int {
     let code = crate::state::error_code(Some(l), &e);
     invoke(l, file_handler(l, h), h, code, name, &|| {
         format!("{} (MPI error class {})", e.msg, e.class)
-    });
-    code
+    })
 }
 
 /// Runs a call whose errors go to file `h`'s error handler.

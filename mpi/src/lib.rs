@@ -102,16 +102,17 @@ pub(crate) fn raise(l: &Lib, comm: abi::Handle, name: &str, e: Fail) -> c_int {
     };
     invoke_handler(l, handler, h, code, name, || {
         format!("{} (MPI error class {})", e.msg, e.class)
-    });
-    code
+    })
 }
 
 /// Runs error handler `handler` (already resolved: see
 /// [`state::errhandler_of`]) for error `code` on the communicator or
-/// window `h`: returns if the handler returns; `MPI_ERRORS_ARE_FATAL` and
-/// `MPI_ERRORS_ABORT` end the process with `name` and `what()` in the
-/// message. One place for `raise`, the windows' errors and the
-/// `_call_errhandler` calls.
+/// window `h`: returns if the handler returns, with the code the failed
+/// call returns — `code`, or what the program's handler left in it (as
+/// MPICH returns it); `MPI_ERRORS_ARE_FATAL` and `MPI_ERRORS_ABORT` end
+/// the process with `name` and `what()` in the message. One place for
+/// `raise`, the windows' and files' errors and the `_call_errhandler`
+/// calls.
 #[cold]
 pub(crate) fn invoke_handler(
     l: &Lib,
@@ -120,9 +121,9 @@ pub(crate) fn invoke_handler(
     code: c_int,
     name: &str,
     what: impl FnOnce() -> String,
-) {
+) -> c_int {
     match handler {
-        abi::ERRORS_RETURN => {}
+        abi::ERRORS_RETURN => code,
         abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => {
             eprintln!(
                 "tandem: {name}: {}; aborting (MPI_ERRORS_ARE_FATAL)",
@@ -137,7 +138,9 @@ pub(crate) fn invoke_handler(
                 // MPI_Comm_create_errhandler (or the window's), called as
                 // MPI specifies (the variadic tail is empty).
                 unsafe { f(&mut h, &mut c) };
+                return c;
             }
+            code
         }
     }
 }

@@ -92,6 +92,9 @@ struct Target {
 struct Epoch {
     /// Between two fences (the last without `MPI_MODE_NOSUCCEED`).
     fence: bool,
+    /// A transfer was made in the fence epoch (which a lock then may not
+    /// end: without one, the epoch was empty and a lock ends it).
+    fence_used: bool,
     /// Targets locked: (rank, exclusive, taken for real (not NOCHECK)).
     locks: Vec<(usize, bool, bool)>,
     /// `MPI_Win_lock_all` holds (taken for real).
@@ -261,6 +264,35 @@ impl Win {
                 format!("{what} to rank {r} outside an access epoch (call MPI_Win_fence, MPI_Win_lock, MPI_Win_lock_all or MPI_Win_start first)"),
             );
         }
+        let fence_only = e.fence && e.all.is_none() && e.locks.is_empty() && e.start.is_none();
+        drop(e);
+        if fence_only {
+            self.epoch.borrow_mut().fence_used = true;
+        }
+        Ok(())
+    }
+
+    /// A passive-target epoch may start: no active-target one is open (a
+    /// fence epoch in which nothing was transferred ends here).
+    fn passive_may_start(&self, what: &str) -> Result<(), Fail> {
+        let mut e = self.epoch.borrow_mut();
+        if e.start.is_some() || e.post.is_some() {
+            return fail(
+                ERR_RMA_SYNC,
+                format!("{what} during an active-target epoch (MPI_Win_start or MPI_Win_post not yet completed)"),
+            );
+        }
+        if e.fence {
+            if e.fence_used {
+                return fail(
+                    ERR_RMA_SYNC,
+                    format!(
+                        "{what} in a fence epoch that transferred data (call MPI_Win_fence first)"
+                    ),
+                );
+            }
+            e.fence = false;
+        }
         Ok(())
     }
 }
@@ -300,8 +332,7 @@ fn raise_win(l: &Lib, h: Handle, name: &str, e: Fail) -> c_int {
     let code = crate::state::error_code(Some(l), &e);
     crate::invoke_handler(l, win_handler(l, h), h, code, name, || {
         format!("{} (MPI error class {})", e.msg, e.class)
-    });
-    code
+    })
 }
 
 /// Whether a window has error handler `h`.
@@ -1185,7 +1216,9 @@ export! {
             fence(Ordering::SeqCst);
             barrier(&w.comm)?;
             fence(Ordering::SeqCst);
-            w.epoch.borrow_mut().fence = assert & MODE_NOSUCCEED == 0;
+            let mut e = w.epoch.borrow_mut();
+            e.fence = assert & MODE_NOSUCCEED == 0;
+            e.fence_used = false;
             Ok(())
         })
     }
@@ -1206,6 +1239,7 @@ export! {
             if w.epoch.borrow().locks.iter().any(|x| x.0 == r) || w.epoch.borrow().all.is_some() {
                 return fail(ERR_RMA_SYNC, format!("rank {r}'s window is locked by this rank already"));
             }
+            w.passive_may_start("MPI_Win_lock")?;
             let real = assert & MODE_NOCHECK == 0;
             if real {
                 w.lock(r, excl)?;
@@ -1242,6 +1276,7 @@ export! {
             if w.epoch.borrow().all.is_some() || !w.epoch.borrow().locks.is_empty() {
                 return fail(ERR_RMA_SYNC, "MPI_Win_lock_all with a lock held already");
             }
+            w.passive_may_start("MPI_Win_lock_all")?;
             let real = assert & MODE_NOCHECK == 0;
             if real {
                 for r in 0..w.targets.len() {
@@ -1680,18 +1715,24 @@ fn compare_and_swap(
     }
     let r = w.check_rank(rank)?;
     w.check_access(r, "MPI_Compare_and_swap")?;
+    // MPI's rule: integer, logical, byte (and, as MPICH allows, character)
+    // types; not floating point, complex or pair types.
+    use crate::datatype::Basic as B;
     let size = match crate::datatype::basic_of(dt) {
-        Some(_) => {
+        Some(
+            B::I8 | B::U8 | B::I16 | B::U16 | B::I32 | B::U32 | B::I64 | B::U64 | B::Bool
+            | B::Logical | B::Byte,
+        ) => {
             l.types
                 .borrow()
                 .info(dt)
                 .map_err(|c| crate::p2p::type_fail(c, dt))?
                 .size
         }
-        None => {
+        _ => {
             return fail(
                 abi::ERR_TYPE,
-                format!("MPI_Compare_and_swap takes a predefined datatype, not {dt:#x}"),
+                format!("MPI_Compare_and_swap takes a predefined integer, logical or byte datatype, not {dt:#x}"),
             )
         }
     };

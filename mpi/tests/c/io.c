@@ -282,6 +282,22 @@ static int extent_fn(MPI_Datatype dt, MPI_Aint *extent, void *state)
     return MPI_Type_get_extent(dt, &lb, extent);
 }
 
+/* Handlers that clear the error: the call then returns what they left
+ * (MPI_SUCCESS), as MPICH returns it. */
+static int clearing_calls = 0;
+static void clear_file_error(MPI_File *fh, int *code, ...)
+{
+    (void)fh;
+    clearing_calls++;
+    *code = MPI_SUCCESS;
+}
+static void clear_comm_error(MPI_Comm *comm, int *code, ...)
+{
+    (void)comm;
+    clearing_calls++;
+    *code = MPI_SUCCESS;
+}
+
 static void test_errors(void)
 {
     MPI_File fh = MPI_FILE_NULL;
@@ -359,6 +375,25 @@ static void test_errors(void)
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
         CHECK_MPI(MPI_File_delete(path, MPI_INFO_NULL));
+    /* A handler that clears the code: the call returns MPI_SUCCESS. */
+    MPI_Errhandler clear;
+    CHECK_MPI(MPI_File_create_errhandler(clear_file_error, &clear));
+    CHECK_MPI(MPI_File_set_errhandler(MPI_FILE_NULL, clear));
+    make_path("missing-again");
+    err = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
+    CHECK(err == MPI_SUCCESS && clearing_calls == 1, "a clearing file handler: rc %d, %d calls",
+          err, clearing_calls);
+    CHECK_MPI(MPI_File_set_errhandler(MPI_FILE_NULL, MPI_ERRORS_RETURN));
+    MPI_Errhandler_free(&clear);
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    CHECK_MPI(MPI_Comm_create_errhandler(clear_comm_error, &clear));
+    CHECK_MPI(MPI_Comm_set_errhandler(dup, clear));
+    err = MPI_Send(&x, 1, MPI_INT, size + 5, 0, dup);
+    CHECK(err == MPI_SUCCESS && clearing_calls == 2, "a clearing comm handler: rc %d, %d calls",
+          err, clearing_calls);
+    MPI_Errhandler_free(&clear);
+    MPI_Comm_free(&dup);
 }
 
 int main(int argc, char **argv)

@@ -6,7 +6,8 @@
  * Get_accumulate, Fetch_and_op, Compare_and_swap and their request forms,
  * dynamic windows (attach, detach), attributes of the program's keys,
  * a derived target datatype, the predefined attributes, and the errors
- * (a transfer outside an epoch, out of the window, a bad lock type).
+ * (a transfer outside an epoch, out of the window, a bad lock type, a
+ * floating-point compare-and-swap, a lock inside an active-target epoch).
  * run-sizes: 1 2 3 4
  */
 #include "common.h"
@@ -355,9 +356,34 @@ static void test_errors(void)
     err = MPI_Put(&v, 1, MPI_INT, size, 0, 1, MPI_INT, win);
     MPI_Error_class(err, &cls);
     CHECK(cls == MPI_ERR_RANK, "a put to rank %d: class %d", size, cls);
+    /* Compare-and-swap takes integer, logical and byte types only. */
+    double d = 1.0, dc = 1.0, dr = 0.0;
+    err = MPI_Compare_and_swap(&d, &dc, &dr, MPI_DOUBLE, 0, 0, win);
+    MPI_Error_class(err, &cls);
+    CHECK(cls == MPI_ERR_TYPE, "compare-and-swap of doubles: class %d", cls);
     MPI_Win_unlock(0, win);
     MPI_Barrier(MPI_COMM_WORLD);
     CHECK(buf[0] == 0 && buf[3] == 0, "a refused put wrote anyway");
+    /* A lock ends an empty fence epoch; a transfer after the unlock has
+     * no epoch. */
+    MPI_Win_fence(0, win);
+    CHECK_MPI(MPI_Win_lock(MPI_LOCK_SHARED, 0, MPI_MODE_NOCHECK, win));
+    CHECK_MPI(MPI_Win_unlock(0, win));
+    err = MPI_Get(&v, 1, MPI_INT, 0, 0, 1, MPI_INT, win);
+    MPI_Error_class(err, &cls);
+    CHECK(cls == MPI_ERR_RMA_SYNC, "a get after the fence epoch a lock ended: class %d", cls);
+    MPI_Win_fence(0, win);
+    /* No lock inside an active-target epoch. */
+    MPI_Group world;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Win_post(world, 0, win);
+    MPI_Win_start(world, 0, win);
+    err = MPI_Win_lock(MPI_LOCK_SHARED, 0, MPI_MODE_NOCHECK, win);
+    MPI_Error_class(err, &cls);
+    CHECK(cls == MPI_ERR_RMA_SYNC, "a lock inside post/start: class %d", cls);
+    MPI_Win_complete(win);
+    MPI_Win_wait(win);
+    MPI_Group_free(&world);
     MPI_Win_free(&win);
 }
 
